@@ -1,0 +1,32 @@
+"""The ``fsm-consumer`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from ._specs import check_specs, render_diagrams, spec_coverage
+
+_COMMANDS = {
+    "check-specs": check_specs,
+    "diagrams": render_diagrams,
+    "spec-coverage": spec_coverage,
+}
+
+
+def _demo(argv: list[str]) -> int:
+    from ._demo import demo
+    return demo(argv)
+
+
+_COMMANDS["demo"] = _demo
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in _COMMANDS:
+        print("usage: fsm-consumer {" + ",".join(_COMMANDS) + "} [options]", file=sys.stderr)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    return _COMMANDS[argv[0]](argv[1:])
+
+
+__all__ = ["main"]

@@ -1,0 +1,19 @@
+"""The spec layer: YAML state-machine specs, checked and compiled into transitions machines.
+
+Nothing here knows about Kafka, threads or sockets. Time enters only through a Clock.
+"""
+
+from ._clock import Clock, FakeClock, MonotonicClock
+from ._errors import IllegalTransition, SpecError
+from ._load import all_spec_paths, load_spec, parse_spec, shipped_spec
+from ._log import TransitionRecord, add_observer, remove_observer
+from ._machine import SpecMachine, resolve_durations
+from ._model import Duration, Spec, State, Timeout, Transition
+from ._paths import schema_path, specs_dir
+
+__all__ = [
+    "Clock", "Duration", "FakeClock", "IllegalTransition", "MonotonicClock", "Spec", "SpecError",
+    "SpecMachine", "State", "Timeout", "Transition", "TransitionRecord", "add_observer", "all_spec_paths",
+    "load_spec", "parse_spec", "remove_observer", "resolve_durations", "schema_path", "shipped_spec",
+    "specs_dir",
+]

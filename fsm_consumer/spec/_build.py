@@ -1,0 +1,147 @@
+"""Raw (schema-valid) YAML data -> Spec, with the semantic checks a schema cannot express."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ._errors import SpecError
+from ._model import Duration, Spec, State, Timeout, Transition
+from ._yaml import Located
+
+
+def _hooks(value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def build_spec(doc: Located, expected_name: str | None = None) -> Spec:
+    data = doc.data
+    name = data["machine"]
+    if expected_name is not None and name != expected_name:
+        raise doc.error(("machine",), f"machine {name!r} must be named like its file ({expected_name!r})")
+
+    durations = {
+        d: Duration(name=d, default=v["default"], config=v.get("config"), description=v.get("description", ""),
+                    computed_by=v.get("computed_by"))
+        for d, v in (data.get("durations") or {}).items()
+    }
+    states: dict[str, State] = {}
+    for sname, body in data["states"].items():
+        body = body or {}
+        raw_timeouts = ([body["timeout"]] if "timeout" in body else []) + list(body.get("timeouts", []))
+        if "timeout" in body and "timeouts" in body:
+            raise doc.error(("states", sname, "timeouts"), f"state {sname!r}: give 'timeout' or 'timeouts', not both",
+                            key=True)
+        timeouts = []
+        for i, t in enumerate(raw_timeouts):
+            tpath = ("states", sname, "timeout") if "timeout" in body else ("states", sname, "timeouts", i)
+            if t["after"] not in durations:
+                raise doc.error(tpath + ("after",),
+                                f"state {sname!r}: timeout after {t['after']!r} names no declared duration "
+                                f"(declared: {', '.join(durations) or 'none'})")
+            timeouts.append(Timeout(after=t["after"], trigger=t["trigger"], line=doc.line_of(tpath),
+                                    description=t.get("description", "")))
+        states[sname] = State(name=sname, description=body.get("description", ""),
+                              on_enter=_hooks(body.get("on_enter")), on_exit=_hooks(body.get("on_exit")),
+                              timeouts=tuple(timeouts), line=doc.line_of(("states", sname), key=True))
+
+    for field in ("initial",):
+        if data[field] not in states:
+            raise doc.error((field,), f"{field} state {data[field]!r} is not declared under states")
+    terminal = tuple(data.get("terminal") or ())
+    for i, t in enumerate(terminal):
+        if t not in states:
+            raise doc.error(("terminal", i), f"terminal state {t!r} is not declared under states")
+    non_terminal = tuple(s for s in states if s not in terminal)
+
+    transitions = []
+    for i, raw in enumerate(data["transitions"]):
+        path = ("transitions", i)
+        src = raw["source"]
+        wildcard = src == "*"
+        sources = non_terminal if wildcard else ((src,) if isinstance(src, str) else tuple(src))
+        for j, s in enumerate(sources):
+            if s not in states:
+                spath = path + (("source",) if isinstance(src, str) else ("source", j))
+                raise doc.error(spath, f"transition {raw['trigger']!r}: source {s!r} is not a declared state")
+        dest = None if raw["dest"] == "=" else raw["dest"]
+        if dest is not None and dest not in states:
+            raise doc.error(path + ("dest",), f"transition {raw['trigger']!r}: dest {dest!r} is not a declared state")
+        for s in sources:
+            if s in terminal:
+                raise doc.error(path + ("source",), f"transition {raw['trigger']!r} leaves terminal state {s!r}")
+        transitions.append(Transition(
+            index=i, trigger=raw["trigger"], sources=sources, dest=dest, wildcard=wildcard,
+            conditions=_hooks(raw.get("conditions")), unless=_hooks(raw.get("unless")),
+            before=_hooks(raw.get("before")), after=_hooks(raw.get("after")),
+            description=raw.get("description", ""), line=doc.line_of(path)))
+
+    spec = Spec(machine=name, file=doc.file, initial=data["initial"], states=states,
+                transitions=tuple(transitions), terminal=terminal, durations=durations,
+                description=data.get("description", ""))
+    _check_ambiguity(spec, doc)
+    _check_timeouts(spec, doc)
+    _check_reachability(spec, doc)
+    _check_exits(spec, doc)
+    return spec
+
+
+def _check_ambiguity(spec: Spec, doc: Located) -> None:
+    """Same trigger and source: later entries must be told apart by conditions, and an
+    unconditional entry must come last (transitions takes the first that passes)."""
+    seen: dict[tuple[str, str], list[Transition]] = {}
+    for t in spec.transitions:
+        for s in t.sources:
+            for earlier in seen.get((t.trigger, s), []):
+                guard = (earlier.conditions, earlier.unless)
+                if guard == (t.conditions, t.unless):
+                    raise doc.error(("transitions", t.index),
+                                    f"transition {t.trigger!r} from {s!r} is given twice (lines {earlier.line} and "
+                                    f"{t.line}) with no condition to tell them apart")
+                if guard == ((), ()):
+                    raise doc.error(("transitions", t.index),
+                                    f"transition {t.trigger!r} from {s!r} can never be taken: the unconditional "
+                                    f"one on line {earlier.line} comes first")
+            seen.setdefault((t.trigger, s), []).append(t)
+
+
+def _check_timeouts(spec: Spec, doc: Located) -> None:
+    triggers = set(spec.triggers)
+    for st in spec.states.values():
+        for to in st.timeouts:
+            if to.trigger not in triggers:
+                raise _at(doc, to.line, f"state {st.name!r}: timeout trigger {to.trigger!r} is not declared "
+                                        f"by any transition")
+            if not any(to.trigger == t.trigger and st.name in t.sources for t in spec.transitions):
+                raise _at(doc, to.line, f"state {st.name!r}: timeout trigger {to.trigger!r} has no transition "
+                                        f"from {st.name!r}")
+
+
+def _at(doc: Located, line: int, fault: str) -> SpecError:
+    return SpecError(fault, file=doc.file, line=line)
+
+
+def _check_reachability(spec: Spec, doc: Located) -> None:
+    reached = {spec.initial}
+    todo = deque([spec.initial])
+    while todo:
+        s = todo.popleft()
+        for t in spec.transitions:
+            if s in t.sources:
+                d = t.dest_from(s)
+                if d not in reached:
+                    reached.add(d)
+                    todo.append(d)
+    for name, st in spec.states.items():
+        if name not in reached:
+            raise _at(doc, st.line, f"state {name!r} is unreachable from the initial state {spec.initial!r}")
+
+
+def _check_exits(spec: Spec, doc: Located) -> None:
+    for name, st in spec.states.items():
+        if name in spec.terminal:
+            continue
+        if not any(name in t.sources and t.dest_from(name) != name for t in spec.transitions):
+            raise _at(doc, st.line, f"state {name!r} is not terminal but has no transition out of it "
+                                    f"(add one, or list it under terminal)")

@@ -1,0 +1,65 @@
+"""transitions' State/Transition/Event classes trimmed for a hot control loop.
+
+The stock classes log several lines and resolve callbacks by name on every trigger (~15 us);
+ours call hooks that were resolved to bound methods once, at bind time, and report each state
+change to the owning SpecMachine. The transitions.Machine around them is unchanged (queue,
+states, event table), so its documented semantics hold: queued triggers, exceptions clear the queue.
+"""
+
+from __future__ import annotations
+
+from transitions import Event, State, Transition
+
+from ._errors import IllegalTransition
+
+
+class LeanState(State):
+    """Enter/exit callbacks are plain callables with no arguments."""
+
+    def enter(self, event_data):
+        for fn in self.on_enter:
+            fn()
+
+    def exit(self, event_data):
+        for fn in self.on_exit:
+            fn()
+
+
+class LeanTransition(Transition):
+    """Conditions and callbacks are pre-resolved; ``owner`` records the change and arms timeouts."""
+
+    owner = None              # the SpecMachine (set on each instance by the compiler)
+    index = -1                # spec transition index
+    trigger_name = ""
+    checks: tuple = ()        # ((callable, expected_truth), ...)
+
+    def execute(self, event_data):
+        for fn, expected in self.checks:
+            if bool(fn()) is not expected:
+                return False
+        for fn in self.before:
+            fn()
+        machine = event_data.machine
+        machine.states[self.source].exit(event_data)
+        machine.set_state(self.dest, event_data.model)
+        now = self.owner._entered(self)
+        machine.states[self.dest].enter(event_data)
+        self.owner._arm(self.dest, now)  # after on_enter, so computed durations see its effects
+        for fn in self.after:
+            fn()
+        return True
+
+
+class LeanEvent(Event):
+    """Raises IllegalTransition (not MachineError) and skips the unused prepare/finalize hooks."""
+
+    def _trigger(self, event_data):
+        state = getattr(event_data.model, "state")
+        candidates = self.transitions.get(state)
+        if not candidates:
+            raise IllegalTransition(self.machine.name.rstrip(": "), state, self.name)
+        for trans in candidates:
+            if trans.execute(event_data):
+                event_data.result = True
+                return True
+        return False

@@ -1,0 +1,194 @@
+"""A Spec compiled into a transitions.Machine bound to a model, with deadline timeouts.
+
+Timeouts are deadlines, never threads: entering a state arms ``now + duration`` for each of its
+timeouts (``now`` from the injected clock); ``tick(now)`` fires the due ones in deadline order.
+Leaving the state disarms them, so a deadline from an earlier visit can never fire.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from transitions import Machine
+
+from ._clock import Clock
+from ._errors import IllegalTransition, SpecError
+from ._lean import LeanEvent, LeanState, LeanTransition
+from ._log import TransitionRecord, logger, observers
+from ._model import Spec
+
+_DEBUG = 10
+
+
+class _TransitionsMachine(Machine):
+    state_cls = LeanState
+    transition_cls = LeanTransition
+    event_cls = LeanEvent
+
+
+class _Carrier:
+    """The object transitions keeps the state on; the real model stays free of its helper methods."""
+
+
+def resolve_durations(spec: Spec, config: Any = None, overrides: Mapping[str, float] | None = None
+                      ) -> dict[str, float]:
+    """Each named duration in ms: an explicit override, else the config key, else the spec default."""
+    out: dict[str, float] = {}
+    for name, d in spec.durations.items():
+        value: Any = d.default
+        if overrides and name in overrides:
+            value = overrides[name]
+        elif config is not None and d.config:
+            got = config.get(d.config) if isinstance(config, Mapping) else getattr(config, d.config, None)
+            if got is not None:
+                value = got
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            raise SpecError(f"duration {name!r} (config {d.config!r}) must be a non-negative number of ms, "
+                            f"got {value!r}", file=spec.file)
+        out[name] = float(value)
+    return out
+
+
+def _bind(spec: Spec, model: Any) -> dict[str, Any]:
+    """Resolve every hook name to a bound method once; list all that are missing in one error."""
+    resolved, missing = {}, []
+    for hook, where in spec.hooks().items():
+        fn = getattr(model, hook, None)
+        if callable(fn):
+            resolved[hook] = fn
+        else:
+            missing.append(f"{hook} (used by {', '.join(where)})")
+    if missing:
+        faults = [f"model {type(model).__name__} lacks hook {m}" for m in missing]
+        raise SpecError(f"model {type(model).__name__} lacks {len(missing)} hook(s) named by the spec: "
+                        + "; ".join(missing), file=spec.file, faults=faults)
+    return resolved
+
+
+class SpecMachine:
+    """One running machine: ``fire(trigger)``, ``tick(now)``, ``state``, ``log``, ``next_deadline``."""
+
+    def __init__(self, spec: Spec, model: Any, *, clock: Clock, config: Any = None,
+                 durations: Mapping[str, float] | None = None, log_size: int = 256,
+                 instance: str = "") -> None:
+        self.spec = spec
+        self.name = spec.machine
+        self.instance = instance
+        self.model = model
+        self._clock = clock
+        self.durations = resolve_durations(spec, config, durations)
+        hooks = _bind(spec, model)
+        self.log: deque[TransitionRecord] = deque(maxlen=log_size)
+        self._changes = 0
+        self._visit = 0
+        self._pending: list[tuple[float, int, str]] = []
+        self.next_deadline: float | None = None
+        self._timeouts = {s.name: tuple((t.after, t.trigger) for t in s.timeouts) for s in spec.states.values()}
+        self._computed = {d.name: hooks[d.computed_by] for d in spec.durations.values() if d.computed_by}
+
+        def fns(names):
+            return [hooks[n] for n in names]
+
+        states = [LeanState(s.name, on_enter=fns(s.on_enter), on_exit=fns(s.on_exit), final=s.name in spec.terminal)
+                  for s in spec.states.values()]
+        self._carrier = _Carrier()
+        self._machine = _TransitionsMachine(
+            model=self._carrier, states=states, initial=spec.initial, auto_transitions=False,
+            ignore_invalid_triggers=False, queued=True, send_event=False, name=spec.machine)
+        for t in spec.transitions:
+            checks = tuple((hooks[c], True) for c in t.conditions) + tuple((hooks[c], False) for c in t.unless)
+            for source in t.sources:
+                self._machine.add_transition(t.trigger, source, t.dest_from(source),
+                                             before=fns(t.before), after=fns(t.after))
+                compiled = self._machine.events[t.trigger].transitions[source][-1]
+                compiled.owner, compiled.index, compiled.checks = self, t.index, checks
+                compiled.trigger_name = t.trigger
+        self._events = dict(self._machine.events)
+        self._arm(spec.initial, clock.now_ms())
+
+    # -- driving -------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        return self._carrier.state
+
+    def fire(self, trigger: str) -> bool:
+        """Fire ``trigger``. Returns True if a transition was taken (or, when called from a hook
+        of this machine, queued: it runs after the current transition). Raises IllegalTransition
+        if the current state has no transition for it; the state is then unchanged."""
+        event = self._events.get(trigger)
+        if event is None:
+            raise IllegalTransition(self.name, self.state, trigger, known=False)
+        before = self._changes
+        if self._machine._transition_queue:
+            return event.trigger(self._carrier)
+        event.trigger(self._carrier)
+        return self._changes != before
+
+    def tick(self, now: float) -> int:
+        """Fire the timeouts of the current state that are due at ``now``; return how many fired."""
+        nxt = self.next_deadline
+        if nxt is None or now < nxt:
+            return 0
+        fired, visit = 0, self._visit
+        while self._pending and self._visit == visit and self._pending[0][0] <= now:
+            _, _, trigger = self._pending.pop(0)
+            self.next_deadline = self._pending[0][0] if self._pending else None
+            self.fire(trigger)
+            fired += 1
+        return fired
+
+    # -- queries -------------------------------------------------------------------------
+    def may(self, trigger: str) -> bool:
+        """Whether the current state has a transition for ``trigger`` (conditions not evaluated)."""
+        event = self._events.get(trigger)
+        return event is not None and self.state in event.transitions
+
+    def legal_triggers(self) -> list[str]:
+        return [name for name, ev in self._events.items() if self.state in ev.transitions]
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in self.spec.terminal
+
+    def __repr__(self) -> str:
+        return f"<SpecMachine {self.name}{'/' + self.instance if self.instance else ''} state={self.state}>"
+
+    # -- called by LeanTransition between exit and enter ---------------------------------
+    def _entered(self, transition: LeanTransition) -> float:
+        now = self._clock.now_ms()
+        self._changes += 1
+        rec = TransitionRecord(self.name, transition.source, transition.trigger_name,
+                               transition.dest, now, transition.index, self.instance)
+        self.log.append(rec)
+        if logger.isEnabledFor(_DEBUG):
+            logger.debug("%s%s: %s --%s--> %s", self.name, "/" + self.instance if self.instance else "",
+                         rec.source, rec.trigger, rec.dest)
+        for fn in observers():
+            fn(rec)
+        self._visit += 1  # from here on, the old visit's deadlines are void
+        self._pending = []
+        self.next_deadline = None
+        return now
+
+    def _arm(self, state: str, now: float) -> None:
+        timeouts = self._timeouts[state]
+        if not timeouts:
+            self._pending = []
+            self.next_deadline = None
+            return
+        self._pending = sorted((now + self.duration_ms(name), i, trig) for i, (name, trig) in enumerate(timeouts))
+        self.next_deadline = self._pending[0][0]
+
+    def duration_ms(self, name: str) -> float:
+        """The duration for a visit starting now: configured, or as the model computes it."""
+        configured = self.durations[name]
+        compute = self._computed.get(name)
+        if compute is None:
+            return configured
+        ms = compute(configured)
+        if not isinstance(ms, (int, float)) or isinstance(ms, bool) or ms < 0:
+            raise SpecError(f"duration {name!r}: hook {compute.__name__} returned {ms!r}, not a non-negative "
+                            f"number of ms", file=self.spec.file)
+        return float(ms)

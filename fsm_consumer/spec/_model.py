@@ -1,0 +1,90 @@
+"""The checked, immutable form of a spec: what the compiler and the diagram writer read."""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen
+class Duration:
+    name: str
+    default: int
+    config: str | None = None
+    description: str = ""
+    computed_by: str | None = None   # model hook: configured ms -> ms for this visit
+
+
+@attrs.frozen
+class Timeout:
+    after: str       # duration name
+    trigger: str
+    line: int = 0
+    description: str = ""
+
+
+@attrs.frozen
+class State:
+    name: str
+    description: str = ""
+    on_enter: tuple[str, ...] = ()
+    on_exit: tuple[str, ...] = ()
+    timeouts: tuple[Timeout, ...] = ()
+    line: int = 0
+
+
+@attrs.frozen
+class Transition:
+    index: int                    # position in the spec's list: the unit of coverage
+    trigger: str
+    sources: tuple[str, ...]      # concrete states ('*' already expanded)
+    dest: str | None              # None: re-enter the source ('=')
+    wildcard: bool = False
+    conditions: tuple[str, ...] = ()
+    unless: tuple[str, ...] = ()
+    before: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    description: str = ""
+    line: int = 0
+
+    def dest_from(self, source: str) -> str:
+        return source if self.dest is None else self.dest
+
+    @property
+    def label(self) -> str:
+        src = "*" if self.wildcard else ",".join(self.sources)
+        return f"{src} --{self.trigger}--> {self.dest or '='}"
+
+
+@attrs.frozen
+class Spec:
+    machine: str
+    file: str
+    initial: str
+    states: dict[str, State]
+    transitions: tuple[Transition, ...]
+    terminal: tuple[str, ...] = ()
+    durations: dict[str, Duration] = attrs.field(factory=dict)
+    description: str = ""
+
+    @property
+    def triggers(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for t in self.transitions:
+            seen.setdefault(t.trigger, None)
+        return tuple(seen)
+
+    def hooks(self) -> dict[str, list[str]]:
+        """Every hook name the spec uses, mapped to where (for binding errors)."""
+        used: dict[str, list[str]] = {}
+        for d in self.durations.values():
+            if d.computed_by:
+                used.setdefault(d.computed_by, []).append(f"durations.{d.name}.computed_by")
+        for s in self.states.values():
+            for kind in ("on_enter", "on_exit"):
+                for h in getattr(s, kind):
+                    used.setdefault(h, []).append(f"states.{s.name}.{kind} (line {s.line})")
+        for t in self.transitions:
+            for kind in ("conditions", "unless", "before", "after"):
+                for h in getattr(t, kind):
+                    used.setdefault(h, []).append(f"transition {t.trigger} {kind} (line {t.line})")
+        return used

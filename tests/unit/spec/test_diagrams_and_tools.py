@@ -1,0 +1,105 @@
+"""Diagrams are deterministic and mark timeouts; the spec tools report what they should."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fsm_consumer.cli import main
+from fsm_consumer.spec import shipped_spec, specs_dir
+from fsm_consumer.spec._diagram import render_all, render_dot, render_mermaid
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_dot_marks_timeouts_dashed_with_duration():
+    dot = render_dot(shipped_spec("membership"))
+    edge = next(line for line in dot.splitlines() if "revocation_timed_out" in line)
+    assert "style=dashed" in edge and "after revocation_timeout" in edge
+    plain = next(line for line in dot.splitlines() if "revoke_acked" in line)
+    assert "dashed" not in plain
+    assert "peripheries=2" in next(line for line in dot.splitlines() if line.strip().startswith("fatal"))
+
+
+def test_wildcard_drawn_once_from_any_state():
+    dot = render_dot(shipped_spec("background"))
+    assert sum("crash" in line for line in dot.splitlines()) == 1
+    assert "__any -> failed" in dot
+
+
+def test_mermaid_lists_every_transition():
+    spec = shipped_spec("connection")
+    mmd = render_mermaid(spec)
+    assert mmd.splitlines()[3] == "stateDiagram-v2"
+    assert "backoff --> disconnected: backoff_elapsed (timeout: after reconnect_backoff)" in mmd
+    assert "connecting --> tls_handshake: connected [uses_tls]" in mmd
+    assert "closed --> [*]" in mmd
+
+
+@pytest.mark.parametrize("name", ["background", "connection", "membership"])
+def test_rendering_is_deterministic(name):
+    spec = shipped_spec(name)
+    assert render_all(spec) == render_all(spec)
+    assert "<svg" in render_all(spec)[".svg"]
+
+
+def test_committed_diagrams_are_current(capsys):
+    assert main(["diagrams", "--check"]) == 0
+    assert "up to date" in capsys.readouterr().out
+
+
+def test_check_names_stale_and_missing_files(tmp_path, capsys):
+    specs = tmp_path / "specs"
+    shutil.copytree(specs_dir(), specs)
+    out = tmp_path / "diagrams"
+    assert main(["diagrams", "--specs", str(specs), "--out", str(out)]) == 0
+    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert len(first) == 9
+    assert main(["diagrams", "--specs", str(specs), "--out", str(out)]) == 0
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == first  # byte-identical rerun
+    capsys.readouterr()
+    text = (specs / "background.yaml").read_text().replace("dest: discovery_backoff}", "dest: initialized}", 1)
+    (specs / "background.yaml").write_text(text)
+    (out / "membership.mmd").unlink()
+    assert main(["diagrams", "--specs", str(specs), "--out", str(out), "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "background.dot (differs from its spec)" in err and "membership.mmd (missing)" in err
+
+
+def test_check_specs_prints_one_line_per_machine(capsys):
+    assert main(["check-specs"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["background", "connection", "membership"]
+    assert lines[0].startswith("background: 8 states, 12 transitions, 3 timeouts")
+
+
+def test_check_specs_fails_on_a_bad_spec(tmp_path, capsys):
+    shutil.copytree(specs_dir(), tmp_path / "specs")
+    (tmp_path / "specs" / "connection.yaml").write_text("machine: connection\ninitial: x\n")
+    assert main(["check-specs", "--specs", str(tmp_path / "specs")]) == 1
+    assert "connection.yaml:1:" in capsys.readouterr().err
+
+
+def test_spec_coverage_reports_missing_and_percent(tmp_path, capsys):
+    spec = shipped_spec("background")
+    hits = {str(t.index): {"unit": 1} for t in spec.transitions if t.trigger != "crash"}
+    hits[str(spec.transitions[0].index)] = {"integration": 2}
+    (tmp_path / "records-1.json").write_text(json.dumps({"machines": {"background": hits}}))
+    code = main(["spec-coverage", "--records", str(tmp_path), "--machines", "background", "--fail-under", "100"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "background: 11/12 transitions exercised (91.7%)" in out
+    assert "never fired: * --crash--> failed" in out
+    assert main(["spec-coverage", "--records", str(tmp_path), "--machines", "background", "--kind",
+                 "integration"]) == 0
+    assert "1/12" in capsys.readouterr().out
+
+
+def test_tools_run_from_a_checkout():
+    for tool in ("check-specs", "render-diagrams"):
+        args = [sys.executable, str(ROOT / "tools" / tool)] + (["--check"] if tool == "render-diagrams" else [])
+        done = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert done.returncode == 0, done.stderr

@@ -1,0 +1,216 @@
+"""The three shipped machines: every transition taken with a fake clock, plus the main stories."""
+
+import pytest
+
+from fsm_consumer.spec import FakeClock, IllegalTransition, SpecMachine, shipped_spec
+from fsm_consumer.spec.testing import SpecDouble, cover_plan
+
+MACHINES = ["background", "connection", "membership"]
+
+
+def machine(name, **kw):
+    spec = shipped_spec(name)
+    double = SpecDouble(spec)
+    clock = FakeClock(1000)
+    return spec, double, SpecMachine(spec, double, clock=clock, **kw), clock
+
+
+def step(m, double, clock, trigger, flags):
+    """Fire ``trigger``; if it is a timeout of the current state, let the clock make it fire."""
+    double.flags.clear()
+    double.flags.update(flags)
+    timeouts = {t.trigger: t.after for t in m.spec.states[m.state].timeouts}
+    if trigger in timeouts:
+        before = len(m.log)
+        deadline = m.next_deadline
+        clock.set(deadline - 1)
+        assert m.tick(clock.now_ms()) == 0
+        clock.set(max(p[0] for p in m._pending if p[2] == trigger))
+        m.tick(clock.now_ms())
+        assert len(m.log) == before + 1, f"timeout {trigger} did not fire"
+    else:
+        m.fire(trigger)
+
+
+@pytest.mark.parametrize("name", MACHINES)
+def test_every_transition(name):
+    spec = shipped_spec(name)
+    plan = cover_plan(spec)
+    assert sorted(plan) == [t.index for t in spec.transitions], "some transitions can never be taken"
+    for index, steps in plan.items():
+        _, double, m, clock = machine(name)
+        for trigger, flags in steps:
+            step(m, double, clock, trigger, flags)
+        t = spec.transitions[index]
+        last = m.log[-1]
+        assert (last.index, last.trigger) == (index, t.trigger)
+        assert m.state == t.dest_from(last.source)
+
+
+@pytest.mark.parametrize("name", MACHINES)
+def test_every_timeout_is_a_dashed_exit(name):
+    spec = shipped_spec(name)
+    for st in spec.states.values():
+        for to in st.timeouts:
+            assert to.after in spec.durations
+
+
+def test_background_lifecycle_with_rediscovery_and_close():
+    _, d, m, clock = machine("background", config={"retry_backoff_ms": 50, "request_timeout_ms": 500})
+    m.fire("start")
+    m.fire("coordinator_needed")
+    assert d.calls == ["send_find_coordinator"]
+    m.fire("discovery_failed")
+    assert m.state == "discovery_backoff" and m.next_deadline == clock.now_ms() + 50
+    clock.advance(50)
+    m.tick(clock.now_ms())
+    assert m.state == "coordinator_discovery" and d.calls.count("send_find_coordinator") == 2
+    clock.advance(500)
+    m.tick(clock.now_ms())  # no answer within request_timeout_ms
+    assert m.state == "discovery_backoff"
+    clock.advance(50)
+    m.tick(clock.now_ms())
+    m.fire("coordinator_found")
+    assert m.state == "stable" and d.calls[-1] == "coordinator_ready"
+    m.fire("coordinator_lost")
+    assert m.state == "coordinator_discovery" and "coordinator_unusable" in d.calls
+    m.fire("coordinator_found")
+    d.computed["close_budget"] = 200  # close(timeout_ms=...) leaves 200 ms
+    m.fire("close")
+    assert m.state == "closing" and m.next_deadline == clock.now_ms() + 200
+    clock.advance(200)
+    m.tick(clock.now_ms())
+    assert m.state == "closed" and m.is_terminal and d.calls[-1] == "finish_close"
+    with pytest.raises(IllegalTransition):
+        m.fire("start")
+
+
+def test_background_close_before_start_and_crash():
+    _, d, m, _ = machine("background")
+    m.fire("close")
+    assert m.state == "closed"
+    _, d, m, _ = machine("background")
+    m.fire("start")
+    m.fire("crash")
+    assert m.state == "failed" and d.calls == ["record_failure"]
+
+
+def test_connection_tls_sasl_ready_then_error_backoff():
+    _, d, m, clock = machine("connection", config={"reconnect_backoff_ms": 50})
+    d.flags.update(uses_tls=True, uses_sasl=True)
+    for trig in ["connect", "connected", "tls_established", "versions_known", "authenticated"]:
+        m.fire(trig)
+    assert m.state == "ready"
+    assert d.calls == ["start_connect", "start_tls", "send_api_versions", "start_sasl", "connection_ready"]
+    d.computed["reconnect_backoff"] = 80  # the model's exponential step with jitter
+    m.fire("io_error")
+    assert m.state == "backoff" and m.next_deadline == clock.now_ms() + 80
+    assert d.calls[-3:] == ["close_socket", "fail_in_flight", "next_reconnect_backoff_ms"]
+    clock.advance(80)
+    m.tick(clock.now_ms())
+    assert m.state == "disconnected"
+
+
+def test_connection_plaintext_skips_tls_and_sasl():
+    _, d, m, _ = machine("connection")
+    for trig in ["connect", "connected", "versions_known"]:
+        m.fire(trig)
+    assert m.state == "ready" and "start_tls" not in d.calls and "start_sasl" not in d.calls
+
+
+def test_connection_authentication_failure_backs_off():
+    _, d, m, _ = machine("connection")
+    d.flags.update(uses_sasl=True)
+    for trig in ["connect", "connected", "versions_known", "authentication_failed"]:
+        m.fire(trig)
+    assert m.state == "backoff" and "note_authentication_failure" in d.calls
+
+
+def test_connection_connect_timeout():
+    _, d, m, clock = machine("connection", config={"socket_connection_setup_timeout_ms": 300})
+    m.fire("connect")
+    clock.advance(299)
+    m.tick(clock.now_ms())
+    assert m.state == "connecting"
+    clock.advance(1)
+    m.tick(clock.now_ms())
+    assert m.state == "backoff"
+
+
+def test_membership_eager_rebalance():
+    _, d, m, _ = machine("membership")
+    for trig in ["join_requested", "joined", "synced", "assign_acked"]:
+        m.fire(trig)
+    assert m.state == "stable"
+    d.flags.update(eager_protocol=True)
+    m.fire("rejoin_needed")
+    assert m.state == "prepare_revocation"
+    m.fire("revocation_prepared")
+    assert m.state == "revoking_partitions" and d.calls[-1] == "request_revoke_callback"
+    m.fire("revoke_acked")
+    assert m.state == "partitions_revoked"
+    m.fire("revocation_completed")  # revoked_before_join still set
+    assert m.state == "joining"
+
+
+def test_membership_cooperative_two_rounds():
+    _, d, m, _ = machine("membership")
+    for trig in ["join_requested", "joined", "synced", "assign_acked"]:
+        m.fire(trig)
+    m.fire("rejoin_needed")  # cooperative: keeps partitions, straight to joining
+    assert m.state == "joining"
+    m.fire("joined")
+    d.flags.update(must_revoke=True)
+    m.fire("synced")
+    assert m.state == "prepare_revocation"
+    d.flags.clear()
+    m.fire("revocation_prepared")
+    m.fire("revoke_acked")
+    m.fire("revocation_completed")
+    assert m.state == "assigning_partitions"
+    d.flags.update(rejoin_after_assign=True)
+    m.fire("assign_acked")
+    assert m.state == "joining"
+
+
+def test_membership_revocation_timeout_leaves_then_loses_and_rejoins():
+    """Seed 000's open question, as the spec answers it."""
+    _, d, m, clock = machine("membership", config={"max_poll_interval_ms": 5000})
+    for trig in ["join_requested", "joined", "synced", "assign_acked"]:
+        m.fire(trig)
+    d.flags.update(eager_protocol=True)
+    m.fire("rejoin_needed")
+    m.fire("revocation_prepared")
+    clock.advance(4999)
+    m.tick(clock.now_ms())
+    assert m.state == "revoking_partitions"
+    clock.advance(1)
+    m.tick(clock.now_ms())
+    assert m.state == "stale" and d.calls[-1] == "leave_as_stale"
+    assert not m.may("revoke_acked")  # a late acknowledgement has nowhere to go
+    m.fire("poll_resumed")
+    assert m.state == "fenced" and d.calls[-2:] == ["drop_membership", "request_lost_callback"]
+    d.flags.clear()
+    m.fire("lost_acked")
+    assert m.state == "joining"
+
+
+def test_membership_leave_with_partitions_revokes_first():
+    _, d, m, _ = machine("membership")
+    for trig in ["join_requested", "joined", "synced", "assign_acked"]:
+        m.fire(trig)
+    d.flags.update(owns_partitions=True, is_leaving=True)
+    m.fire("leave_requested")
+    m.fire("revocation_prepared")
+    m.fire("revoke_acked")
+    m.fire("revocation_completed")
+    assert m.state == "leaving" and d.calls[-1] == "send_leave_group"
+    m.fire("left")
+    assert m.state == "unjoined"
+
+
+def test_membership_fatal_from_anywhere():
+    _, d, m, _ = machine("membership")
+    m.fire("join_requested")
+    m.fire("fatal_error")
+    assert m.state == "fatal" and m.is_terminal

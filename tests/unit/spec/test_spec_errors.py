@@ -1,0 +1,190 @@
+"""Every way a spec can be wrong gives a SpecError naming the file, the line and the fault."""
+
+import textwrap
+
+import pytest
+
+from fsm_consumer.spec import FakeClock, SpecError, SpecMachine, load_spec
+
+GOOD = """\
+machine: demo
+initial: a
+durations:
+  wait: {default: 100}
+states:
+  a: {}
+  b:
+    timeout: {after: wait, trigger: timed_out}
+transitions:
+  - {trigger: go, source: a, dest: b}
+  - {trigger: timed_out, source: b, dest: a}
+"""
+
+
+def load(tmp_path, text, name="demo"):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(textwrap.dedent(text))
+    return load_spec(path)
+
+
+def fails(tmp_path, text, line, *words, name="demo"):
+    with pytest.raises(SpecError) as info:
+        load(tmp_path, text, name)
+    message = str(info.value)
+    assert f"{name}.yaml:{line}:" in message, message
+    assert info.value.line == line
+    for w in words:
+        assert w in message, message
+    return message
+
+
+def test_good_spec_loads(tmp_path):
+    spec = load(tmp_path, GOOD)
+    assert spec.machine == "demo" and list(spec.states) == ["a", "b"]
+    assert [t.trigger for t in spec.transitions] == ["go", "timed_out"]
+
+
+def test_yaml_syntax_error(tmp_path):
+    fails(tmp_path, GOOD.replace("  - {trigger: go, source: a, dest: b}", "  - {trigger: go, source: a"),
+          11, "YAML syntax error")
+
+
+def test_missing_required_key(tmp_path):
+    fails(tmp_path, GOOD.replace("initial: a\n", ""), 1, "'initial' is a required property")
+
+
+def test_wrong_type(tmp_path):
+    fails(tmp_path, GOOD.replace("{default: 100}", "{default: soon}"), 4, "durations.wait.default", "integer")
+
+
+def test_unknown_key_names_it_and_suggests(tmp_path):
+    msg = fails(tmp_path, GOOD.replace("  a: {}", "  a:\n    on_entry: [x]"), 7, "unknown key 'on_entry'")
+    assert "did you mean 'on_enter'" in msg
+
+
+def test_unknown_top_level_key(tmp_path):
+    fails(tmp_path, GOOD + "extra: 1\n", 12, "unknown key 'extra'")
+
+
+def test_bad_name(tmp_path):
+    fails(tmp_path, GOOD.replace("trigger: go,", "trigger: Go-now,"), 10, "'Go-now' is not a valid name")
+
+
+@pytest.mark.parametrize("word", ["on", "off", "yes", "no"])
+def test_yaml11_boolean_key(tmp_path, word):
+    text = GOOD.replace("  a: {}", f"  a: {{}}\n  {word}: {{}}")
+    fails(tmp_path, text, 7, f"key '{word}' is read by YAML 1.1 as a boolean")
+
+
+def test_yaml11_boolean_value(tmp_path):
+    fails(tmp_path, GOOD.replace("dest: b}", "dest: off}"), 10, "value 'off' is read by YAML 1.1 as a boolean")
+
+
+def test_duplicate_key(tmp_path):
+    fails(tmp_path, GOOD.replace("  a: {}", "  a: {}\n  a: {}"), 7, "duplicate key 'a'", "first given on line 6")
+
+
+def test_transition_names_unknown_source(tmp_path):
+    fails(tmp_path, GOOD.replace("source: a, dest: b", "source: nowhere, dest: b"), 10,
+          "source 'nowhere' is not a declared state")
+
+
+def test_transition_names_unknown_dest(tmp_path):
+    fails(tmp_path, GOOD.replace("source: a, dest: b", "source: a, dest: nowhere"), 10,
+          "dest 'nowhere' is not a declared state")
+
+
+def test_unknown_initial(tmp_path):
+    fails(tmp_path, GOOD.replace("initial: a", "initial: z"), 2, "initial state 'z' is not declared")
+
+
+def test_unknown_terminal(tmp_path):
+    fails(tmp_path, GOOD.replace("initial: a\n", "initial: a\nterminal: [z]\n"), 3, "terminal state 'z'")
+
+
+def test_unreachable_state(tmp_path):
+    fails(tmp_path, GOOD.replace("  a: {}", "  a: {}\n  island: {}"), 7, "state 'island' is unreachable")
+
+
+def test_non_terminal_state_without_exit(tmp_path):
+    text = GOOD.replace("  - {trigger: timed_out, source: b, dest: a}", "  - {trigger: timed_out, source: b, dest: c}")
+    text = text.replace("  a: {}", "  a: {}\n  c: {}")
+    fails(tmp_path, text, 7, "state 'c' is not terminal but has no transition out of it")
+
+
+def test_terminal_state_without_exit_is_fine(tmp_path):
+    text = GOOD.replace("dest: a}", "dest: c}").replace("  a: {}", "  a: {}\n  c: {}").replace(
+        "initial: a\n", "initial: a\nterminal: [c]\n")
+    assert load(tmp_path, text).terminal == ("c",)
+
+
+def test_transition_out_of_terminal_state(tmp_path):
+    text = GOOD.replace("initial: a\n", "initial: a\nterminal: [b]\n")
+    fails(tmp_path, text, 12, "leaves terminal state 'b'")
+
+
+def test_timeout_names_undeclared_trigger(tmp_path):
+    fails(tmp_path, GOOD.replace("trigger: timed_out}", "trigger: never_declared}"), 8,
+          "timeout trigger 'never_declared' is not declared")
+
+
+def test_timeout_trigger_without_transition_from_its_state(tmp_path):
+    text = GOOD.replace("trigger: timed_out}", "trigger: go}")
+    fails(tmp_path, text, 8, "timeout trigger 'go' has no transition from 'b'")
+
+
+def test_timeout_names_undeclared_duration(tmp_path):
+    fails(tmp_path, GOOD.replace("after: wait,", "after: forever,"), 8, "'forever' names no declared duration")
+
+
+def test_ambiguous_transitions(tmp_path):
+    text = GOOD + "  - {trigger: go, source: a, dest: a}\n"
+    fails(tmp_path, text, 12, "'go' from 'a' is given twice (lines 10 and 12)", "no condition to tell them apart")
+
+
+def test_same_conditions_are_ambiguous(tmp_path):
+    text = GOOD.replace("dest: b}", "dest: b, conditions: ok}") + "  - {trigger: go, source: a, dest: a, conditions: ok}\n"
+    fails(tmp_path, text, 12, "given twice")
+
+
+def test_unconditional_before_conditional_is_dead(tmp_path):
+    text = GOOD + "  - {trigger: go, source: a, dest: a, conditions: ok}\n"
+    fails(tmp_path, text, 12, "can never be taken", "line 10")
+
+
+def test_conditional_then_fallback_is_fine(tmp_path):
+    text = GOOD.replace("dest: b}", "dest: a, conditions: stay}", 1) + "  - {trigger: go, source: a, dest: b}\n"
+    spec = load(tmp_path, text)
+    assert [t.conditions for t in spec.transitions if t.trigger == "go"] == [("stay",), ()]
+
+
+def test_machine_name_must_match_file(tmp_path):
+    fails(tmp_path, GOOD, 1, "must be named like its file ('other')", name="other")
+
+
+def test_empty_file(tmp_path):
+    fails(tmp_path, "", 1, "empty")
+
+
+def test_binding_lists_every_missing_hook(tmp_path):
+    text = GOOD.replace("  a: {}", "  a:\n    on_enter: [hello]").replace(
+        "dest: b}", "dest: b, conditions: ready, after: [notify]}")
+    spec = load(tmp_path, text)
+
+    class Model:
+        def hello(self):
+            pass
+
+    with pytest.raises(SpecError) as info:
+        SpecMachine(spec, Model(), clock=FakeClock())
+    message = str(info.value)
+    assert message.startswith(f"{spec.file}:")
+    assert "ready" in message and "notify" in message and "hello" not in message.split("lacks")[1]
+    assert "line 11" in message  # where the transition that names them stands
+    assert len(info.value.faults) == 2
+
+
+def test_unreadable_file(tmp_path):
+    with pytest.raises(SpecError) as info:
+        load_spec(tmp_path / "missing.yaml")
+    assert "missing.yaml" in str(info.value) and "cannot read" in str(info.value)
