@@ -8,6 +8,8 @@ states, event table), so its documented semantics hold: queued triggers, excepti
 
 from __future__ import annotations
 
+from functools import partial
+
 from transitions import Event, State, Transition
 
 from ._errors import IllegalTransition
@@ -39,19 +41,34 @@ class LeanTransition(Transition):
                 return False
         for fn in self.before:
             fn()
-        machine = event_data.machine
-        machine.states[self.source].exit(event_data)
-        machine.set_state(self.dest, event_data.model)
+        states = event_data.machine.states
+        states[self.source].exit(event_data)
+        event_data.model.state = self.dest  # what Machine.set_state does, minus its type checks
         now = self.owner._entered(self)
-        machine.states[self.dest].enter(event_data)
+        states[self.dest].enter(event_data)
         self.owner._arm(self.dest, now)  # after on_enter, so computed durations see its effects
         for fn in self.after:
             fn()
         return True
 
 
+class LeanEventData:
+    """What our State/Transition classes read of an event: far cheaper than a full EventData."""
+
+    __slots__ = ("machine", "model", "result")
+
+    def __init__(self, machine, model):
+        self.machine = machine
+        self.model = model
+        self.result = False
+
+
 class LeanEvent(Event):
-    """Raises IllegalTransition (not MachineError) and skips the unused prepare/finalize hooks."""
+    """Raises IllegalTransition (not MachineError) and skips the unused prepare/finalize hooks.
+    Triggers still go through Machine._process, i.e. transitions' own queue."""
+
+    def trigger(self, model, *args, **kwargs):
+        return self.machine._process(partial(self._trigger, LeanEventData(self.machine, model)))
 
     def _trigger(self, event_data):
         state = getattr(event_data.model, "state")
