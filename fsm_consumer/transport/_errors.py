@@ -1,0 +1,102 @@
+"""Typed failures of the transport layer.
+
+Every error raised by the wire layer is a ``TransportError`` so the
+connection state machine can catch one type and close the connection.
+``node_id`` is the broker the error belongs to when the raiser knows it;
+the pure SASL mechanisms do not, so the transport may set it afterwards.
+"""
+
+from __future__ import annotations
+
+
+class TransportError(Exception):
+    """Base of every transport failure; the connection is unusable afterwards."""
+
+    def __init__(self, message: str, *, node_id: int | None = None) -> None:
+        super().__init__(message)
+        self.node_id = node_id
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        if self.node_id is None:
+            return message
+        return f"[node {self.node_id}] {message}"
+
+    def __reduce__(self):
+        # Subclasses take keyword-only or extra arguments, which the default
+        # Exception pickling (cls(*args)) cannot replay.
+        return _restore, (type(self), self.args, self.__dict__)
+
+
+def _restore(cls: type[TransportError], args: tuple, state: dict) -> TransportError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
+class FrameTooLarge(TransportError):
+    """A size prefix was negative or above ``receive_buffer_max``."""
+
+    def __init__(self, size: int, limit: int, *, node_id: int | None = None) -> None:
+        super().__init__(f"frame size {size} outside [0, {limit}]", node_id=node_id)
+        self.size = size
+        self.limit = limit
+
+
+class CorrelationIdMismatch(TransportError):
+    """A response did not answer the oldest in-flight request.
+
+    ``expected`` is None when a response arrived with nothing in flight.
+    """
+
+    def __init__(
+        self, expected: int | None, received: int | None, *, node_id: int | None = None
+    ) -> None:
+        if expected is None:
+            message = f"response with correlation id {received} but nothing in flight"
+        else:
+            message = f"expected correlation id {expected}, received {received}"
+        super().__init__(message, node_id=node_id)
+        self.expected = expected
+        self.received = received
+
+
+class ProtocolDecodeError(TransportError):
+    """A frame's header or body could not be decoded (truncated or garbage)."""
+
+
+class UnsupportedVersion(TransportError):
+    """Client and broker share no version of an API.
+
+    ``retry_version`` is set when the broker rejected our ApiVersions request
+    version and told us which one it does speak.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        api_key: int,
+        node_id: int | None = None,
+        retry_version: int | None = None,
+    ) -> None:
+        super().__init__(message, node_id=node_id)
+        self.api_key = api_key
+        self.retry_version = retry_version
+
+
+class AuthenticationError(TransportError):
+    """SASL authentication failed. Messages never include the password."""
+
+
+class ConnectionLost(TransportError):
+    """The socket closed or failed while the connection was in use."""
+
+
+class RequestTimedOut(TransportError):
+    """No response arrived within the request's deadline."""
+
+
+class NodeNotReady(TransportError):
+    """A request was issued to a node that is not connected and ready."""

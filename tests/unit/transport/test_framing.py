@@ -1,0 +1,120 @@
+"""FrameReader / encode_frame: boundaries, limits, zero-copy behaviour."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from fsm_consumer.transport import DEFAULT_RECEIVE_BUFFER_MAX, FrameReader, FrameTooLarge, encode_frame
+
+
+def test_encode_frame_prefixes_big_endian_size():
+    assert encode_frame(b"abc") == b"\x00\x00\x00\x03abc"
+    assert encode_frame(b"") == b"\x00\x00\x00\x00"
+    assert encode_frame(bytearray(b"xy")) == b"\x00\x00\x00\x02xy"
+
+
+def test_several_frames_in_one_chunk():
+    stream = encode_frame(b"one") + encode_frame(b"") + encode_frame(b"three")
+    frames = FrameReader().feed(stream)
+    assert [bytes(f) for f in frames] == [b"one", b"", b"three"]
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 7, 64])
+def test_any_chunking_yields_the_same_frames(chunk):
+    payloads = [b"a" * 10, b"", bytes(range(256)) * 3, b"z"]
+    stream = b"".join(encode_frame(p) for p in payloads)
+    reader = FrameReader()
+    frames = []
+    for i in range(0, len(stream), chunk):
+        frames.extend(reader.feed(stream[i:i + chunk]))
+    assert [bytes(f) for f in frames] == payloads
+    assert not reader.partial
+
+
+def test_partial_tracks_prefix_and_body():
+    reader = FrameReader()
+    assert not reader.partial
+    assert reader.feed(b"\x00\x00") == []
+    assert reader.partial  # half a prefix
+    assert reader.feed(b"\x00\x02a") == []
+    assert reader.partial  # half a body
+    assert [bytes(f) for f in reader.feed(b"b")] == [b"ab"]
+    assert not reader.partial
+
+
+def test_oversized_prefix_rejected_before_body_arrives():
+    reader = FrameReader(receive_buffer_max=10, node_id=7)
+    with pytest.raises(FrameTooLarge) as info:
+        reader.feed(struct.pack(">i", 11))  # no body bytes at all yet
+    assert info.value.size == 11 and info.value.limit == 10
+    assert info.value.node_id == 7
+    assert "node 7" in str(info.value)
+
+
+def test_negative_prefix_rejected():
+    with pytest.raises(FrameTooLarge) as info:
+        FrameReader().feed(struct.pack(">i", -1) + b"junk")
+    assert info.value.size == -1
+
+
+def test_limit_is_inclusive_and_default_is_100_mib():
+    assert DEFAULT_RECEIVE_BUFFER_MAX == 100 * 1024 * 1024
+    reader = FrameReader(receive_buffer_max=3)
+    assert [bytes(f) for f in reader.feed(encode_frame(b"abc"))] == [b"abc"]
+
+
+def test_huge_prefix_split_across_chunks_is_rejected_without_allocating():
+    reader = FrameReader()
+    reader.feed(b"\x7f\xff")
+    with pytest.raises(FrameTooLarge):
+        reader.feed(b"\xff\xff")
+
+
+def test_error_is_sticky():
+    reader = FrameReader(receive_buffer_max=1)
+    with pytest.raises(FrameTooLarge):
+        reader.feed(encode_frame(b"toolong"))
+    with pytest.raises(FrameTooLarge):
+        reader.feed(encode_frame(b"x"))  # stream is desynchronised for good
+
+
+def test_frames_from_immutable_chunk_are_views_without_copy():
+    stream = encode_frame(b"hello")
+    [frame] = FrameReader().feed(stream)
+    assert isinstance(frame, memoryview)
+    assert frame.obj is stream  # a view into the caller's bytes, not a copy
+    assert frame.readonly
+
+
+def test_frames_from_mutable_chunk_survive_buffer_reuse():
+    buf = bytearray(encode_frame(b"hello"))
+    [frame] = FrameReader().feed(buf)
+    buf[4:9] = b"XXXXX"  # e.g. a recv_into buffer being reused
+    assert bytes(frame) == b"hello"
+
+
+def test_reassembled_frame_is_read_only():
+    reader = FrameReader()
+    reader.feed(encode_frame(b"abcdef")[:6])
+    [frame] = reader.feed(b"cdef")
+    assert bytes(frame) == b"abcdef"
+    assert frame.readonly
+
+
+def test_large_frame_in_many_chunks_is_filled_in_place():
+    payload = bytes(range(256)) * 40_000  # ~10 MB
+    stream = encode_frame(payload)
+    reader = FrameReader()
+    chunk = 65536
+    frames = []
+    for i in range(0, len(stream), chunk):
+        frames.extend(reader.feed(memoryview(stream)[i:i + chunk]))
+    assert len(frames) == 1
+    assert frames[0] == payload
+
+
+def test_invalid_limit():
+    with pytest.raises(ValueError):
+        FrameReader(receive_buffer_max=-1)
