@@ -1,0 +1,346 @@
+"""EmbeddedBroker: a real Tansu (Kafka-compatible) broker on 127.0.0.1 for tests and demos."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+from kafka.errors import for_code
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from ._binary import locate_tansu
+from ._errors import BrokerNotRunningError, BrokerRequestError, BrokerStartError, TopicCreateError
+from ._logtail import tail
+from ._moto import LocalS3
+from ._ports import LOOPBACK, free_loopback_port
+from ._process import GuardedProcess
+from ._wire import fetch_api_versions, pick_version, send_request
+
+Storage = Literal["memory", "s3"]
+_T = TypeVar("_T")
+
+# An auto-picked port can be grabbed by someone else between picking and binding.
+_PORT_ATTEMPTS = 3
+
+
+class _TansuExited(BrokerStartError):
+    """Tansu died during startup (e.g. its port was taken): a retry on a new port may help."""
+
+
+def _error_name(code: int) -> str:
+    return for_code(code).__name__
+
+
+class EmbeddedBroker:
+    """A Tansu broker child process listening on 127.0.0.1, started on construction.
+
+    ``storage="memory"`` keeps everything in the broker process (lost on restart);
+    ``storage="s3"`` stores topics in a bucket of a private moto S3 server that
+    lives as long as this object, so data survives :meth:`restart`.
+
+    The broker never outlives this object's owner: see ``_process`` for how.
+    Not thread-safe; start it from a long-lived thread (PDEATHSIG caveat).
+    """
+
+    def __init__(
+        self,
+        storage: Storage = "memory",
+        port: int | None = None,
+        *,
+        cluster_id: str = "fsm-consumer",
+        bucket: str = "tansu",
+        start_timeout: float = 10.0,
+        stop_grace: float = 3.0,
+        binary: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if storage not in ("memory", "s3"):
+            raise ValueError(f"storage must be 'memory' or 's3', not {storage!r}")
+        self.storage: Storage = storage
+        self.cluster_id = cluster_id
+        self.bucket = bucket
+        self.start_timeout = start_timeout
+        self.stop_grace = stop_grace
+        self.binary = locate_tansu(binary)
+        self._fixed_port = port is not None
+        self._port = port if port is not None else free_loopback_port()
+        self._workdir: tempfile.TemporaryDirectory[str] | None = None
+        self._s3: LocalS3 | None = None
+        self._process: GuardedProcess | None = None
+        self._api_versions: dict[int, tuple[int, int]] = {}
+        #: Seconds the last start took, from spawn until ApiVersions and Metadata answered.
+        self.startup_seconds: float | None = None
+        self.start()
+
+    # -- addresses --------------------------------------------------------------------
+
+    @property
+    def host(self) -> str:
+        return LOOPBACK
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{LOOPBACK}:{self._port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Pid of the running Tansu process, ``None`` when stopped."""
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.alive()
+
+    @property
+    def log_path(self) -> Path | None:
+        return Path(self._workdir.name) / "tansu.log" if self._workdir is not None else None
+
+    @property
+    def storage_url(self) -> str:
+        return f"s3://{self.bucket}/" if self.storage == "s3" else "memory://tansu/"
+
+    @property
+    def s3(self) -> LocalS3 | None:
+        """The moto server behind ``storage="s3"`` (``None`` for memory storage)."""
+        return self._s3
+
+    @property
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        """api_key -> (min, max) as advertised by the broker at its last start."""
+        return dict(self._api_versions)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the broker (and its S3 server) if it is not running. Blocks until ready."""
+        if self.running:
+            return
+        try:
+            if self._workdir is None:
+                self._workdir = tempfile.TemporaryDirectory(
+                    prefix="fsm-consumer-tansu-", ignore_cleanup_errors=True
+                )
+            if self.storage == "s3" and self._s3 is None:
+                self._s3 = LocalS3(self.bucket, log_dir=Path(self._workdir.name))
+            self._start_tansu()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop Tansu and the S3 server, and remove the temp dir. Idempotent."""
+        self._stop_tansu()
+        if self._s3 is not None:
+            self._s3.stop()
+            self._s3 = None
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
+
+    def restart(self) -> None:
+        """Stop and start Tansu on the same port and storage (the S3 bucket stays)."""
+        if self._workdir is None:
+            raise BrokerNotRunningError("restart() after stop(): use start() instead")
+        self._stop_tansu()
+        try:
+            self._start_tansu(allow_new_port=False)
+        except BaseException:
+            self.stop()
+            raise
+
+    def __enter__(self) -> EmbeddedBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"pid={self.pid}" if self.running else "stopped"
+        return f"<EmbeddedBroker {self.bootstrap_servers} storage={self.storage} {state}>"
+
+    # -- admin ------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: Mapping[str, str] | None = None,
+        *,
+        timeout: float = 10.0,
+    ) -> None:
+        """Create ``name`` and wait until Metadata shows all its partitions with a leader."""
+        if partitions < 1:
+            raise ValueError(f"partitions must be >= 1, not {partitions}")
+        self._require_running()
+        version = pick_version(self._api_versions, CreateTopicsRequest)
+        topic_type = CreateTopicsRequest.CreatableTopic
+        request = CreateTopicsRequest(
+            topics=[
+                topic_type(
+                    name=name,
+                    num_partitions=partitions,
+                    replication_factor=1,
+                    assignments=[],
+                    configs=[
+                        topic_type.CreatableTopicConfig(name=key, value=str(value))
+                        for key, value in (config or {}).items()
+                    ],
+                )
+            ],
+            timeout_ms=int(timeout * 1000),
+            validate_only=False,
+        )
+        response = self._request(request, CreateTopicsResponse, version, timeout=timeout)
+        (result,) = response.topics
+        if result.error_code != 0:
+            raise TopicCreateError(
+                f"creating topic {name!r} failed: {_error_name(result.error_code)}"
+                + (f" ({result.error_message})" if result.error_message else "")
+            )
+        deadline = time.monotonic() + timeout
+        expected = list(range(partitions))
+        while (seen := self.topic_partitions(name)) != expected:
+            if time.monotonic() > deadline:
+                raise TopicCreateError(
+                    f"topic {name!r} created but Metadata shows partitions {seen}, "
+                    f"expected {expected} after {timeout:.1f}s"
+                )
+            time.sleep(0.02)
+
+    def topic_partitions(self, name: str) -> list[int]:
+        """Sorted indexes of ``name``'s partitions that have a leader; [] if unknown."""
+        response = self._metadata([name])
+        for topic in response.topics:
+            if topic.name == name and topic.error_code == 0:
+                return sorted(
+                    p.partition_index
+                    for p in topic.partitions
+                    if p.error_code == 0 and p.leader_id >= 0
+                )
+        return []
+
+    # -- internals --------------------------------------------------------------------
+
+    def _require_running(self) -> None:
+        if not self.running:
+            raise BrokerNotRunningError(f"{self!r} is not running")
+
+    def _request(self, request: Any, response_type: Any, version: int, *, timeout: float = 5.0) -> Any:
+        return send_request(LOOPBACK, self._port, request, response_type, version, timeout=timeout)
+
+    def _metadata(self, topics: list[str] | None, *, timeout: float = 5.0) -> Any:
+        version = pick_version(self._api_versions, MetadataRequest)
+        request = MetadataRequest(
+            topics=None
+            if topics is None
+            else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        return self._request(request, MetadataResponse, version, timeout=timeout)
+
+    def _tansu_argv(self) -> list[str]:
+        url = f"tcp://{LOOPBACK}:{self._port}"
+        return [
+            self.binary,
+            "broker",
+            "--listener-url", url,
+            # Same address as the listener: clients reconnect to what Metadata advertises.
+            "--advertised-listener-url", url,
+            "--storage-engine", self.storage_url,
+            "--cluster-id", self.cluster_id,
+        ]  # fmt: skip
+
+    def _tansu_env(self) -> dict[str, str]:
+        if self._s3 is None:
+            return dict(os.environ)
+        # Drop the caller's AWS settings (profiles, real credentials, CA bundles):
+        # only the local moto endpoint may be used.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        env.update(self._s3.tansu_env())
+        env["NO_PROXY"] = env["no_proxy"] = LOOPBACK
+        return env
+
+    def _start_tansu(self, *, allow_new_port: bool = True) -> None:
+        attempts = _PORT_ATTEMPTS if (allow_new_port and not self._fixed_port) else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                self._spawn_and_wait()
+                return
+            except _TansuExited as exc:
+                if attempt == attempts:
+                    raise BrokerStartError(str(exc)) from None
+                self._port = free_loopback_port()
+
+    def _spawn_and_wait(self) -> None:
+        assert self.log_path is not None
+        started = time.monotonic()
+        try:
+            process = GuardedProcess(
+                self._tansu_argv(), log_path=self.log_path, env=self._tansu_env(),
+                stop_grace=self.stop_grace,
+            )  # fmt: skip
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise BrokerStartError(f"could not spawn {self.binary}: {exc}") from exc
+        self._process = process
+        deadline = started + self.start_timeout
+        try:
+            self._api_versions = self._wait_until(
+                deadline,
+                lambda: fetch_api_versions(LOOPBACK, self._port, timeout=0.25),
+                "answer ApiVersions",
+            )
+            # ApiVersions is served without touching storage; Metadata reads the
+            # cluster's meta.json, so it catches an unreachable or misconfigured S3
+            # (not a missing bucket: Tansu reads that 404 as "no metadata yet").
+            self._wait_until(
+                deadline,
+                lambda: self._metadata(None, timeout=1.0),
+                "answer Metadata (storage check)",
+            )
+        except BrokerStartError:
+            self._stop_tansu()
+            raise
+        self.startup_seconds = time.monotonic() - started
+
+    def _wait_until(self, deadline: float, probe: Callable[[], _T], what: str) -> _T:
+        """Retry ``probe`` until it succeeds; fail fast if tansu exits, else at ``deadline``."""
+        assert self._process is not None and self.log_path is not None
+        while True:
+            try:
+                return probe()
+            except BrokerRequestError as exc:
+                last_error = exc
+            if not self._process.alive():
+                raise _TansuExited(
+                    f"tansu exited with code {self._process.returncode} before it could {what} "
+                    f"on {self.bootstrap_servers}; end of its log:\n{tail(self.log_path)}"
+                )
+            if time.monotonic() > deadline:
+                raise BrokerStartError(
+                    f"tansu on {self.bootstrap_servers} (storage {self.storage_url}) did not {what} "
+                    f"within {self.start_timeout:.1f}s: {last_error}; "
+                    f"end of its log:\n{tail(self.log_path)}"
+                )
+            time.sleep(0.01)
+
+    def _stop_tansu(self) -> None:
+        if self._process is not None:
+            self._process.stop()
+            self._process = None
