@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..broker import EmbeddedBroker
 from ..spec import all_spec_paths, load_spec
-from ..spec._diagram import render_all
+from ..spec._diagram import have_dot, render_all
 
 
 def _fill(bootstrap: str, topic: str, records: int, size: int) -> dict[int, int]:
@@ -57,10 +57,14 @@ def demo(argv: list[str]) -> int:
             return 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    svg = have_dot()
+    if not svg:
+        print("note: Graphviz's dot is not installed (apt-get install graphviz): writing .dot and .mmd, no .svg")
     for path in all_spec_paths():
         spec = load_spec(path)
-        for suffix, content in render_all(spec).items():
+        for suffix, content in render_all(spec, svg=svg).items():
             (out / f"{spec.machine}{suffix}").write_text(content, encoding="utf-8")
-        print(f"diagram: {out / spec.machine}.svg ({len(spec.states)} states, {len(spec.transitions)} transitions)")
+        print(f"diagram: {out / spec.machine}.{'svg' if svg else 'dot'} ({len(spec.states)} states, "
+              f"{len(spec.transitions)} transitions)")
     print(f"done in {time.monotonic() - t0:.1f} s; the broker is stopped")
     return 0

@@ -78,7 +78,19 @@ def render_mermaid(spec: Spec) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_all(spec: Spec) -> dict[str, str]:
-    """File suffix -> content for one machine."""
+def have_dot() -> bool:
+    """Whether Graphviz's ``dot`` program (needed for SVG only) is installed."""
+    try:
+        graphviz.version()
+    except graphviz.ExecutableNotFound:
+        return False
+    return True
+
+
+def render_all(spec: Spec, *, svg: bool = True) -> dict[str, str]:
+    """File suffix -> content for one machine (no SVG when ``svg`` is False)."""
     dot = render_dot(spec)
-    return {".dot": dot, ".svg": render_svg(dot), ".mmd": render_mermaid(spec)}
+    out = {".dot": dot, ".mmd": render_mermaid(spec)}
+    if svg:
+        out[".svg"] = render_svg(dot)
+    return out
