@@ -1,0 +1,213 @@
+"""Consumer configuration: kafka-python's keyword names and defaults, frozen and checked once.
+
+An unknown key names itself and the closest valid key; a bad value names the key, the value and
+what is allowed. Keys that kafka-python accepts but that mean nothing here (``api_version``,
+``selector``, ``metric_reporters``...) are accepted and ignored so existing code keeps working.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import ssl
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from ._version import __version__
+from .errors import ConfigError
+
+_STRATEGY_NAMES = ("range", "roundrobin", "sticky", "cooperative-sticky")
+# accepted for compatibility with kafka-python, not used: say so in the docs, never fail on them
+IGNORED_KEYS = frozenset({
+    "api_version", "api_version_auto_timeout_ms", "selector", "metric_reporters", "metrics_num_samples",
+    "metrics_sample_window_ms", "metric_group_prefix", "metrics_enabled", "kafka_client", "client_dns_lookup",
+    "socket_options", "sasl_kerberos_service_name", "sasl_kerberos_domain_name", "sasl_kerberos_name",
+    "ssl_ciphers", "ssl_crlfile", "proxy_url", "socks5_proxy", "bootstrap_timeout_ms",
+})
+ALIASES = {"receive_message_max_bytes": "receive_buffer_max"}
+
+
+def _fail(key: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"config key {key!r}: {value!r} is not allowed ({allowed})", key=key)
+
+
+def _int(lo: float = 0, hi: float = math.inf, *, none: bool = False):
+    def check(_, attr, value):
+        if value is None and none:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            bound = f"an integer >= {lo}" if hi == math.inf else f"an integer from {lo} to {hi}"
+            raise _fail(attr.name, value, bound + (" or None" if none else ""))
+    return check
+
+
+def _choice(*options):
+    def check(_, attr, value):
+        if value not in options:
+            raise _fail(attr.name, value, "one of " + ", ".join(repr(o) for o in options))
+    return check
+
+
+def _bool(_, attr, value):
+    if not isinstance(value, bool):
+        raise _fail(attr.name, value, "True or False")
+
+
+def _callable_or_none(_, attr, value):
+    if value is not None and not callable(value):
+        raise _fail(attr.name, value, "a callable or None")
+
+
+def _str_or_none(_, attr, value):
+    if value is not None and (not isinstance(value, str) or not value):
+        raise _fail(attr.name, value, "a non-empty string or None")
+
+
+def _servers(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    try:
+        out = tuple(s.strip() for s in items if s and s.strip())
+    except (TypeError, AttributeError):
+        raise _fail("bootstrap_servers", value, "'host:port', a comma-separated string or a list of them") from None
+    for s in out:
+        host, _, port = s.rpartition(":")
+        if not port.isdigit():
+            out = tuple((x if x.rpartition(":")[2].isdigit() else f"{x}:9092") for x in out)
+            break
+    if not out:
+        raise _fail("bootstrap_servers", value, "at least one 'host:port'")
+    return out
+
+
+def _strategies(value: Any) -> tuple[Any, ...]:
+    items = (value,) if isinstance(value, (str, type)) or not hasattr(value, "__iter__") else tuple(value)
+    if not items:
+        raise _fail("partition_assignment_strategy", value, "at least one assignor")
+    for s in items:
+        if isinstance(s, str) and s not in _STRATEGY_NAMES:
+            raise _fail("partition_assignment_strategy", s, "names " + ", ".join(_STRATEGY_NAMES)
+                        + ", or assignor objects/classes")
+    return items
+
+
+def _cross_checks(cfg: "ConsumerConfig") -> None:
+    if cfg.heartbeat_interval_ms >= cfg.session_timeout_ms:
+        raise ConfigError(f"config key 'heartbeat_interval_ms': {cfg.heartbeat_interval_ms} must be below "
+                          f"session_timeout_ms ({cfg.session_timeout_ms})", key="heartbeat_interval_ms")
+    if cfg.reconnect_backoff_max_ms < cfg.reconnect_backoff_ms:
+        raise ConfigError("config key 'reconnect_backoff_max_ms' must be >= reconnect_backoff_ms",
+                          key="reconnect_backoff_max_ms")
+    if cfg.group_instance_id is not None and cfg.group_id is None:
+        raise ConfigError("config key 'group_instance_id' needs a group_id", key="group_instance_id")
+    if cfg.security_protocol.startswith("SASL") and cfg.sasl_mechanism is None:
+        raise ConfigError(f"config key 'sasl_mechanism' is required with security_protocol="
+                          f"{cfg.security_protocol!r}", key="sasl_mechanism")
+    if cfg.sasl_mechanism is not None and (cfg.sasl_plain_username is None or cfg.sasl_plain_password is None):
+        raise ConfigError("config keys 'sasl_plain_username' and 'sasl_plain_password' are required with "
+                          f"sasl_mechanism={cfg.sasl_mechanism!r}", key="sasl_plain_username")
+
+
+def _default_commit_callback(offsets, response):  # kafka-python's default: nothing
+    return None
+
+
+@attrs.frozen(kw_only=True)
+class ConsumerConfig:
+    """Every setting of a Consumer. Build with ``ConsumerConfig.from_kwargs(**kw)``."""
+
+    bootstrap_servers: tuple[str, ...] = attrs.field(default=("localhost:9092",), converter=_servers)
+    client_id: str = attrs.field(default=f"fsm-consumer-{__version__}", validator=_str_or_none)
+    client_rack: str = ""
+    group_id: str | None = attrs.field(default=None, validator=_str_or_none)
+    group_instance_id: str | None = attrs.field(default=None, validator=_str_or_none)
+    key_deserializer: Callable | None = attrs.field(default=None, validator=_callable_or_none)
+    value_deserializer: Callable | None = attrs.field(default=None, validator=_callable_or_none)
+    # fetching
+    fetch_min_bytes: int = attrs.field(default=1, validator=_int(1))
+    fetch_max_wait_ms: int = attrs.field(default=500, validator=_int(0))
+    fetch_max_bytes: int = attrs.field(default=52_428_800, validator=_int(1))
+    max_partition_fetch_bytes: int = attrs.field(default=1_048_576, validator=_int(1))
+    fetch_buffer_max_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_int(1))
+    enable_incremental_fetch_sessions: bool = attrs.field(default=True, validator=_bool)
+    max_poll_records: int = attrs.field(default=500, validator=_int(1))
+    isolation_level: str = attrs.field(default="read_uncommitted",
+                                       validator=_choice("read_uncommitted", "read_committed"))
+    check_crcs: bool = attrs.field(default=True, validator=_bool)
+    auto_offset_reset: str = attrs.field(default="latest", validator=_choice("earliest", "latest", "none"))
+    # offsets and groups
+    enable_auto_commit: bool = attrs.field(default=True, validator=_bool)
+    auto_commit_interval_ms: int = attrs.field(default=5000, validator=_int(1))
+    default_offset_commit_callback: Callable = attrs.field(default=_default_commit_callback,
+                                                           validator=_callable_or_none)
+    partition_assignment_strategy: tuple[Any, ...] = attrs.field(default=("range", "roundrobin"),
+                                                                 converter=_strategies)
+    session_timeout_ms: int = attrs.field(default=45_000, validator=_int(1))
+    heartbeat_interval_ms: int = attrs.field(default=3000, validator=_int(1))
+    max_poll_interval_ms: int = attrs.field(default=300_000, validator=_int(1))
+    exclude_internal_topics: bool = attrs.field(default=True, validator=_bool)
+    allow_auto_create_topics: bool = attrs.field(default=True, validator=_bool)
+    # timing
+    request_timeout_ms: int = attrs.field(default=30_000, validator=_int(1))
+    default_api_timeout_ms: int = attrs.field(default=60_000, validator=_int(0))
+    retry_backoff_ms: int = attrs.field(default=100, validator=_int(0))
+    reconnect_backoff_ms: int = attrs.field(default=50, validator=_int(0))
+    reconnect_backoff_max_ms: int = attrs.field(default=30_000, validator=_int(0))
+    socket_connection_setup_timeout_ms: int = attrs.field(default=10_000, validator=_int(1))
+    metadata_max_age_ms: int = attrs.field(default=300_000, validator=_int(0))
+    connections_max_idle_ms: int = attrs.field(default=540_000, validator=_int(0))
+    close_timeout_ms: int = attrs.field(default=30_000, validator=_int(0))
+    consumer_timeout_ms: float = attrs.field(default=math.inf)
+    max_in_flight_requests_per_connection: int = attrs.field(default=5, validator=_int(1))
+    # sockets
+    receive_buffer_max: int = attrs.field(default=100 * 1024 * 1024, validator=_int(1024))
+    send_buffer_bytes: int | None = attrs.field(default=None, validator=_int(1, none=True))
+    receive_buffer_bytes: int | None = attrs.field(default=None, validator=_int(1, none=True))
+    # security
+    security_protocol: str = attrs.field(default="PLAINTEXT",
+                                         validator=_choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
+    ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
+    ssl_check_hostname: bool = attrs.field(default=True, validator=_bool)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: str | None = attrs.field(default=None, repr=False)
+    sasl_mechanism: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")))
+    sasl_plain_username: str | None = None
+    sasl_plain_password: str | None = attrs.field(default=None, repr=False)
+    # debugging
+    debug_history_path: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        _cross_checks(self)
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        return tuple(a.name for a in attrs.fields(cls))
+
+    @classmethod
+    def from_kwargs(cls, **kw: Any) -> "ConsumerConfig":
+        known = set(cls.keys())
+        clean: dict[str, Any] = {}
+        for key, value in kw.items():
+            key = ALIASES.get(key, key)
+            if key in IGNORED_KEYS:
+                continue
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known | set(ALIASES)), n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"unknown config key {key!r}{hint}", key=key)
+            clean[key] = value
+        return cls(**clean)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Mapping-style access (the transport and specs read durations by key)."""
+        return getattr(self, key, default)
+
+    def replace(self, **changes: Any) -> "ConsumerConfig":
+        return attrs.evolve(self, **changes)
+
+    def as_mapping(self) -> Mapping[str, Any]:
+        return attrs.asdict(self, recurse=False)

@@ -1,0 +1,50 @@
+"""The exceptions fsm_consumer raises. Each is a ``kafka.errors.KafkaError`` so code written for
+kafka-python keeps catching them; broker error codes surface as kafka-python's typed errors."""
+
+from __future__ import annotations
+
+import kafka.errors as _ke
+
+
+class FsmConsumerError(_ke.KafkaError):
+    """Base of the errors this library defines itself."""
+
+
+class ConfigError(FsmConsumerError, ValueError):
+    """A configuration key is unknown or its value is not allowed; ``key`` names it."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class KafkaTimeoutError(FsmConsumerError, _ke.KafkaTimeoutError):
+    """A blocking call's deadline passed before the background thread completed it."""
+
+
+class WakeupException(FsmConsumerError):
+    """``wakeup()`` interrupted a blocking call from another thread."""
+
+
+class NoOffsetForPartitionError(FsmConsumerError):
+    """No committed offset and ``auto_offset_reset='none'``; ``partitions`` says which."""
+
+    def __init__(self, partitions) -> None:
+        self.partitions = set(partitions)
+        super().__init__(f"no offset and no reset policy for {sorted(self.partitions)}")
+
+
+class IllegalStateError(FsmConsumerError, _ke.IllegalStateError):
+    """The call does not fit the consumer's state (closed, not assigned, not subscribed...)."""
+
+
+class CommitFailedError(FsmConsumerError, _ke.CommitFailedError):
+    """The group moved to a new generation: this member's commit cannot be accepted."""
+
+
+class ConsumerClosedError(IllegalStateError):
+    """The consumer was closed."""
+
+
+class BackgroundThreadError(FsmConsumerError):
+    """The background thread hit an unexpected error; the consumer cannot go on. ``__cause__`` says why."""
