@@ -18,7 +18,13 @@ def _demo(argv: list[str]) -> int:
     return demo(argv)
 
 
+def _consume(argv: list[str]) -> int:
+    from ._consume import consume
+    return consume(argv)
+
+
 _COMMANDS["demo"] = _demo
+_COMMANDS["consume"] = _consume
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,65 @@
+"""Consumer metrics: plain counters, each written by one thread only (no locks on the hot path).
+
+Rates are computed when metrics() is read, from totals and the consumer's age.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        # application thread
+        self.records_total = 0
+        self.bytes_total = 0
+        self.polls = 0
+        self.last_poll = None
+        # background thread
+        self.fetch_requests = 0
+        self.fetch_responses = 0
+        self.fetch_bytes = 0
+        self.fetch_latency_total_ms = 0.0
+        self.fetch_latency_max_ms = 0.0
+        self._fetch_sent_at: float | None = None
+        self.loop_iterations = 0
+
+    def records_consumed(self, n: int, out) -> None:
+        self.records_total += n
+
+    def bytes_consumed(self, n: int) -> None:
+        self.bytes_total += n
+
+    def fetch_sent(self, now: float) -> None:
+        self.fetch_requests += 1
+        self._fetch_sent_at = now
+
+    def fetch_completed(self, now: float, nbytes: int) -> None:
+        self.fetch_responses += 1
+        self.fetch_bytes += nbytes
+        if self._fetch_sent_at is not None:
+            latency = now - self._fetch_sent_at
+            self.fetch_latency_total_ms += latency
+            self.fetch_latency_max_ms = max(self.fetch_latency_max_ms, latency)
+
+    def snapshot(self, *, lag: dict, buffer_bytes: int, buffer_peak: int, app_events: int, bg_events: int) -> dict:
+        age = max(time.monotonic() - self.started, 1e-9)
+        max_lag = max(lag.values()) if lag else 0
+        return {
+            "records-consumed-total": self.records_total,
+            "records-consumed-rate": self.records_total / age,
+            "bytes-consumed-total": self.bytes_total,
+            "bytes-consumed-rate": self.bytes_total / age,
+            "fetch-total": self.fetch_responses,
+            "fetch-latency-avg": self.fetch_latency_total_ms / self.fetch_responses if self.fetch_responses else 0.0,
+            "fetch-latency-max": self.fetch_latency_max_ms,
+            "records-lag": {f"{tp.topic}-{tp.partition}": v for tp, v in sorted(lag.items())},
+            "records-lag-max": max_lag,
+            "fetch-buffer-bytes": buffer_bytes,
+            "fetch-buffer-bytes-peak": buffer_peak,
+            "background-loop-iterations": self.loop_iterations,
+            "application-events-queued": app_events,
+            "background-events-queued": bg_events,
+            "poll-count": self.polls,
+        }

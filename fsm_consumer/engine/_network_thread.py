@@ -1,0 +1,133 @@
+"""The background thread: one per consumer, the only owner of the transport and of time.
+
+Each pass of the loop (Kafka's ConsumerNetworkThread.runOnce): drain application events into the
+processor; let every request manager poll(now) for requests and how long it may wait; hand the
+requests to the transport; tick the machines; let the transport do I/O for at most the shortest
+wait; route completions to the managers; expire events whose deadline passed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+
+from ..errors import BackgroundThreadError, KafkaTimeoutError
+from ..events import ErrorEvent
+
+log = logging.getLogger("fsm_consumer.engine")
+
+_MAX_WAIT_MS = 5000.0  # even an idle loop wakes now and then (metadata age, deadlines of late events)
+
+
+class NetworkThread:
+    def __init__(self, *, name: str, clock, transport, managers, processor, machine, lifecycle,
+                 app_queue, background_queue, metadata, metrics, extra_machines=(), broker_sources=()) -> None:
+        self._clock = clock
+        self._transport = transport
+        self._managers = list(managers)
+        self._processor = processor
+        self._machine = machine
+        self._machines = [machine, *extra_machines]
+        self._lifecycle = lifecycle
+        self._app_queue = app_queue
+        self._bg = background_queue
+        self._metadata = metadata
+        self._metrics = metrics
+        self._waiting = []
+        self._broker_sources = [metadata, *broker_sources]   # each has .brokers and .version
+        self._brokers_version: tuple = ()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    # -- application thread ------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout_s: float | None) -> bool:
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def ident(self) -> int | None:
+        return self._thread.ident
+
+    # -- background thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._machine.fire("start")
+            while not self._lifecycle.stopped:
+                self.run_once()
+        except BaseException as exc:  # never a raw traceback from a thread: hand it to the app
+            log.exception("background thread failed")
+            error = BackgroundThreadError(f"the consumer's background thread failed: {exc!r}")
+            error.__cause__ = exc
+            self._lifecycle.failure = error
+            if self._machine.may("crash"):
+                self._machine.fire("crash")
+            self._bg.put(ErrorEvent(error))
+            for ev in self._app_queue.drain() + self._waiting:
+                ev.fail(error)
+        finally:
+            try:
+                self._transport.close()
+            finally:
+                close_event = getattr(self._lifecycle, "close_event", None)
+                if close_event is not None:
+                    close_event.complete(None)
+
+    def run_once(self) -> None:
+        clock, machine = self._clock, self._machine
+        now = clock.now_ms()
+        self._metrics.loop_iterations += 1
+        for event in self._app_queue.drain():
+            self._processor.process(event, now)
+            if event.future is not None and not event.future.done:
+                self._waiting.append(event)
+        for m in self._machines:
+            m.tick(now)
+        if machine.state == "closing" and self._lifecycle.closers_done:
+            machine.fire("close_completed")
+        if self._lifecycle.stopped:
+            return
+        # brokers first: a manager may address a leader that the last Metadata answer just named
+        versions = tuple(src.version for src in self._broker_sources)
+        if versions != self._brokers_version:
+            self._brokers_version = versions
+            merged = {}
+            for src in self._broker_sources:
+                merged.update(src.brokers)
+            self._transport.update_brokers(merged)
+        wait = _MAX_WAIT_MS
+        send = self._transport.send
+        for manager in self._managers:
+            w, requests = manager.poll(now)
+            if w < wait:
+                wait = w
+            for out in requests:
+                send(out.request, out.node, timeout_ms=out.timeout_ms, tag=out.handler,
+                     min_version=out.min_version, max_version=out.max_version)
+        for m in self._machines:
+            if m.next_deadline is not None:
+                wait = min(wait, m.next_deadline - now)
+        wait = min(wait, self._expire(now))
+        for pending in self._transport.poll(max(0.0, wait)):
+            pending.tag(pending, clock.now_ms())
+
+    def _expire(self, now: float) -> float:
+        """Fail events past their deadline; return ms until the next deadline."""
+        nearest = math.inf
+        still = []
+        for event in self._waiting:
+            if event.future.done:
+                continue
+            if now >= event.deadline_ms:
+                event.fail(KafkaTimeoutError(f"{type(event).__name__} did not complete before its deadline"))
+            else:
+                nearest = min(nearest, event.deadline_ms - now)
+                still.append(event)
+        self._waiting = still
+        return nearest

@@ -1,0 +1,11 @@
+"""Request managers: sans-IO, each ``poll(now) -> (wait_ms, requests)`` plus response handlers."""
+
+from ._base import Outgoing, RequestManager
+from ._commit import CommitManager
+from ._coordinator import CoordinatorManager
+from ._fetch import FetchManager
+from ._metadata import MetadataManager
+from ._offsets import OffsetsManager
+
+__all__ = ["CommitManager", "CoordinatorManager", "FetchManager", "MetadataManager", "OffsetsManager",
+           "Outgoing", "RequestManager"]

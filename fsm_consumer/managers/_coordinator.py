@@ -1,0 +1,92 @@
+"""Coordinator discovery for a group (seed 001), driven by specs/background.yaml.
+
+The background machine decides when to discover (its hooks call ``start_discovery``); this
+manager sends FindCoordinator and reports back with the machine's triggers. The coordinator gets
+a connection of its own (a synthetic node id, as Kafka's Java client does) so a long-polling
+Fetch on the broker's data connection never delays a heartbeat.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.metadata import FindCoordinatorRequest
+
+from ..events import ErrorEvent
+from ._base import FOREVER, Outgoing, error_of
+
+_RETRIABLE = {14, 15, 16}      # load in progress, not available, not coordinator
+_COORDINATOR_ID_BASE = 2**31 - 1
+
+
+class CoordinatorManager:
+    def __init__(self, config, machine, background_events) -> None:
+        self._config = config
+        self._group_id = config.group_id
+        self._machine = machine          # the background SpecMachine
+        self._bg = background_events
+        self._send = False
+        self.node: int | None = None     # the synthetic node id while the coordinator is usable
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.version = 0                 # bumps when the coordinator's address changes
+        self._found: tuple[int, str, int] | None = None
+
+    # -- asked by other managers ----------------------------------------------------------
+    def needed(self) -> None:
+        """A group request wants the coordinator: start discovery if nothing is under way."""
+        if self._machine.state == "initialized":
+            self._machine.fire("coordinator_needed")
+
+    def mark_unknown(self) -> None:
+        """NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, or its connection failed."""
+        if self._machine.state == "stable":
+            self._machine.fire("coordinator_lost")
+
+    @property
+    def ready(self) -> bool:
+        return self.node is not None
+
+    @property
+    def gone_for_close(self) -> bool:
+        """Closing without a coordinator: group requests cannot be sent any more, give them up."""
+        return self.node is None and self._machine.state in ("closing", "closed", "failed")
+
+    # -- hooks called through BackgroundLifecycle -------------------------------------------
+    def start_discovery(self) -> None:
+        self._send = True
+
+    def on_ready(self) -> None:
+        node_id, host, port = self._found
+        self.node = _COORDINATOR_ID_BASE - node_id
+        if self.brokers.get(self.node) != (host, port):
+            self.brokers = {self.node: (host, port)}
+            self.version += 1
+
+    def on_unusable(self) -> None:
+        self.node = None
+
+    # -- loop ---------------------------------------------------------------------------------
+    def poll(self, now: float) -> tuple[float, list[Outgoing]]:
+        if not self._send:
+            return FOREVER, []
+        self._send = False
+        request = FindCoordinatorRequest(key=self._group_id, key_type=0, coordinator_keys=[self._group_id])
+        return FOREVER, [Outgoing(request, None, self.on_response)]
+
+    def on_response(self, pending, now: float) -> None:
+        if self._machine.state != "coordinator_discovery":
+            return  # closing or timed out meanwhile
+        if pending.error is not None:
+            self._machine.fire("discovery_failed")
+            return
+        r = pending.response
+        if getattr(r, "coordinators", None):
+            c = r.coordinators[0]
+            code, node_id, host, port = c.error_code, c.node_id, c.host, c.port
+        else:
+            code, node_id, host, port = r.error_code, r.node_id, r.host, r.port
+        if code == 0 and node_id >= 0:
+            self._found = (node_id, host, port)
+            self._machine.fire("coordinator_found")
+            return
+        if code not in _RETRIABLE:
+            self._bg.put(ErrorEvent(error_of(code)(f"FindCoordinator for group {self._group_id!r}")))
+        self._machine.fire("discovery_failed")

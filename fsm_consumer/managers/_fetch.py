@@ -1,0 +1,150 @@
+"""The fetch sender (seed 000's FetchSender), on the background thread.
+
+At most one Fetch in flight per broker, covering that broker's fetchable partitions (assigned,
+positioned, not paused, not being revoked, no data already buffered). Responses go whole into the
+FetchBuffer; records are decoded on the application thread. Nothing is sent while the buffer
+(with what in-flight fetches may bring) is full.
+
+Full fetches only: Tansu answers Fetch with session id 0, i.e. it does not keep incremental fetch
+sessions (KIP-227), so every request lists its partitions (session_id=0, session_epoch=-1).
+Versions are capped at 12, the last that names topics instead of topic ids.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import kafka.errors as ke
+from kafka.protocol.consumer import FetchRequest
+
+from ..events import ErrorEvent
+from ..fetch._buffer import CompletedFetch, FetchBuffer
+from ..fetch._records import TopicPartition
+from ._base import FOREVER, Outgoing
+
+_REFRESH = {3, 5, 6, 74, 75, 100}   # unknown tp, no leader, not leader, fenced/unknown leader epoch, unknown topic id
+_OUT_OF_RANGE = 1
+
+
+class FetchManager:
+    def __init__(self, config, subscription, metadata, buffer: FetchBuffer, background_events, metrics) -> None:
+        self._config = config
+        self._subs = subscription
+        self._metadata = metadata
+        self._buffer = buffer
+        self._bg = background_events
+        self._metrics = metrics
+        self._isolation = 1 if config.isolation_level == "read_committed" else 0
+        self._in_flight: set[int] = set()
+        self._node_retry_at: dict[int, float] = {}
+
+    def poll(self, now: float) -> tuple[float, list[Outgoing]]:
+        fetchable = self._subs.fetchable()
+        if not fetchable:
+            return FOREVER, []
+        by_node: dict[int, list] = defaultdict(list)
+        wait = FOREVER
+        for tp, position, leader_epoch, epoch in fetchable:
+            node = self._metadata.leader(tp)
+            if node is None:
+                self._metadata.request_update({tp.topic})
+                continue
+            if node in self._in_flight:
+                continue
+            retry = self._node_retry_at.get(node, 0.0)
+            if now < retry:
+                wait = min(wait, retry - now)
+                continue
+            by_node[node].append((tp, position, leader_epoch, epoch))
+        out = []
+        for node, parts in by_node.items():
+            room = self._buffer.room()
+            if room < min(self._config.max_partition_fetch_bytes, self._config.fetch_buffer_max_bytes // 4):
+                break  # the application has not drained the buffer; its poll() wakes us
+            max_bytes = min(self._config.fetch_max_bytes, room)
+            self._buffer.reserve(max_bytes)
+            self._in_flight.add(node)
+            self._subs.mark_fetch_in_flight([p[0] for p in parts], True)
+            sent = {p[0]: (p[1], p[3]) for p in parts}
+            out.append(Outgoing(self._request(parts, max_bytes), node,
+                                lambda pending, n, node=node, sent=sent, mb=max_bytes:
+                                self.on_response(pending, n, node, sent, mb),
+                                timeout_ms=self._config.request_timeout_ms + self._config.fetch_max_wait_ms,
+                                min_version=4, max_version=12))
+            self._metrics.fetch_sent(now)
+        return wait, out
+
+    def _request(self, parts, max_bytes: int) -> FetchRequest:
+        topics: dict[str, list] = defaultdict(list)
+        pmax = self._config.max_partition_fetch_bytes
+        for tp, position, leader_epoch, _ in parts:
+            topics[tp.topic].append(FetchRequest.FetchTopic.FetchPartition(
+                partition=tp.partition, current_leader_epoch=leader_epoch, fetch_offset=position,
+                log_start_offset=-1, partition_max_bytes=pmax))
+        return FetchRequest(
+            replica_id=-1, max_wait_ms=self._config.fetch_max_wait_ms, min_bytes=self._config.fetch_min_bytes,
+            max_bytes=max_bytes, isolation_level=self._isolation, session_id=0, session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
+            forgotten_topics_data=[], rack_id=self._config.client_rack)
+
+    def on_response(self, pending, now: float, node: int, sent: dict, reserved: int) -> None:
+        self._in_flight.discard(node)
+        if pending.error is not None:
+            self._buffer.release_reservation(reserved)
+            for tp, (_, epoch) in sent.items():
+                self._subs.release_fetch(tp, epoch)
+            self._node_retry_at[node] = now + self._config.retry_backoff_ms
+            self._metadata.request_update()  # the leader may have moved
+            return
+        response = pending.response
+        if response.error_code:
+            self._buffer.release_reservation(reserved)
+            for tp, (_, epoch) in sent.items():
+                self._subs.release_fetch(tp, epoch)
+            self._node_retry_at[node] = now + self._config.retry_backoff_ms
+            if response.error_code in _REFRESH:  # the whole answer says the leader moved
+                self._metadata.request_update({tp.topic for tp in sent})
+            return
+        completed: list[CompletedFetch] = []
+        for topic in response.responses:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.topic, p.partition_index)
+                if tp not in sent:
+                    continue
+                offset, epoch = sent.pop(tp)
+                self._subs.update_watermarks(tp, p.high_watermark, p.last_stable_offset, p.log_start_offset)
+                records = p.records
+                size = len(records) if records is not None else 0
+                if p.error_code == 0 and size:
+                    completed.append(CompletedFetch(tp, offset, epoch, records, p.high_watermark,
+                                                    p.last_stable_offset, p.log_start_offset,
+                                                    p.aborted_transactions, size))
+                    continue
+                self._subs.release_fetch(tp, epoch)
+                if p.error_code == 0:
+                    continue
+                if p.error_code in _REFRESH:
+                    self._metadata.request_update({tp.topic})
+                    self._node_retry_at[node] = now + self._config.retry_backoff_ms
+                elif p.error_code == _OUT_OF_RANGE:
+                    self._on_out_of_range(tp, offset)
+                else:
+                    self._bg.put(ErrorEvent(ke.for_code(p.error_code)(f"Fetch of {tp} at offset {offset}")))
+        for tp, (_, epoch) in sent.items():  # not in the answer: fetch again
+            self._subs.release_fetch(tp, epoch)
+        self._metrics.fetch_completed(now, sum(c.size for c in completed))
+        self._buffer.add(completed, reserved)
+
+    def _on_out_of_range(self, tp: TopicPartition, offset: int) -> None:
+        strategy = self._subs.default_reset
+        try:
+            state = self._subs.state(tp)
+        except Exception:
+            return
+        if state.position != offset:
+            return  # sought elsewhere meanwhile
+        if strategy == "none":
+            self._bg.put(ErrorEvent(ke.OffsetOutOfRangeError(f"offset {offset} of {tp} is out of range and "
+                                                             f"auto_offset_reset is 'none'")))
+            return
+        self._subs.request_reset([tp], strategy)

@@ -1,0 +1,521 @@
+"""Group membership with the classic protocol: the model of specs/membership.yaml.
+
+JoinGroup, SyncGroup, Heartbeat and LeaveGroup are sent from ``poll(now)``; their answers fire the
+spec's triggers. Rebalance callbacks run on the application thread: the hooks post them as
+background events and the machine waits in revoking_partitions / assigning_partitions / fenced
+for the acknowledgement, which comes back as a CallbackAckEvent carrying the request's token (a
+late acknowledgement of an abandoned callback has a stale token and is ignored).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import kafka.errors as ke
+from kafka.protocol.consumer import (HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest)
+
+from ..assignors import (Assignment, RebalanceProtocol, Subscription, decode_assignment, decode_subscription,
+                         encode_assignment, encode_subscription, resolve)
+from ..events import CallbackAckEvent, CallbackEvent, ErrorEvent
+from ..fetch._records import TopicPartition
+from ..spec import SpecMachine, shipped_spec
+from ._base import FOREVER, Outgoing
+from ._heartbeat import HeartbeatTimer
+
+log = logging.getLogger("fsm_consumer.membership")
+
+_COORDINATOR_ERRORS = {14, 15, 16}     # load in progress, not available, not coordinator
+_FENCED = {22, 25}                     # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID
+_REBALANCE_IN_PROGRESS = 27
+_MEMBER_ID_REQUIRED = 79
+_FATAL = {23, 24, 26, 30, 81, 82}      # inconsistent protocol, invalid group id, invalid session timeout,
+                                       # group authorization, group max size, fenced instance id
+_HEARTBEAT_STATES = {"stable", "assigning_partitions", "revoking_partitions"}
+_MEMBER_STATES = {"joining", "join_backoff", "syncing", "prepare_revocation", "revoking_partitions",
+                  "partitions_revoked", "assigning_partitions", "stable"}
+
+
+class MembershipManager:
+    def __init__(self, config, *, subscription, metadata, coordinator, commits, background_events,
+                 post_app_event, clock, metrics) -> None:
+        self._config = config
+        self._subs = subscription
+        self._metadata = metadata
+        self._coordinator = coordinator
+        self._commits = commits
+        self._bg = background_events
+        self._post = post_app_event
+        self._clock = clock
+        self._metrics = metrics
+        self.assignors = [resolve(s) for s in config.partition_assignment_strategy]
+        common = set.intersection(*(set(a.protocols) for a in self.assignors))
+        self.protocol = (RebalanceProtocol.COOPERATIVE if RebalanceProtocol.COOPERATIVE in common
+                         else RebalanceProtocol.EAGER)
+        self.member_id = ""
+        self.generation = -1
+        self.group_protocol: str | None = None
+        self.leader_id: str | None = None
+        self._members: list = []
+        self.owned: frozenset[TopicPartition] = frozenset()
+        self._new: frozenset[TopicPartition] = frozenset()
+        self._to_revoke: frozenset[TopicPartition] = frozenset()
+        self._added: frozenset[TopicPartition] = frozenset()
+        self._lost: frozenset[TopicPartition] = frozenset()
+        self._revoked_this_round = False
+        self.leaving = False
+        self._rejoin_pending = False
+        self._send_join = self._send_sync = self._send_leave = False
+        self._sync_waits_for_metadata = False
+        self._request_in_flight = False
+        self._token = 0
+        self._awaiting: str | None = None         # which ack the machine waits for
+        self._last_poll: float | None = None
+        self._joined_topics: tuple[str, ...] = ()
+        self._joined_counts: dict[str, int] = {}
+        self._metadata_version = -1
+        self.fatal: BaseException | None = None
+        self.heartbeat = HeartbeatTimer(config.heartbeat_interval_ms, config.retry_backoff_ms)
+        self.rebalance_started: float | None = None
+        self.rebalances = 0
+        self.rebalance_last_ms: float | None = None
+        self.rebalance_total_ms = 0.0
+        self.history: list = []                   # (event, partitions, time) for member-history checks
+        self.machine = SpecMachine(shipped_spec("membership"), self, clock=clock, config=config,
+                                   instance=config.client_id)
+
+    # -- what the application asks (through events) ---------------------------------------------
+    def on_subscription_changed(self, now: float) -> None:
+        self.leaving = False
+        self._last_poll = now
+        self._request_rejoin("subscription changed")
+
+    def on_unsubscribe(self, now: float) -> None:
+        self.leaving = True
+        if self.machine.may("leave_requested"):
+            self.machine.fire("leave_requested")
+
+    def begin_close(self) -> None:
+        if self.machine.state not in ("unjoined", "fatal"):
+            self.leaving = True
+            if self.machine.may("leave_requested"):
+                self.machine.fire("leave_requested")
+
+    @property
+    def close_done(self) -> bool:
+        if self._coordinator.gone_for_close:
+            return True
+        return self.machine.state in ("unjoined", "fatal") and not self._request_in_flight
+
+    def on_app_poll(self, now: float) -> None:
+        self._last_poll = now
+        if self.machine.state == "stale":
+            self.machine.fire("poll_resumed")
+
+    def on_callback_ack(self, event: CallbackAckEvent, now: float) -> None:
+        event.complete(None)
+        if event.token != self._token or self._awaiting is None:
+            return  # an abandoned callback finished late: nothing waits for it any more
+        kind, self._awaiting = self._awaiting, None
+        self._record(f"{kind}_done", ())
+        if kind == "revoke" and self.machine.state == "revoking_partitions":
+            self.machine.fire("revoke_acked")
+        elif kind == "assign" and self.machine.state == "assigning_partitions":
+            self.machine.fire("assign_acked")
+        elif kind == "lost" and self.machine.state == "fenced":
+            self._forget_lost()
+            self.machine.fire("lost_acked")
+
+    def _request_rejoin(self, why: str) -> None:
+        state = self.machine.state
+        if state == "unjoined":
+            self.machine.fire("join_requested")
+        elif state == "stable":
+            log.info("rejoining group %s: %s", self._config.group_id, why)
+            self.machine.fire("rejoin_needed")
+        elif state != "fatal":
+            self._rejoin_pending = True
+
+    # -- conditions named in the spec -----------------------------------------------------------
+    def must_revoke(self) -> bool:
+        return self.protocol is RebalanceProtocol.COOPERATIVE and bool(self.owned - self._new)
+
+    def eager_protocol(self) -> bool:
+        return self.protocol is RebalanceProtocol.EAGER
+
+    def owns_partitions(self) -> bool:
+        return bool(self.owned)
+
+    def is_leaving(self) -> bool:
+        return self.leaving
+
+    def rejoin_after_assign(self) -> bool:
+        return self._revoked_this_round or self._rejoin_pending
+
+    # -- actions named in the spec ---------------------------------------------------------------
+    def send_join_group(self) -> None:
+        if self.rebalance_started is None:
+            self.rebalance_started = self._clock.now_ms()
+        # a new round: whether it revokes anything is decided afresh (a cooperative round may go
+        # from assigning_partitions straight back to joining, without passing through stable)
+        self._revoked_this_round = False
+        self._send_join = True
+
+    def send_sync_group(self) -> None:
+        self._send_sync = True
+
+    def pause_partitions_to_revoke(self) -> None:
+        if self.leaving or self.protocol is RebalanceProtocol.EAGER:
+            self._to_revoke = self.owned
+        else:
+            self._to_revoke = self.owned - self._new
+        self._subs.set_revoking(self._to_revoke, True)
+        self.machine.fire("revocation_prepared")
+
+    def request_revoke_callback(self) -> None:
+        self._ask_application("revoke", "on_partitions_revoked", self._to_revoke, skip_if_empty=True)
+
+    def finish_revocation(self) -> None:
+        revoked = self._to_revoke
+        positions = {tp: off for tp, off in self._subs.positions().items() if tp in revoked}
+        self.owned = self.owned - revoked
+        self._subs.set_group_assignment(self.owned)
+        self._record("revoked", revoked)
+        self._revoked_this_round = bool(revoked) and not self.leaving and \
+            self.protocol is RebalanceProtocol.COOPERATIVE
+        if positions and self._config.enable_auto_commit and self.generation >= 0:
+            self._commits.commit_positions(positions, on_done=self._revocation_committed)
+        else:
+            self.machine.fire("revocation_completed")
+
+    def _revocation_committed(self, error) -> None:
+        if self.machine.state == "partitions_revoked":
+            self.machine.fire("revocation_completed")
+
+    def install_assignment(self) -> None:
+        self._added = self._new - self.owned
+        self.owned = self._new
+        self._subs.set_group_assignment(self.owned)
+        self._record("assigned", self._added)
+
+    def request_assign_callback(self) -> None:
+        # eager: always tell the listener (Java does, even when empty); cooperative: only additions
+        skip = self.protocol is RebalanceProtocol.COOPERATIVE
+        self._ask_application("assign", "on_partitions_assigned", self._added, skip_if_empty=skip)
+
+    def rebalance_done(self) -> None:
+        now = self._clock.now_ms()
+        if self.rebalance_started is not None:
+            took = now - self.rebalance_started
+            self.rebalances += 1
+            self.rebalance_last_ms = took
+            self.rebalance_total_ms += took
+            self.rebalance_started = None
+        self._revoked_this_round = False
+        self._joined_counts = self._partition_counts(self._joined_topics)
+        if self._rejoin_pending:
+            self._rejoin_pending = False
+            self.machine.fire("rejoin_needed")
+
+    def drop_membership(self) -> None:
+        self._lost = self._lost | self.owned
+        self._subs.set_revoking(self._lost, True)
+        self.generation = -1
+        if self._config.group_instance_id is None:
+            self.member_id = ""
+        self._rejoin_pending = False
+        self._revoked_this_round = False
+        self._new = frozenset()
+
+    def request_lost_callback(self) -> None:
+        if not self._ask_application("lost", "on_partitions_lost", self._lost, skip_if_empty=True, fire=False):
+            self._forget_lost()
+            self.machine.fire("lost_acked")
+
+    def _forget_lost(self) -> None:
+        self._record("lost", self._lost)
+        self.owned = self.owned - self._lost
+        self._subs.set_group_assignment(self.owned)
+        self._lost = frozenset()
+
+    def leave_as_stale(self) -> None:
+        self._awaiting = None  # a callback still running is abandoned
+        self._lost = self.owned
+        self._subs.set_revoking(self.owned, True)
+        if self._config.group_instance_id is None and self.member_id:
+            self._send_leave = True
+        self.rebalance_started = None
+
+    def send_leave_group(self) -> None:
+        if self._config.group_instance_id is not None or not self.member_id:
+            # static members keep their place across restarts: no LeaveGroup (KIP-345)
+            self._reset_after_leave()
+            self.machine.fire("left")
+            return
+        self._send_leave = True
+
+    def record_fatal_error(self) -> None:
+        self._bg.put(ErrorEvent(self.fatal))
+
+    # -- the application thread does the callbacks -----------------------------------------------
+    def _ask_application(self, kind: str, method: str, partitions, *, skip_if_empty: bool, fire: bool = True) -> bool:
+        listener = self._subs.listener
+        fn = getattr(listener, method, None) if listener is not None else None
+        if fn is None and kind == "lost" and listener is not None:
+            fn = getattr(listener, "on_partitions_revoked", None)  # Java's default for lost
+        trigger = {"revoke": "revoke_acked", "assign": "assign_acked", "lost": "lost_acked"}[kind]
+        if fn is None or (skip_if_empty and not partitions):
+            self._record(f"{kind}_done", ())
+            if fire:
+                self.machine.fire(trigger)
+            return False
+        self._token += 1
+        token, self._awaiting = self._token, kind
+        post = self._post
+
+        def ack(error, token=token):
+            post(CallbackAckEvent(future=None, token=token, error=error))
+
+        self._bg.put(CallbackEvent(fn, (set(partitions),), ack))
+        return True
+
+    # -- the manager loop ---------------------------------------------------------------------------
+    def poll(self, now: float) -> tuple[float, list[Outgoing]]:
+        state = self.machine.state
+        if state in ("unjoined", "fatal"):
+            return FOREVER, []
+        wait = FOREVER
+        self._watch_metadata()
+        # the application's poll-interval contract (a timer across states, not a state timeout)
+        if state in _MEMBER_STATES and self._last_poll is not None:
+            expires = self._last_poll + self._config.max_poll_interval_ms
+            if now >= expires:
+                log.warning("group %s: no poll() for %d ms (max_poll_interval_ms): leaving the group",
+                            self._config.group_id, now - self._last_poll)
+                self.machine.fire("poll_timer_expired")
+                return 0.0, []
+            wait = min(wait, expires - now)
+        node = self._coordinator.node
+        out: list[Outgoing] = []
+        needs_coordinator = self._send_join or self._send_sync or self._send_leave or state in _HEARTBEAT_STATES
+        if node is None:
+            if needs_coordinator:
+                self._coordinator.needed()
+                if self._send_leave and state == "stale":
+                    self._send_leave = False  # best effort only: no coordinator, no leave
+            return wait, out
+        if self._send_join and not self._request_in_flight:
+            self._send_join = False
+            out.append(self._join_request(node))
+        elif self._send_sync and not self._request_in_flight:
+            out.extend(self._sync_request(node))
+        elif self._send_leave and not self._request_in_flight:
+            self._send_leave = False
+            out.append(self._leave_request(node))
+        if state in _HEARTBEAT_STATES and self.generation >= 0:
+            if self.heartbeat.due(now):
+                self.heartbeat.sent(now)
+                out.append(Outgoing(HeartbeatRequest(
+                    group_id=self._config.group_id, generation_id=self.generation, member_id=self.member_id,
+                    group_instance_id=self._config.group_instance_id), node, self._on_heartbeat))
+            wait = min(wait, self.heartbeat.wait(now))
+        return wait, out
+
+    def _subscribed_topics(self) -> tuple[str, ...]:
+        if self._subs.pattern is not None:
+            internal = self._config.exclude_internal_topics
+            return tuple(sorted(t for t, info in self._metadata.topics.items()
+                                if self._subs.pattern.fullmatch(t) and not (internal and info.internal)))
+        return tuple(sorted(self._subs.topics))
+
+    def _partition_counts(self, topics) -> dict[str, int]:
+        return {t: len(self._metadata.topics[t].leaders) for t in topics if t in self._metadata.topics}
+
+    def _watch_metadata(self) -> None:
+        """A new topic matching the pattern, or a partition count change, means a new assignment."""
+        if self._metadata.version == self._metadata_version:
+            return
+        self._metadata_version = self._metadata.version
+        if self._subs.pattern is not None:
+            self._metadata.all_topics_wanted = True
+        if self.machine.state != "stable":
+            return
+        topics = self._subscribed_topics()
+        if topics != self._joined_topics or self._partition_counts(topics) != self._joined_counts:
+            self._request_rejoin("subscribed topics or their partitions changed")
+
+    def _join_request(self, node: int) -> Outgoing:
+        topics = self._subscribed_topics()
+        self._joined_topics = topics
+        owned = tuple(sorted(self.owned)) if self.protocol is RebalanceProtocol.COOPERATIVE else ()
+        protocols = []
+        for a in self.assignors:
+            sub = Subscription(topics=topics, owned_partitions=owned, generation=self.generation,
+                               user_data=a.subscription_user_data(topics, owned, self.generation),
+                               rack=self._config.client_rack or None)
+            protocols.append(JoinGroupRequest.JoinGroupRequestProtocol(name=a.name, metadata=encode_subscription(sub)))
+        request = JoinGroupRequest(
+            group_id=self._config.group_id, session_timeout_ms=self._config.session_timeout_ms,
+            rebalance_timeout_ms=self._config.max_poll_interval_ms, member_id=self.member_id,
+            group_instance_id=self._config.group_instance_id, protocol_type="consumer", protocols=protocols,
+            reason=None)
+        self._request_in_flight = True
+        log.info("group %s: JoinGroup (generation %d, owned %s)", self._config.group_id, self.generation,
+                 sorted(tp.partition for tp in owned))
+        # the coordinator holds JoinGroup until the group rebalances: allow the rebalance timeout
+        timeout = max(self._config.request_timeout_ms, self._config.max_poll_interval_ms + 5000)
+        return Outgoing(request, node, self._on_join, timeout_ms=timeout)
+
+    def _on_join(self, pending, now: float) -> None:
+        self._request_in_flight = False
+        if self.machine.state != "joining":
+            return
+        if pending.error is not None:
+            self._coordinator.mark_unknown()
+            self.machine.fire("join_failed")
+            return
+        r = pending.response
+        code = r.error_code
+        if code == 0:
+            self.member_id = r.member_id
+            self.generation = r.generation_id
+            self.group_protocol = r.protocol_name
+            self.leader_id = r.leader
+            self._members = list(r.members)
+            self.heartbeat.reset(now)
+            log.info("group %s: joined generation %d as %s (leader %s, %d members)", self._config.group_id,
+                     self.generation, self.member_id, self.leader_id, len(self._members))
+            self._record("joined", ())
+            self.machine.fire("joined")
+        elif code == _MEMBER_ID_REQUIRED:
+            self.member_id = r.member_id
+            self.machine.fire("member_id_required")
+        elif code in _FENCED:
+            self.machine.fire("fenced_error")
+        elif code in _FATAL:
+            self._fail(code, "JoinGroup")
+        else:
+            log.info("group %s: JoinGroup failed: %s", self._config.group_id, ke.for_code(code).__name__)
+            if code in _COORDINATOR_ERRORS:
+                self._coordinator.mark_unknown()
+            self.machine.fire("join_failed")
+
+    def _sync_request(self, node: int) -> list[Outgoing]:
+        assignments = []
+        if self.leader_id == self.member_id:
+            assignment = self._assign()
+            if assignment is None:
+                return []  # waiting for metadata of topics other members subscribe to
+            assignments = [SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=encode_assignment(a))
+                           for m, a in sorted(assignment.items())]
+        self._send_sync = False
+        self._request_in_flight = True
+        request = SyncGroupRequest(
+            group_id=self._config.group_id, generation_id=self.generation, member_id=self.member_id,
+            group_instance_id=self._config.group_instance_id, protocol_type="consumer",
+            protocol_name=self.group_protocol, assignments=assignments)
+        return [Outgoing(request, node, self._on_sync)]
+
+    def _assign(self) -> dict[str, Assignment] | None:
+        assignor = next((a for a in self.assignors if a.name == self.group_protocol), None)
+        if assignor is None:
+            self.fatal = ke.InconsistentGroupProtocolError(f"the group chose {self.group_protocol!r}, which this "
+                                                           "member does not offer")
+            self.machine.fire("fatal_error")
+            return None
+        subscriptions = {}
+        for m in self._members:
+            sub = decode_subscription(bytes(m.metadata) if not isinstance(m.metadata, bytes) else m.metadata)
+            subscriptions[m.member_id] = sub
+        topics = {t for s in subscriptions.values() for t in s.topics}
+        missing = {t for t in topics if t not in self._metadata.topics}
+        if missing and not self._sync_waits_for_metadata:
+            self._sync_waits_for_metadata = True
+            self._metadata.request_update(missing)
+            return None
+        self._sync_waits_for_metadata = False
+        counts = {t: len(self._metadata.topics[t].leaders) for t in topics if t in self._metadata.topics}
+        return assignor.assign(counts, subscriptions)
+
+    def _on_sync(self, pending, now: float) -> None:
+        self._request_in_flight = False
+        if self.machine.state != "syncing":
+            return
+        if pending.error is not None:
+            self._coordinator.mark_unknown()
+            self.machine.fire("join_failed")
+            return
+        r = pending.response
+        code = r.error_code
+        if code == 0:
+            data = r.assignment
+            assignment = decode_assignment(bytes(data) if data is not None else b"")
+            self._new = frozenset(assignment.partitions)
+            log.info("group %s: generation %d assigns %s", self._config.group_id, self.generation,
+                     sorted(tp.partition for tp in self._new))
+            for a in self.assignors:
+                if a.name == self.group_protocol:
+                    a.on_assignment(assignment, self.generation)
+            self.machine.fire("synced")
+        elif code in _FENCED:
+            self.machine.fire("fenced_error")
+        elif code in _FATAL:
+            self._fail(code, "SyncGroup")
+        else:
+            log.info("group %s: SyncGroup failed: %s", self._config.group_id, ke.for_code(code).__name__)
+            if code in _COORDINATOR_ERRORS:
+                self._coordinator.mark_unknown()
+            self.machine.fire("join_failed")
+
+    def _on_heartbeat(self, pending, now: float) -> None:
+        state = self.machine.state
+        if pending.error is not None:
+            self.heartbeat.answered(now, ok=False)
+            self._coordinator.mark_unknown()
+            return
+        code = pending.response.error_code
+        self.heartbeat.answered(now, ok=code == 0)
+        if code == 0:
+            return
+        if code == _REBALANCE_IN_PROGRESS:
+            log.info("group %s: heartbeat says the group rebalances (state %s)", self._config.group_id, state)
+            if state == "stable":
+                self.machine.fire("rejoin_needed")
+            elif state == "assigning_partitions":
+                self._rejoin_pending = True
+        elif code in _FENCED and self.machine.may("fenced_error"):
+            self.machine.fire("fenced_error")
+        elif code in _FATAL:
+            self._fail(code, "Heartbeat")
+        elif code in _COORDINATOR_ERRORS:
+            self._coordinator.mark_unknown()
+
+    def _leave_request(self, node: int) -> Outgoing:
+        request = LeaveGroupRequest(
+            group_id=self._config.group_id, member_id=self.member_id,
+            members=[LeaveGroupRequest.MemberIdentity(member_id=self.member_id,
+                                                      group_instance_id=self._config.group_instance_id,
+                                                      reason="the consumer is leaving")])
+        self._request_in_flight = True
+        return Outgoing(request, node, self._on_leave)
+
+    def _on_leave(self, pending, now: float) -> None:
+        self._request_in_flight = False
+        if self.machine.state == "leaving":
+            self._reset_after_leave()
+            self.machine.fire("left")
+
+    def _reset_after_leave(self) -> None:
+        self.generation = -1
+        if self._config.group_instance_id is None:
+            self.member_id = ""
+        self.owned = frozenset()
+        self._subs.set_group_assignment(())
+
+    def _fail(self, code: int, what: str) -> None:
+        self.fatal = ke.for_code(code)(f"{what} for group {self._config.group_id!r}")
+        self.machine.fire("fatal_error")
+
+    def _record(self, what: str, partitions) -> None:
+        self.history.append((what, tuple(sorted(partitions)), self._clock.now_ms(), self.generation))
+        if len(self.history) > 10_000:
+            del self.history[:5_000]

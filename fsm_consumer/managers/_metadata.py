@@ -1,0 +1,144 @@
+"""Cluster metadata: brokers, partitions and their leaders.
+
+Refreshed every ``metadata_max_age_ms``, on request (an unknown leader, NOT_LEADER_OR_FOLLOWER,
+a new subscription), and for TopicMetadataEvent callers. One Metadata request at a time; a failed
+one is retried after ``retry_backoff_ms``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+from kafka.protocol.metadata import MetadataRequest
+
+from ..fetch._records import TopicPartition
+from ._base import FOREVER, Outgoing
+
+
+@attrs.define(slots=True)
+class TopicInfo:
+    leaders: dict[int, int]            # partition -> leader node id (-1: none)
+    leader_epochs: dict[int, int]
+    error: int = 0                     # topic-level error code of the last answer
+    internal: bool = False
+
+
+class MetadataManager:
+    def __init__(self, config, topics_needed: Callable[[], set[str]]) -> None:
+        self._config = config
+        self._topics_needed = topics_needed
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self.cluster_id: str | None = None
+        self.version = 0                  # bumps when brokers or leaders change
+        self._last_ok = -FOREVER
+        self._retry_at = 0.0
+        self._need_all = False
+        self._need = True
+        self._extra: set[str] = set()
+        self._in_flight = False
+        self._waiters: list[tuple[object, float]] = []   # (event, requested at) for TopicMetadataEvent
+        self.all_topics_wanted = False                    # pattern subscriptions need every topic
+
+    # -- asks -----------------------------------------------------------------------------
+    def request_update(self, topics: set[str] | None = None, *, all_topics: bool = False) -> None:
+        self._need = True
+        self._need_all |= all_topics
+        if topics:
+            self._extra |= topics
+
+    def add_waiter(self, event, now: float) -> None:
+        """Complete ``event`` with the topics' partitions after the next refresh that starts later."""
+        self._waiters.append((event, now))
+        self.request_update(set(event.topics or ()), all_topics=event.topics is None)
+
+    # -- reads ----------------------------------------------------------------------------
+    def leader(self, tp: TopicPartition) -> int | None:
+        info = self.topics.get(tp.topic)
+        if info is None:
+            return None
+        node = info.leaders.get(tp.partition, -1)
+        return node if node >= 0 and node in self.brokers else None
+
+    def partitions(self, topic: str) -> list[int] | None:
+        info = self.topics.get(topic)
+        return None if info is None or info.error else sorted(info.leaders)
+
+    @property
+    def ready(self) -> bool:
+        return self._last_ok > -FOREVER
+
+    # -- the manager loop -------------------------------------------------------------------
+    def poll(self, now: float) -> tuple[float, list[Outgoing]]:
+        if self._in_flight:
+            return FOREVER, []
+        due = self._last_ok + self._config.metadata_max_age_ms
+        if not (self._need or now >= due):
+            return due - now, []
+        if now < self._retry_at:
+            return self._retry_at - now, []
+        wanted = self._topics_needed() | self._extra
+        if self._need_all or self.all_topics_wanted:
+            topics = None  # all topics
+        else:
+            topics = [MetadataRequest.MetadataRequestTopic(name=t) for t in sorted(wanted)]
+        request = MetadataRequest(topics=topics, allow_auto_topic_creation=self._config.allow_auto_create_topics,
+                                  include_cluster_authorized_operations=False,
+                                  include_topic_authorized_operations=False)
+        self._in_flight = True
+        self._sent_at = now
+        self._sent_extra, self._sent_all = set(self._extra), topics is None
+        self._need = False
+        return FOREVER, [Outgoing(request, None, self.on_response)]
+
+    def on_response(self, pending, now: float) -> None:
+        self._in_flight = False
+        if pending.error is not None:
+            self._need = True
+            self._retry_at = now + self._config.retry_backoff_ms
+            return
+        r = pending.response
+        brokers = {b.node_id: (b.host, b.port) for b in r.brokers}
+        changed = brokers != self.brokers
+        self.brokers = brokers
+        self.cluster_id = getattr(r, "cluster_id", None)
+        retry = False
+        for t in r.topics:
+            leaders = {p.partition_index: p.leader_id for p in t.partitions}
+            epochs = {p.partition_index: p.leader_epoch for p in t.partitions}
+            old = self.topics.get(t.name)
+            if old is None or old.leaders != leaders:
+                changed = True
+            leaderless = any(p.error_code == 5 for p in t.partitions)  # LEADER_NOT_AVAILABLE
+            if (t.error_code not in (0, 3)) or leaderless:
+                retry = True  # e.g. a topic still being created
+            if t.error_code == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+                self.topics.pop(t.name, None)
+                continue
+            self.topics[t.name] = TopicInfo(leaders, epochs, t.error_code, bool(getattr(t, "is_internal", False)))
+        if self._sent_all:
+            returned = {t.name for t in r.topics}
+            for gone in set(self.topics) - returned:
+                del self.topics[gone]
+                changed = True
+            self._need_all = False
+        self._extra -= self._sent_extra
+        if changed:
+            self.version += 1
+        self._last_ok = now
+        if retry:
+            self._need = True
+            self._retry_at = now + self._config.retry_backoff_ms
+        # callers waiting for topic metadata: answer those whose wait began before this request
+        still = []
+        for event, since in self._waiters:
+            if since <= self._sent_at:
+                topics = event.topics if event.topics is not None else set(self.topics)
+                event.complete({t: self.partitions(t) for t in topics if self.partitions(t) is not None})
+            else:
+                still.append((event, since))
+        self._waiters = still
+
+    def expire(self, now: float) -> None:
+        self._waiters = [(e, s) for e, s in self._waiters if not (e.future is not None and e.future.done)]

@@ -1,0 +1,238 @@
+"""The assignment and positions, shared by the application and background threads.
+
+Both threads touch it (as in the seeds' design): the application thread assigns, seeks, pauses
+and advances positions after handing out records; the background thread reads what to fetch and
+sets positions from resets. Every method takes the lock once; nothing here is per record.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from ..errors import IllegalStateError
+from ..fetch._records import TopicPartition
+from ._partition import PartitionState
+
+
+class SubscriptionState:
+    def __init__(self, default_reset: str = "latest", notify=None) -> None:
+        self._lock = threading.RLock()
+        self._notify = notify or (lambda: None)   # wakes an application thread waiting in position()
+        self._parts: dict[TopicPartition, PartitionState] = {}
+        self.default_reset = default_reset
+        self.kind: str | None = None              # None, 'assigned', 'topics', 'pattern'
+        self.topics: frozenset[str] = frozenset()
+        self.pattern: re.Pattern[str] | None = None
+        self.listener: Any = None
+        self.changes = 0                          # bumps on every assignment change (for the engine)
+
+    # -- subscription kind ---------------------------------------------------------------
+    def _claim(self, kind: str) -> None:
+        if self.kind not in (None, kind):
+            raise IllegalStateError(
+                f"cannot {'assign' if kind == 'assigned' else 'subscribe'}: the consumer already "
+                f"{'has manual assignments' if self.kind == 'assigned' else 'is subscribed'}; "
+                "call unsubscribe() first")
+        self.kind = kind
+
+    def assign(self, partitions: Iterable[TopicPartition], *, awaiting_committed: bool = False) -> set[TopicPartition]:
+        """Manual assignment; returns the partitions that were dropped."""
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        with self._lock:
+            self._claim("assigned")
+            if not wanted:
+                self.kind = None
+            return self._set_assignment(wanted, awaiting_committed)
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | re.Pattern[str] | None = None,
+                  listener: Any = None) -> None:
+        with self._lock:
+            if pattern is not None:
+                self._claim("pattern")
+                self.pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
+                self.topics = frozenset()
+            else:
+                self._claim("topics")
+                self.topics = frozenset(topics)
+                self.pattern = None
+            self.listener = listener
+            self.changes += 1
+
+    def unsubscribe(self) -> set[TopicPartition]:
+        with self._lock:
+            dropped = set(self._parts)
+            self._parts.clear()
+            self.kind, self.topics, self.pattern, self.listener = None, frozenset(), None, None
+            self.changes += 1
+            return dropped
+
+    def set_group_assignment(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """Install what the group assigned (subscribe mode); returns partitions dropped."""
+        with self._lock:
+            return self._set_assignment([TopicPartition(*tp) for tp in partitions], awaiting_committed=True)
+
+    def _set_assignment(self, wanted: list[TopicPartition], awaiting_committed: bool) -> set[TopicPartition]:
+        dropped = set(self._parts) - set(wanted)
+        fresh: dict[TopicPartition, PartitionState] = {}
+        for tp in wanted:
+            state = self._parts.get(tp)
+            if state is None:
+                state = PartitionState(awaiting_committed=awaiting_committed)
+                if not awaiting_committed:
+                    state.reset_strategy = self.default_reset
+            fresh[tp] = state
+        for tp in dropped:
+            self._parts[tp].invalidate()
+        self._parts = fresh
+        self.changes += 1
+        return dropped
+
+    # -- queries ---------------------------------------------------------------------------
+    def assignment(self) -> set[TopicPartition]:
+        with self._lock:
+            return set(self._parts)
+
+    def is_assigned(self, tp: TopicPartition) -> bool:
+        return tp in self._parts
+
+    def state(self, tp: TopicPartition) -> PartitionState:
+        try:
+            return self._parts[tp]
+        except KeyError:
+            raise IllegalStateError(f"partition {tp} is not assigned to this consumer") from None
+
+    def topics_needed(self) -> set[str]:
+        with self._lock:
+            return {tp.topic for tp in self._parts} | set(self.topics)
+
+    def paused(self) -> set[TopicPartition]:
+        with self._lock:
+            return {tp for tp, s in self._parts.items() if s.paused}
+
+    def fetchable(self) -> list[tuple[TopicPartition, int, int, int]]:
+        """(tp, position, leader_epoch, epoch) for partitions a Fetch may include now."""
+        with self._lock:
+            return [(tp, s.position, s.leader_epoch, s.epoch) for tp, s in self._parts.items() if s.fetchable]
+
+    def without_offset(self, partitions: Iterable[TopicPartition] | None = None) -> set[TopicPartition]:
+        """Partitions (of ``partitions``, default all) needing a reset under the 'none' policy."""
+        with self._lock:
+            tps = self._parts if partitions is None else partitions
+            return {tp for tp in tps if (s := self._parts.get(tp)) is not None and s.reset_strategy == "none"}
+
+    def needing_reset(self) -> dict[TopicPartition, str]:
+        with self._lock:
+            return {tp: s.reset_strategy for tp, s in self._parts.items()
+                    if s.reset_strategy is not None and not s.revoking}
+
+    def awaiting_committed(self) -> set[TopicPartition]:
+        with self._lock:
+            return {tp for tp, s in self._parts.items() if s.awaiting_committed}
+
+    def missing_positions(self) -> set[TopicPartition]:
+        with self._lock:
+            return {tp for tp, s in self._parts.items() if s.position is None}
+
+    def positions(self) -> dict[TopicPartition, int]:
+        with self._lock:
+            return {tp: s.position for tp, s in self._parts.items() if s.position is not None}
+
+    # -- changes from the application thread ----------------------------------------------------
+    def seek(self, tp: TopicPartition, offset: int, leader_epoch: int = -1) -> None:
+        with self._lock:
+            s = self.state(tp)
+            s.position, s.leader_epoch = offset, leader_epoch
+            s.reset_strategy, s.awaiting_committed = None, False
+            s.invalidate()
+
+    def request_reset(self, partitions: Iterable[TopicPartition], strategy: str) -> None:
+        with self._lock:
+            for tp in partitions:
+                s = self.state(tp)
+                # the old position is no answer any more: position() waits for the reset
+                s.position, s.reset_strategy, s.awaiting_committed = None, strategy, False
+                s.invalidate()
+
+    def set_paused(self, partitions: Iterable[TopicPartition], paused: bool) -> None:
+        with self._lock:
+            for tp in partitions:
+                s = self.state(tp)
+                if s.paused != paused:
+                    s.paused = paused
+                    if paused:
+                        s.invalidate()  # data fetched before the pause is not returned
+
+    def advance(self, tp: TopicPartition, epoch: int, position: int, leader_epoch: int) -> bool:
+        """After handing out records up to ``position``; False if the partition changed meanwhile."""
+        with self._lock:
+            s = self._parts.get(tp)
+            if s is None or s.epoch != epoch:
+                return False
+            s.position, s.leader_epoch = position, leader_epoch
+            return True
+
+    # -- changes from the background thread -------------------------------------------------------
+    def mark_fetch_in_flight(self, tps: Iterable[TopicPartition], in_flight: bool) -> None:
+        with self._lock:
+            for tp in tps:
+                s = self._parts.get(tp)
+                if s is not None:
+                    s.fetch_in_flight = in_flight
+
+    def release_fetch(self, tp: TopicPartition, epoch: int, *, to_back: bool = False) -> None:
+        """The fetched data for ``tp`` under ``epoch`` was consumed or dropped: fetch again.
+
+        ``to_back`` (its data was handed out): ``tp`` goes last in fetch order, so the next Fetch
+        lists the partitions that waited longest first (Java's movePartitionToEnd). A broker that
+        fills its answer in request order (Tansu returns whole batches until ~5 MiB) would
+        otherwise starve the partitions listed last."""
+        with self._lock:
+            s = self._parts.get(tp)
+            if s is not None and s.epoch == epoch:
+                s.fetch_in_flight = False
+                if to_back and len(self._parts) > 1:
+                    # a new dict swapped in whole: readers that skip the lock never miss a partition
+                    parts = dict(self._parts)
+                    del parts[tp]
+                    parts[tp] = s
+                    self._parts = parts
+
+    def set_reset_position(self, tp: TopicPartition, strategy: str, offset: int, leader_epoch: int = -1) -> bool:
+        with self._lock:
+            s = self._parts.get(tp)
+            if s is None or s.reset_strategy != strategy:
+                return False  # reassigned, sought or reset differently meanwhile
+            s.position, s.leader_epoch, s.reset_strategy = offset, leader_epoch, None
+            s.invalidate()
+        self._notify()
+        return True
+
+    def set_committed_position(self, tp: TopicPartition, offset: int | None, leader_epoch: int = -1) -> None:
+        with self._lock:
+            s = self._parts.get(tp)
+            if s is None or not s.awaiting_committed:
+                return
+            s.awaiting_committed = False
+            if offset is None or offset < 0:
+                s.reset_strategy = self.default_reset
+            else:
+                s.position, s.leader_epoch = offset, leader_epoch
+                s.invalidate()
+        self._notify()
+
+    def update_watermarks(self, tp: TopicPartition, high: int, lso: int, log_start: int) -> None:
+        s = self._parts.get(tp)
+        if s is not None:  # plain int stores: atomic under the GIL, read only for lag metrics
+            s.high_watermark, s.last_stable_offset, s.log_start_offset = high, lso, log_start
+
+    def set_revoking(self, partitions: Iterable[TopicPartition], revoking: bool) -> None:
+        with self._lock:
+            for tp in partitions:
+                s = self._parts.get(tp)
+                if s is not None:
+                    s.revoking = revoking
+                    if revoking:
+                        s.invalidate()
