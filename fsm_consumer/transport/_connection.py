@@ -1,0 +1,576 @@
+"""One broker connection: the model that ``specs/connection.yaml`` drives.
+
+The machine decides *when* (connect, handshake steps, backoff, deadlines); this class does the
+socket work in the hooks the spec names and turns I/O outcomes into the spec's triggers. All of
+it runs on the transport's thread; nothing here blocks (DNS resolution aside, as in Kafka's own
+clients).
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import logging
+import os
+import selectors
+import socket
+import ssl
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kafka.errors import for_code
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.metadata import ApiVersionsRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+from .._version import __version__
+from ..spec import Clock, SpecMachine, shipped_spec
+from ._backoff import ReconnectBackoff
+from ._base import Pending
+from ._codec import Decoded, RequestCodec
+from ._errors import (
+    AuthenticationError,
+    ConnectionLost,
+    RequestTimedOut,
+    TransportError,
+    UnsupportedVersion,
+)
+from ._framing import FrameReader
+from ._sasl import SaslMechanism
+from ._tls import SslHandshakeError, handshake_step
+from ._versions import ApiVersionTable
+
+if TYPE_CHECKING:
+    import random
+
+    from ._kafka import KafkaSettings
+
+__all__ = ["Connection", "clone_error"]
+
+logger = logging.getLogger("fsm_consumer.transport")
+
+_READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
+_CONNECT_IN_PROGRESS = {errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY, errno.EAGAIN}
+# Plain sockets: bytes per send() call; bigger gains nothing once the kernel buffer is full.
+_PLAIN_WRITE_CHUNK = 1 << 20
+# TLS: one record per SSL_write, retried with the same bytes after WANT_WRITE as OpenSSL requires.
+_TLS_WRITE_CHUNK = 16 * 1024
+# Bytes read from one plain socket per poll before the others get their turn (the selector is
+# level-triggered, so the rest is read next poll). TLS sockets are drained fully: bytes OpenSSL
+# has buffered do not make the descriptor readable again.
+_READ_BUDGET = 8 << 20
+_HANDSHAKE_STATES = frozenset({"connecting", "tls_handshake", "api_versions", "authenticating"})
+# ApiVersions v3+ must name the client (KIP-511); brokers reject empty names.
+_SOFTWARE_NAME = "fsm-consumer"
+
+_Handler = Callable[[ApiMessage], None]
+
+
+def clone_error(exc: Exception) -> Exception:
+    """A copy of ``exc`` (its cause kept) for one request: raising one shared instance in
+    several places would chain unrelated tracebacks onto it."""
+    error = copy.copy(exc)
+    error.__cause__ = exc.__cause__
+    return error
+
+
+class Connection:
+    """A connection to one node; ``machine`` is its ``connection`` SpecMachine."""
+
+    def __init__(
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        *,
+        settings: KafkaSettings,
+        clock: Clock,
+        selector: selectors.BaseSelector,
+        read_buffer: memoryview,
+        rng: random.Random,
+        complete: Callable[[Pending], None],
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self._settings = settings
+        self._selector = selector
+        self._read_buffer = read_buffer  # shared by the transport's connections: reads never overlap
+        self._complete = complete
+        self.sock: socket.socket | None = None
+        self._events = 0  # selector interest currently registered for sock
+        self._out: deque[memoryview] = deque()
+        self._reader = FrameReader(settings.receive_buffer_max, node_id=node_id)
+        self._codec = RequestCodec(node_id=node_id)
+        self.queued: deque[Pending] = deque()  # waiting for the connection to get ready
+        self._in_flight: deque[Pending | _Handler] = deque()  # same order as the codec's
+        self.versions: ApiVersionTable | None = None
+        self._api_versions_version = ApiVersionsRequest.max_version
+        self._sasl: SaslMechanism | None = None
+        self._attempt = 0
+        self._cause: TransportError | None = None  # why the next backoff/closed entry happens
+        self.auth_error: AuthenticationError | None = None  # set while backing off after one
+        self._auth_failed = False  # the next backoff is the maximum
+        self._closing = False
+        self.machine = SpecMachine(shipped_spec("connection"), self, clock=clock, config=settings,
+                                   instance=f"node {node_id}")
+        self._backoff = ReconnectBackoff(self.machine.durations["reconnect_backoff"],
+                                         settings.reconnect_backoff_max_ms, rng)
+
+    # -- queries -----------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        return self.machine.state
+
+    @property
+    def outstanding(self) -> int:
+        """Requests sent and not answered, plus live ones waiting to be sent."""
+        return len(self._in_flight) + sum(1 for p in self.queued if not p.done)
+
+    @property
+    def idle(self) -> bool:
+        return self.outstanding == 0
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self._out)
+
+    def __repr__(self) -> str:
+        return (f"<Connection node={self.node_id} {self.host}:{self.port} {self.state} "
+                f"in_flight={len(self._in_flight)} queued={len(self.queued)}>")
+
+    # -- driven by the transport -------------------------------------------------------------
+    def submit(self, pending: Pending) -> None:
+        """Send now if ready; otherwise queue it and connect if nobody is connecting yet."""
+        state = self.state
+        if state == "ready":
+            self._transmit(pending)
+        elif state == "closed":
+            self._fail(pending, ConnectionLost("the transport is closed", node_id=self.node_id))
+        elif state == "backoff" and self.auth_error is not None:
+            # Retrying before the backoff ends cannot help: say why at once (as Java does).
+            self._fail(pending, self.auth_error)
+        else:
+            self.queued.append(pending)
+            if state == "disconnected":
+                self.machine.fire("connect")
+
+    def connect(self) -> None:
+        if self.state == "disconnected":
+            self.machine.fire("connect")
+
+    def maybe_reconnect(self) -> None:
+        """After a backoff: reconnect if requests are still waiting for this node."""
+        if self.queued and any(p.done for p in self.queued):  # timed out while waiting: forget them
+            self.queued = deque(p for p in self.queued if not p.done)
+        if self.state == "disconnected" and self.queued:
+            self.machine.fire("connect")
+
+    def on_io(self, mask: int) -> None:
+        """The selector reported ``mask`` for this connection's socket."""
+        state = self.state
+        if state == "connecting":
+            self._finish_connect()
+        elif state == "tls_handshake":
+            self._advance_tls()
+        else:
+            if mask & _READ:
+                self._read()
+            if mask & _WRITE and self.sock is not None:
+                self.flush()
+
+    def flush(self) -> None:
+        """Write what the socket accepts of the output buffer; the rest waits for writability."""
+        sock = self.sock
+        if sock is None or not self._out or self.state in ("connecting", "tls_handshake"):
+            return
+        chunk = _TLS_WRITE_CHUNK if isinstance(sock, ssl.SSLSocket) else _PLAIN_WRITE_CHUNK
+        out = self._out
+        while out:
+            head = out[0]
+            try:
+                sent = sock.send(head[:chunk])
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                break
+            except OSError as exc:
+                self._io_failed(ConnectionLost(f"write to {self.host}:{self.port} failed: {exc}"))
+                return
+            if sent >= len(head):
+                out.popleft()
+            else:
+                out[0] = head[sent:]
+        self._set_interest(_READ | (_WRITE if out else 0))
+
+    def request_timed_out(self, pending: Pending) -> None:
+        """``pending`` was sent here and its deadline passed: fail it and recycle the connection,
+        whose later responses can no longer be trusted to arrive (as Java's NetworkClient)."""
+        name = type(pending.request).__name__
+        self._fail(pending, RequestTimedOut(f"{name} got no response by its deadline", node_id=self.node_id))
+        self._io_failed(ConnectionLost(f"connection recycled after {name} timed out"))
+
+    def disconnect(self, reason: str = "disconnected by the client") -> None:
+        if self.machine.may("io_error"):
+            self._io_failed(ConnectionLost(reason))
+
+    def relocate(self, host: str, port: int) -> None:
+        """The node now lives at another address: drop the old socket, queued requests follow."""
+        self.disconnect(f"node {self.node_id} moved to {host}:{port}")
+        self.host, self.port = host, port
+
+    def close(self, reason: str = "the transport is closed") -> None:
+        """Enter ``closed``: everything outstanding, queued included, fails with ConnectionLost."""
+        if self.machine.is_terminal:
+            return
+        self._closing = True
+        self._cause = ConnectionLost(reason, node_id=self.node_id)
+        self.machine.fire("close")
+
+    # -- spec hooks: conditions ---------------------------------------------------------------
+    def uses_tls(self) -> bool:
+        return self._settings.security_protocol in ("SSL", "SASL_SSL")
+
+    def uses_sasl(self) -> bool:
+        return self._settings.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    # -- spec hooks: actions ------------------------------------------------------------------
+    def start_connect(self) -> None:
+        self.auth_error = None  # a new attempt: the old verdict no longer applies
+        self._reader = FrameReader(self._settings.receive_buffer_max, node_id=self.node_id)
+        self._codec = RequestCodec(node_id=self.node_id)
+        self._api_versions_version = ApiVersionsRequest.max_version
+        try:
+            infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            self._io_failed(ConnectionLost(f"cannot resolve {self.host}:{self.port}: {exc}"))
+            return
+        # Several addresses (IPv4 and IPv6, round-robin DNS): try the next one on each attempt.
+        family, kind, proto, _, address = infos[self._attempt % len(infos)]
+        self._attempt += 1
+        try:
+            sock = socket.socket(family, kind, proto)
+        except OSError as exc:
+            self._io_failed(ConnectionLost(f"cannot create a socket: {exc}"))
+            return
+        self.sock = sock
+        sock.setblocking(False)
+        try:
+            if family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # requests are whole frames
+            if self._settings.send_buffer_bytes:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._settings.send_buffer_bytes)
+            if self._settings.receive_buffer_bytes:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._settings.receive_buffer_bytes)
+            err = sock.connect_ex(address)
+        except OSError as exc:
+            err = exc.errno or errno.EIO
+        if err == 0:
+            self._set_interest(_READ)
+            self.machine.fire("connected")
+        elif err in _CONNECT_IN_PROGRESS:
+            self._set_interest(_WRITE)
+        else:
+            self._io_failed(ConnectionLost(f"connect to {self.host}:{self.port} failed: {os.strerror(err)}"))
+
+    def start_tls(self) -> None:
+        raw = self.sock
+        assert raw is not None and self._settings.ssl_context is not None
+        self._set_interest(0)  # the wrapped socket is registered anew
+        try:
+            self.sock = self._settings.ssl_context.wrap_socket(
+                raw, server_hostname=self.host, do_handshake_on_connect=False)
+        except (ssl.SSLError, ValueError) as exc:
+            self.sock = raw
+            self._tls_failed(SslHandshakeError(f"cannot start TLS: {exc}", node_id=self.node_id))
+            return
+        except OSError as exc:
+            self.sock = raw
+            self._io_failed(ConnectionLost(f"cannot start TLS: {exc}"))
+            return
+        self._advance_tls()
+
+    def send_api_versions(self) -> None:
+        version = self._api_versions_version
+        if version >= 3:
+            request = ApiVersionsRequest(version=version, client_software_name=_SOFTWARE_NAME,
+                                         client_software_version=__version__)
+        else:
+            request = ApiVersionsRequest(version=version)
+        self._send_internal(request, self._on_api_versions)
+
+    def start_sasl(self) -> None:
+        self._sasl = self._settings.new_sasl_mechanism()
+        assert self.versions is not None
+        try:
+            # v0 would mean raw SASL tokens without SaslAuthenticate framing: not spoken here.
+            version = self.versions.pick_version(SaslHandshakeRequest, min_version=1)
+        except UnsupportedVersion as exc:
+            self._authentication_failed(AuthenticationError(f"SASL is not available: {exc}"))
+            return
+        self._send_internal(SaslHandshakeRequest(version=version, mechanism=self._sasl.name),
+                            self._on_sasl_handshake)
+
+    def connection_ready(self) -> None:
+        self._backoff.reset()
+        self._attempt = 0
+        queued, self.queued = self.queued, deque()
+        for pending in queued:
+            if not pending.done:
+                self._transmit(pending)
+        self.flush()
+
+    def note_authentication_failure(self) -> None:
+        self._auth_failed = True
+
+    def close_socket(self) -> None:
+        sock = self.sock
+        self.sock = None
+        self._out.clear()
+        self.versions = None
+        self._sasl = None
+        if sock is None:
+            return
+        if self._events:
+            try:
+                self._selector.unregister(sock)
+            except (KeyError, ValueError, OSError):
+                pass
+            self._events = 0
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+    def fail_in_flight(self) -> None:
+        cause = self._cause or ConnectionLost("connection closed", node_id=self.node_id)
+        self._cause = None
+        if cause.node_id is None:
+            cause.node_id = self.node_id
+        if isinstance(cause, AuthenticationError):
+            logger.warning("node %s (%s:%s): %s", self.node_id, self.host, self.port, cause)
+        else:
+            logger.debug("node %s (%s:%s): %s", self.node_id, self.host, self.port, cause)
+        self._codec.drain()
+        in_flight, self._in_flight = self._in_flight, deque()
+        for entry in in_flight:
+            if isinstance(entry, Pending):
+                self._fail(entry, cause)
+        # Queued requests wait for the reconnect (until their deadline), unless nothing will
+        # reconnect or the failure is one that reconnecting cannot fix.
+        if self._closing or isinstance(cause, AuthenticationError):
+            queued, self.queued = self.queued, deque()
+            for pending in queued:
+                self._fail(pending, cause)
+
+    def next_reconnect_backoff_ms(self, configured: float) -> float:
+        if self._auth_failed:
+            self._auth_failed = False
+            return self._backoff.maximum()
+        return self._backoff.next_ms()
+
+    # -- I/O ------------------------------------------------------------------------------------
+    def _set_interest(self, events: int) -> None:
+        sock = self.sock
+        if sock is None or events == self._events:
+            return
+        if not self._events:
+            self._selector.register(sock, events, self)
+        elif not events:
+            self._selector.unregister(sock)
+        else:
+            self._selector.modify(sock, events, self)
+        self._events = events
+
+    def _finish_connect(self) -> None:
+        assert self.sock is not None
+        err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            self._io_failed(ConnectionLost(f"connect to {self.host}:{self.port} failed: {os.strerror(err)}"))
+            return
+        self._set_interest(_READ)
+        self.machine.fire("connected")
+
+    def _advance_tls(self) -> None:
+        assert isinstance(self.sock, ssl.SSLSocket)
+        try:
+            step = handshake_step(self.sock, node_id=self.node_id)
+        except SslHandshakeError as exc:
+            self._tls_failed(exc)
+            return
+        except ConnectionLost as exc:
+            self._io_failed(exc)
+            return
+        if step == "done":
+            self._set_interest(_READ)
+            self.machine.fire("tls_established")
+        else:
+            self._set_interest(_READ if step == "read" else _WRITE)
+
+    def _read(self) -> None:
+        sock = self.sock
+        buf = self._read_buffer
+        budget = None if isinstance(sock, ssl.SSLSocket) else _READ_BUDGET
+        while sock is not None and sock is self.sock:
+            try:
+                n = sock.recv_into(buf)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            except OSError as exc:
+                self._io_failed(ConnectionLost(f"read from {self.host}:{self.port} failed: {exc}"))
+                return
+            if n == 0:
+                midway = " in the middle of a response" if self._reader.partial else ""
+                self._io_failed(ConnectionLost(f"{self.host}:{self.port} closed the connection{midway}"))
+                return
+            try:
+                for frame in self._reader.feed(buf[:n]):
+                    self._dispatch(self._codec.decode(frame))
+                    if sock is not self.sock:
+                        return  # a response closed or replaced the connection
+            except TransportError as exc:  # the stream is out of step: nothing more on it is trusted
+                self._io_failed(exc)
+                return
+            if budget is not None:
+                budget -= n
+                if budget <= 0:
+                    return
+
+    def _dispatch(self, decoded: Decoded) -> None:
+        entry = self._in_flight.popleft()
+        if isinstance(entry, Pending):
+            self._finish(entry, decoded.response)
+        else:
+            entry(decoded.response)
+
+    def _transmit(self, pending: Pending) -> None:
+        """Pick the version, encode, and buffer ``pending`` for writing (flushed by the caller)."""
+        request = pending.request
+        assert self.versions is not None
+        low = max(pending.min_version, request._min_version or 0)
+        highs = [v for v in (pending.max_version, request._max_version) if v is not None]
+        high = min(highs) if highs else None
+        if request.API_VERSION is not None:  # the caller fixed the version: only that one will do
+            low = high = request.API_VERSION
+        try:
+            request.API_VERSION = self.versions.pick_version(type(request), min_version=low, max_version=high)
+            _, data = self._codec.encode(request, self._settings.client_id)
+        except UnsupportedVersion as exc:
+            self._fail(pending, exc)
+            return
+        except (TypeError, ValueError, AttributeError) as exc:  # a request kafka-python cannot encode
+            self._fail(pending, exc)
+            return
+        pending.sent_to = self.node_id
+        self._out.append(memoryview(data))
+        if request.expect_response():
+            self._in_flight.append(pending)
+        else:
+            self._finish(pending, None)
+
+    def _send_internal(self, request: ApiMessage, handler: _Handler) -> None:
+        _, data = self._codec.encode(request, self._settings.client_id)
+        self._in_flight.append(handler)
+        self._out.append(memoryview(data))
+        self.flush()
+
+    # -- handshake responses --------------------------------------------------------------------
+    def _on_api_versions(self, response: ApiMessage) -> None:
+        try:
+            table = ApiVersionTable.from_response(response, node_id=self.node_id)
+        except UnsupportedVersion as exc:
+            retry = exc.retry_version
+            if retry is not None and 0 <= retry < self._api_versions_version:
+                # The broker answered in v0 with the versions it speaks; ask again in one of them.
+                self._api_versions_version = retry
+                self.send_api_versions()
+            else:
+                self._io_failed(exc)
+            return
+        except TransportError as exc:
+            self._io_failed(exc)
+            return
+        self.versions = table
+        self.machine.fire("versions_known")
+
+    def _on_sasl_handshake(self, response: ApiMessage) -> None:
+        assert self._sasl is not None
+        if response.error_code:
+            offered = ", ".join(response.mechanisms or ()) or "none"
+            self._authentication_failed(AuthenticationError(
+                f"the broker does not enable SASL mechanism {self._sasl.name} "
+                f"({for_code(response.error_code).__name__}; it lists: {offered})"))
+            return
+        try:
+            token = self._sasl.initial()
+        except AuthenticationError as exc:
+            self._authentication_failed(exc)
+            return
+        self._send_sasl_token(token)
+
+    def _send_sasl_token(self, token: bytes) -> None:
+        assert self.versions is not None
+        try:
+            version = self.versions.pick_version(SaslAuthenticateRequest)
+        except UnsupportedVersion as exc:
+            self._authentication_failed(AuthenticationError(f"SASL is not available: {exc}"))
+            return
+        self._send_internal(SaslAuthenticateRequest(version=version, auth_bytes=token),
+                            self._on_sasl_authenticate)
+
+    def _on_sasl_authenticate(self, response: ApiMessage) -> None:
+        assert self._sasl is not None
+        if response.error_code:
+            # The broker's message names the user at most; the password never travels back.
+            detail = f": {response.error_message}" if response.error_message else ""
+            self._authentication_failed(AuthenticationError(
+                f"SASL {self._sasl.name} authentication failed "
+                f"({for_code(response.error_code).__name__}){detail}"))
+            return
+        try:
+            token = self._sasl.step(bytes(response.auth_bytes or b""))
+        except AuthenticationError as exc:
+            self._authentication_failed(exc)
+            return
+        if token is None:
+            self.machine.fire("authenticated")
+        else:
+            self._send_sasl_token(token)
+
+    # -- failures and completion ----------------------------------------------------------------
+    def _io_failed(self, exc: TransportError) -> None:
+        if exc.node_id is None:
+            exc.node_id = self.node_id
+        if self.machine.may("io_error"):
+            self._cause = exc
+            self.machine.fire("io_error")
+
+    def _tls_failed(self, exc: SslHandshakeError) -> None:
+        # Like Java, a refused certificate is an authentication failure: requests fail now and the
+        # backoff is the max (the spec's authentication_failed edge out of tls_handshake).
+        if self.machine.state == "tls_handshake":
+            self._authentication_failed(exc)
+        else:
+            self.auth_error = exc
+            self._auth_failed = True
+            self._io_failed(exc)
+
+    def _authentication_failed(self, exc: AuthenticationError) -> None:
+        if exc.node_id is None:
+            exc.node_id = self.node_id
+        self.auth_error = exc
+        self._cause = exc
+        self.machine.fire("authentication_failed")
+
+    def _fail(self, pending: Pending, exc: Exception) -> None:
+        if pending.done:
+            return
+        pending.error = clone_error(exc)
+        pending.done = True
+        self._complete(pending)
+
+    def _finish(self, pending: Pending, response: ApiMessage | None) -> None:
+        if pending.done:
+            return
+        pending.response = response
+        pending.done = True
+        self._complete(pending)
