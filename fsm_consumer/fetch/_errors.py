@@ -1,0 +1,55 @@
+"""Typed failures of record decoding.
+
+Decoding never raises these out of ``decode_partition``: it returns the
+records decoded before the failure with the error attached, so the consumer
+can hand out what was good and raise the error when the bad offset is next.
+"""
+
+from __future__ import annotations
+
+
+class RecordError(Exception):
+    """Base of every record decoding failure at ``offset`` of ``topic``/``partition``."""
+
+    def __init__(self, topic: str, partition: int, offset: int, message: str) -> None:
+        super().__init__(topic, partition, offset, message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition} at offset {self.offset}: {self.message}"
+
+    def __reduce__(self):
+        # Subclasses add attributes beyond args, which the default
+        # Exception pickling (cls(*args)) would drop.
+        return _restore, (type(self), self.args, self.__dict__)
+
+
+def _restore(cls: type[RecordError], args: tuple, state: dict) -> RecordError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
+
+class CorruptRecordError(RecordError):
+    """A batch failed its CRC or could not be parsed; ``offset`` is the batch's base offset."""
+
+
+class RecordTooLargeError(RecordError):
+    """The fetch returned bytes but not one complete batch: the batch at ``offset``
+    is larger than the partition fetch size (Java's RecordTooLargeException)."""
+
+
+class DeserializationError(RecordError):
+    """The key or value deserializer failed on the record at ``offset``.
+
+    ``origin`` is ``"key"`` or ``"value"``; the deserializer's exception is
+    the ``__cause__``.
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, message: str, *, origin: str) -> None:
+        super().__init__(topic, partition, offset, message)
+        self.origin = origin
