@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..events import (CallbackAckEvent, CommitEvent, FetchCommittedEvent, SubscriptionChangedEvent,
                       UnsubscribeEvent)
-from ..managers import CommitManager, CoordinatorManager
+from ..managers import CommitManager, CoordinatorManager, MembershipManager
 
 
 class GroupParts:
@@ -16,8 +16,6 @@ class GroupParts:
         lifecycle.coordinator = self.coordinator
         self.commits = CommitManager(config, subscription=subscription, coordinator=self.coordinator,
                                      background_events=background_events, clock=clock, metrics=metrics)
-        from ..managers._membership import MembershipManager  # needs the assignors package
-
         self.membership = MembershipManager(
             config, subscription=subscription, metadata=metadata, coordinator=self.coordinator,
             commits=self.commits, background_events=background_events, post_app_event=app_queue.put,

@@ -4,8 +4,9 @@ from ._base import Outgoing, RequestManager
 from ._commit import CommitManager
 from ._coordinator import CoordinatorManager
 from ._fetch import FetchManager
+from ._membership import MembershipManager
 from ._metadata import MetadataManager
 from ._offsets import OffsetsManager
 
-__all__ = ["CommitManager", "CoordinatorManager", "FetchManager", "MetadataManager", "OffsetsManager",
-           "Outgoing", "RequestManager"]
+__all__ = ["CommitManager", "CoordinatorManager", "FetchManager", "MembershipManager", "MetadataManager",
+           "OffsetsManager", "Outgoing", "RequestManager"]

@@ -14,8 +14,8 @@ import logging
 import kafka.errors as ke
 from kafka.protocol.consumer import (HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest)
 
-from ..assignors import (Assignment, RebalanceProtocol, Subscription, decode_assignment, decode_subscription,
-                         encode_assignment, encode_subscription, resolve)
+from ..assignors import (Assignment, ConsumerProtocolError, RebalanceProtocol, Subscription, decode_assignment,
+                         decode_subscription, encode_assignment, encode_subscription, resolve)
 from ..events import CallbackAckEvent, CallbackEvent, ErrorEvent
 from ..fetch._records import TopicPartition
 from ..spec import SpecMachine, shipped_spec
@@ -30,7 +30,9 @@ _REBALANCE_IN_PROGRESS = 27
 _MEMBER_ID_REQUIRED = 79
 _FATAL = {23, 24, 26, 30, 81, 82}      # inconsistent protocol, invalid group id, invalid session timeout,
                                        # group authorization, group max size, fenced instance id
-_HEARTBEAT_STATES = {"stable", "assigning_partitions", "revoking_partitions"}
+# heartbeats go on while SyncGroup is answered (Kafka accepts them in CompletingRebalance, and Java's
+# heartbeat thread sends them) and while callbacks run on the application thread
+_HEARTBEAT_STATES = {"syncing", "stable", "assigning_partitions", "revoking_partitions"}
 _MEMBER_STATES = {"joining", "join_backoff", "syncing", "prepare_revocation", "revoking_partitions",
                   "partitions_revoked", "assigning_partitions", "stable"}
 
@@ -424,8 +426,13 @@ class MembershipManager:
             return None
         subscriptions = {}
         for m in self._members:
-            sub = decode_subscription(bytes(m.metadata) if not isinstance(m.metadata, bytes) else m.metadata)
-            subscriptions[m.member_id] = sub
+            data = m.metadata if isinstance(m.metadata, bytes) else bytes(m.metadata)
+            try:  # static members (group_instance_id) are ordered first by the assignors
+                subscriptions[m.member_id] = decode_subscription(data, group_instance_id=m.group_instance_id)
+            except ConsumerProtocolError as exc:
+                log.error("group %s: member %s sent a subscription that cannot be read (%s); it gets no "
+                          "partitions", self._config.group_id, m.member_id, exc)
+                subscriptions[m.member_id] = Subscription(topics=())
         topics = {t for s in subscriptions.values() for t in s.topics}
         missing = {t for t in topics if t not in self._metadata.topics}
         if missing and not self._sync_waits_for_metadata:
