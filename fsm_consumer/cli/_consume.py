@@ -61,7 +61,9 @@ def consume(argv: list[str]) -> int:
         key, _, value = item.partition("=")
         extra[key] = int(value) if value.lstrip("-").isdigit() else value
     try:
-        consumer = Consumer(bootstrap_servers=args.bootstrap_servers, auto_offset_reset="earliest", **extra)
+        # a mistyped topic must not be created by the lookup below (-X allow_auto_create_topics=1 to allow)
+        settings = {"auto_offset_reset": "earliest", "allow_auto_create_topics": False, **extra}
+        consumer = Consumer(bootstrap_servers=args.bootstrap_servers, **settings)
     except ConfigError as exc:
         print(f"fsm-consumer consume: {exc}", file=sys.stderr)
         return 2

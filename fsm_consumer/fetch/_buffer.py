@@ -5,6 +5,9 @@ sends (``reserve``) and stops sending while the buffer and its reservations fill
 application thread draining it makes room again. A broker may answer with more than was asked
 (Tansu returns whole stored batches), so one response can overshoot a reservation: the bound is
 kept to within one response.
+
+A fetch the application thread took out (``pop``) stays counted until it is drained or dropped
+(``done``): its decoded records are in memory just as much as the queued bytes are.
 """
 
 from __future__ import annotations
@@ -67,12 +70,16 @@ class FetchBuffer:
 
     # application thread
     def pop(self) -> CompletedFetch | None:
+        """The next fetch; its bytes count until ``done(fetch)``."""
         with self._lock:
             if not self._queue:
                 return None
-            f = self._queue.popleft()
-            self._bytes -= f.size
-            return f
+            return self._queue.popleft()
+
+    def done(self, fetch: CompletedFetch) -> None:
+        """A popped fetch was drained or dropped: its bytes no longer count."""
+        with self._lock:
+            self._bytes -= fetch.size
 
     def drop(self, keep: Callable[[CompletedFetch], bool]) -> list[CompletedFetch]:
         """Remove the fetches ``keep`` rejects (e.g. of partitions no longer assigned)."""

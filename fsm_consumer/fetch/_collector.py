@@ -62,6 +62,7 @@ class FetchCollector:
                     break
                 cur = self._start(fetch)
                 if cur is None:
+                    self._buffer.done(fetch)
                     released = True
                     continue
                 self._current = cur
@@ -69,7 +70,8 @@ class FetchCollector:
             tp = fetch.tp
             state = subs._parts.get(tp)  # one dict lookup: the lock is taken by advance() below
             if state is None or state.epoch != fetch.epoch:
-                self._current = None  # unassigned, sought or paused meanwhile: drop
+                self._finish()  # unassigned, sought or paused meanwhile: drop
+                released = True
                 continue
             records = cur.records
             if cur.index < len(records):
@@ -88,7 +90,7 @@ class FetchCollector:
             subs.advance(tp, fetch.epoch, cur.next_offset, cur.leader_epoch)
             subs.release_fetch(tp, fetch.epoch, to_back=True)
             released = True
-            self._current = None
+            self._finish()
             if cur.error is not None:
                 if out:
                     self._error = cur.error  # hand out what was good now, the error next time
@@ -116,8 +118,14 @@ class FetchCollector:
         fetch.records = None
         return _Draining(fetch, decoded)
 
+    def _finish(self) -> None:
+        """The fetch being drained is used up or dropped: its bytes leave the buffer's count."""
+        cur, self._current = self._current, None
+        if cur is not None:
+            self._buffer.done(cur.fetch)
+
     def drop_partitions(self, keep: Callable[[TopicPartition], bool]) -> None:
         """Forget buffered data of partitions ``keep`` rejects (revoked, unassigned)."""
         if self._current is not None and not keep(self._current.fetch.tp):
-            self._current = None
+            self._finish()
         self._buffer.drop(lambda f: keep(f.tp))

@@ -1,0 +1,28 @@
+"""Fixtures of the group tests; the harness itself is in group_harness.py."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: make group_harness importable
+
+from group_harness import Member  # noqa: E402
+
+
+@pytest.fixture
+def members():
+    made: list[Member] = []
+
+    def make(*args, **kw) -> Member:
+        m = Member(*args, **kw)
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        if not m._stop.is_set():
+            try:
+                m.stop(timeout_ms=3000)
+            except Exception:
+                pass

@@ -1,0 +1,112 @@
+"""Group test harness: members polling in their own threads and logging what they own and consume."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+
+from fsm_consumer.consumer import Consumer, ConsumerRebalanceListener
+
+FAST = dict(session_timeout_ms=3000, heartbeat_interval_ms=300, auto_offset_reset="earliest",
+            auto_commit_interval_ms=200, request_timeout_ms=5000)
+
+
+class Member(ConsumerRebalanceListener):
+    """One fsm_consumer member: a poll loop on its own thread; ownership intervals from callbacks."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str, **config) -> None:
+        self.name = name
+        self.intervals: list[list] = []          # [partition, start, end or None]
+        self.open: dict[int, list] = {}
+        self.consumed: list[tuple[int, int]] = []  # (partition, offset)
+        self.delivery_times: dict[int, list[float]] = defaultdict(list)
+        self.errors: list[BaseException] = []
+        self.callback_delay = 0.0
+        self.paused_polling = threading.Event()
+        self.lock = threading.Lock()
+        self.consumer = Consumer(bootstrap_servers=bootstrap, group_id=group, client_id=name, **{**FAST, **config})
+        self.consumer.subscribe([topic], listener=self)
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name=f"member-{name}", daemon=True)
+        self.thread.start()
+
+    # listener: runs on the member's own poll thread
+    def on_partitions_assigned(self, assigned):
+        now = time.monotonic()
+        with self.lock:
+            for tp in assigned:
+                iv = [tp.partition, now, None]
+                self.intervals.append(iv)
+                self.open[tp.partition] = iv
+
+    def _close_intervals(self, partitions):
+        if self.callback_delay:
+            time.sleep(self.callback_delay)
+        now = time.monotonic()
+        with self.lock:
+            for tp in partitions:
+                iv = self.open.pop(tp.partition, None)
+                if iv is not None:
+                    iv[2] = now
+
+    def on_partitions_revoked(self, revoked):
+        self._close_intervals(revoked)
+
+    def on_partitions_lost(self, lost):
+        self._close_intervals(lost)
+
+    def _loop(self):
+        while not self._stop.is_set():
+            if self.paused_polling.is_set():
+                time.sleep(0.02)
+                continue
+            try:
+                batch = self.consumer.poll(timeout_ms=50)
+            except Exception as exc:  # recorded; the test decides whether it matters
+                self.errors.append(exc)
+                continue
+            now = time.monotonic()
+            with self.lock:
+                for tp, records in batch.items():
+                    self.consumed.extend((tp.partition, r.offset) for r in records)
+                    self.delivery_times[tp.partition].append(now)
+
+    @property
+    def state(self) -> str:
+        return self.consumer._group.membership.machine.state
+
+    def owned(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+    def stop(self, timeout_ms: int = 5000) -> None:
+        """Leave cleanly: close() runs on this thread after the loop ends (callbacks included)."""
+        self._stop.set()
+        self.thread.join(5)
+        self.consumer.close(timeout_ms=timeout_ms)
+        now = time.monotonic()
+        with self.lock:
+            for iv in self.open.values():
+                iv[2] = now
+            self.open.clear()
+
+
+def wait_until(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def assert_disjoint(members) -> None:
+    """No two members owned a partition at the same moment."""
+    by_partition = defaultdict(list)
+    for m in members:
+        for p, start, end in m.intervals:
+            by_partition[p].append((start, end if end is not None else float("inf"), m.name))
+    for p, ivs in by_partition.items():
+        ivs.sort()
+        for (s1, e1, n1), (s2, e2, n2) in zip(ivs, ivs[1:]):
+            assert s2 >= e1, f"partition {p}: {n1} owned it until {e1:.3f} but {n2} from {s2:.3f}"

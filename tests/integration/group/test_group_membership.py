@@ -1,0 +1,157 @@
+"""Group membership on the embedded broker: members join, leave and die; ownership stays disjoint."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer as PeerConsumer
+
+from group_harness import assert_disjoint, wait_until
+
+pytestmark = pytest.mark.integration
+CHILD = Path(__file__).with_name("_member_child.py")
+
+
+class ChildMember:
+    """A member in another process, read through its JSON lines; SIGKILL ends it without close()."""
+
+    def __init__(self, bootstrap, group, topic, strategy):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        self.proc = subprocess.Popen([sys.executable, str(CHILD), bootstrap, group, topic, strategy],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        self.name = "child"
+        self.intervals, self.open, self.consumed = [], {}, []
+        self.lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            ev = json.loads(line)
+            with self.lock:
+                if ev["ev"] == "assigned":
+                    for p in ev["parts"]:
+                        iv = [p, ev["t"], None]
+                        self.intervals.append(iv)
+                        self.open[p] = iv
+                elif ev["ev"] == "revoked":
+                    for p in ev["parts"]:
+                        iv = self.open.pop(p, None)
+                        if iv:
+                            iv[2] = ev["t"]
+                else:
+                    self.consumed.extend((ev["p"], o) for o in ev["offsets"])
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(5)
+        killed_at = time.monotonic()
+        self.reader.join(2)
+        with self.lock:  # a dead member owns nothing from the moment it dies
+            for iv in self.open.values():
+                iv[2] = killed_at
+            self.open.clear()
+
+    def owned(self):
+        with self.lock:
+            return set(self.open)
+
+
+def _keep_producing(produce, topic, stop, partitions, produced):
+    i = 0
+    while not stop.is_set():
+        produce(topic, count=partitions * 10, partition=None)
+        produced[0] += partitions * 10
+        i += 1
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("strategy", ["range"])
+def test_members_join_leave_and_die(broker, make_topic, produce, members, strategy):
+    topic = make_topic(partitions=12)
+    group = f"g-{topic}"
+    produce(topic, count=1200)
+    a, b, c = (members(broker.bootstrap_servers, group, topic, f"m{i}", partition_assignment_strategy=[strategy])
+               for i in range(3))
+    wait_until(lambda: {a.state, b.state, c.state} == {"stable"} and
+               len(a.owned() | b.owned() | c.owned()) == 12, 30, "three stable members owning 12 partitions")
+    child = ChildMember(broker.bootstrap_servers, group, topic, strategy)
+    try:
+        everyone = [a, b, c]
+        wait_until(lambda: len(child.owned()) > 0 and all(m.state == "stable" for m in everyone)
+                   and len(set().union(*(m.owned() for m in everyone)) | child.owned()) == 12,
+                   40, "the fourth member to get partitions")
+        produce(topic, count=1200)
+        c.stop()  # leaves cleanly: revokes, commits, LeaveGroup
+        wait_until(lambda: all(m.state == "stable" for m in (a, b)) and
+                   len(a.owned() | b.owned() | child.owned()) == 12, 40, "rebalance after a clean leave")
+        produce(topic, count=1200)
+        time.sleep(0.5)
+        child.kill()
+        wait_until(lambda: len(a.owned() | b.owned()) == 12 and all(m.state == "stable" for m in (a, b)),
+                   40, "the survivors to take over the dead member's partitions")
+        produce(topic, count=1200)
+        total = 4800
+        wait_until(lambda: len({x for m in (a, b, c, child) for x in m.consumed}) >= total, 30,
+                   "every produced record to be consumed")
+    finally:
+        if child.proc.poll() is None:
+            child.kill()
+    all_members = [a, b, c, child]
+    assert_disjoint(all_members)
+    seen = [x for m in all_members for x in m.consumed]
+    assert len(set(seen)) == total, "every record consumed at least once"
+    dupes = len(seen) - len(set(seen))
+    # duplicates come only from the dead member's uncommitted tail (auto-commit every 200 ms)
+    assert dupes <= len(child.consumed), f"{dupes} duplicates, more than the killed member consumed"
+
+
+def test_mixed_group_with_confluent_kafka_members(broker, make_topic, produce, members):
+    topic = make_topic(partitions=6)
+    group = f"mixed-{topic}"
+    produce(topic, count=600)
+    ours = [members(broker.bootstrap_servers, group, topic, f"fsm{i}", partition_assignment_strategy=["range"])
+            for i in range(2)]
+    peers = []
+    stop = threading.Event()
+    peer_owned = [set(), set()]
+    peer_consumed = [[], []]
+
+    def run_peer(i):
+        pc = PeerConsumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
+                           "session.timeout.ms": 3000, "heartbeat.interval.ms": 300, "auto.offset.reset": "earliest",
+                           "partition.assignment.strategy": "range", "client.id": f"peer{i}"})
+        peers.append(pc)
+        pc.subscribe([topic], on_assign=lambda c, ps: peer_owned[i].update(p.partition for p in ps),
+                     on_revoke=lambda c, ps: peer_owned[i].difference_update(p.partition for p in ps))
+        while not stop.is_set():
+            m = pc.poll(0.05)
+            if m is not None and m.error() is None:
+                peer_consumed[i].append((m.partition(), m.offset()))
+        pc.close()
+
+    threads = [threading.Thread(target=run_peer, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        def settled():
+            owned = [m.owned() for m in ours] + peer_owned
+            flat = [p for o in owned for p in o]
+            return (all(m.state == "stable" for m in ours) and sorted(flat) == list(range(6))
+                    and all(owned))
+        wait_until(settled, 45, "a mixed group with disjoint assignments covering all partitions")
+        produce(topic, count=600)
+        wait_until(lambda: all(m.consumed for m in ours) and all(peer_consumed), 20, "both kinds to consume")
+        owned = [m.owned() for m in ours] + [set(o) for o in peer_owned]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    assert sorted(p for o in owned for p in o) == list(range(6)), "disjoint and covering"
+    assert all(owned), "every member, ours and librdkafka's, owns something"

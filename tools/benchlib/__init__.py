@@ -1,0 +1,1 @@
+"""Benchmark helpers for tools/bench (not part of the package)."""

@@ -1,0 +1,102 @@
+"""tools/bench consume: the same topic read by each client, alternately, on the embedded broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .clients import CLIENTS
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int, compression: str) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000,
+                  "batch.size": 1_000_000, "compression.type": compression, "queue.buffering.max.messages": 500_000})
+    value = b"x" * size
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, value=value, partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 10_000 == 0:
+            p.poll(0)
+    p.flush(120)
+
+
+def child(argv: list[str]) -> int:
+    """Run one client; print its figures as JSON (the parent adds CPU and RSS from wait4)."""
+    name, bootstrap, topic, partitions, expect = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4])
+    fn, opts = CLIENTS[name]
+    t0 = time.monotonic()
+    got, first, last = fn(bootstrap, topic, partitions, expect, opts)
+    print(json.dumps({"records": got, "first_s": first - t0, "span_s": max(last - first, 1e-9),
+                      "total_s": last - t0}))
+    return 0
+
+
+def run_child(name: str, bootstrap: str, topic: str, partitions: int, expect: int) -> dict:
+    cmd = [sys.executable, str(HERE / "bench"), "_child", name, bootstrap, topic, str(partitions), str(expect)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    result = json.loads(out.strip().splitlines()[-1])
+    result["cpu_s"] = usage.ru_utime + usage.ru_stime
+    result["peak_rss_mb"] = usage.ru_maxrss / 1024
+    return result
+
+
+def bench_consume(args) -> list[dict]:
+    from fsm_consumer.broker import EmbeddedBroker
+
+    clients = args.clients.split(",") if args.clients else list(CLIENTS)
+    rows = []
+    with EmbeddedBroker() as broker:
+        topic = f"bench-{args.records}x{args.size}-{args.compression}"
+        broker.create_topic(topic, partitions=args.partitions)
+        t = time.monotonic()
+        fill(broker.bootstrap_servers, topic, args.partitions, args.records, args.size, args.compression)
+        print(f"# filled {topic}: {args.records} x {args.size} B ({args.compression}) in "
+              f"{time.monotonic() - t:.1f} s", file=sys.stderr)
+        runs: dict[str, list[dict]] = {c: [] for c in clients}
+        for i in range(args.runs):
+            for c in clients:  # alternate: A B C A B C ...
+                r = run_child(c, broker.bootstrap_servers, topic, args.partitions, args.records)
+                runs[c].append(r)
+                print(f"# run {i + 1} {c}: {r['records'] / r['span_s']:,.0f} rec/s, cpu {r['cpu_s']:.2f} s",
+                      file=sys.stderr)
+    for c, rs in runs.items():
+        ok = [r for r in rs if r["records"] >= args.records]
+        rate = statistics.median([r["records"] / r["span_s"] for r in ok]) if ok else 0.0
+        rows.append({
+            "bench": "consume", "client": c, "records": args.records, "size": args.size,
+            "compression": args.compression, "runs": len(rs), "complete_runs": len(ok),
+            "records_per_s": round(rate), "mb_per_s": round(rate * args.size / 1e6, 1),
+            "cpu_s_per_million": round(statistics.median([r["cpu_s"] for r in rs]) * 1e6 / args.records, 2),
+            "peak_rss_mb": round(max(r["peak_rss_mb"] for r in rs), 1),
+            "first_record_s": round(statistics.median([r["first_s"] for r in rs]), 3)})
+    ours = next((r for r in rows if r["client"] == "fsm_consumer"), None)
+    for r in rows:
+        r["fsm_ratio"] = round(ours["records_per_s"] / r["records_per_s"], 2) if ours and r["records_per_s"] else None
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| client | records/s | MB/s | CPU s per 1M | peak RSS MB | first record s | fsm_consumer / client |\n"
+            "|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        lines.append(f"| {r['client']} | {r['records_per_s']:,} | {r['mb_per_s']} | {r['cpu_s_per_million']} | "
+                     f"{r['peak_rss_mb']} | {r['first_record_s']} | {r['fsm_ratio']} |")
+    return "\n".join(lines)
