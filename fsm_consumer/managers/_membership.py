@@ -33,8 +33,8 @@ _FATAL = {23, 24, 26, 30, 81, 82}      # inconsistent protocol, invalid group id
 # heartbeats go on while SyncGroup is answered (Kafka accepts them in CompletingRebalance, and Java's
 # heartbeat thread sends them) and while callbacks run on the application thread
 _HEARTBEAT_STATES = {"syncing", "stable", "assigning_partitions", "revoking_partitions"}
-_MEMBER_STATES = {"joining", "join_backoff", "syncing", "prepare_revocation", "revoking_partitions",
-                  "partitions_revoked", "assigning_partitions", "stable"}
+# the poll timer is suspended while a callback is awaited: that wait has its own timeout (spec)
+_POLL_TIMER_STATES = {"joining", "join_backoff", "syncing", "stable"}
 
 
 class MembershipManager:
@@ -288,7 +288,7 @@ class MembershipManager:
         wait = FOREVER
         self._watch_metadata()
         # the application's poll-interval contract (a timer across states, not a state timeout)
-        if state in _MEMBER_STATES and self._last_poll is not None:
+        if state in _POLL_TIMER_STATES and self._last_poll is not None:
             expires = self._last_poll + self._config.max_poll_interval_ms
             if now >= expires:
                 log.warning("group %s: no poll() for %d ms (max_poll_interval_ms): leaving the group",
@@ -503,10 +503,14 @@ class MembershipManager:
                                                       group_instance_id=self._config.group_instance_id,
                                                       reason="the consumer is leaving")])
         self._request_in_flight = True
+        log.info("group %s: LeaveGroup as %s (state %s)", self._config.group_id, self.member_id, self.machine.state)
         return Outgoing(request, node, self._on_leave)
 
     def _on_leave(self, pending, now: float) -> None:
         self._request_in_flight = False
+        code = pending.response.error_code if pending.error is None else None
+        log.info("group %s: LeaveGroup answered: %s", self._config.group_id,
+                 pending.error or ke.for_code(code).__name__)
         if self.machine.state == "leaving":
             self._reset_after_leave()
             self.machine.fire("left")

@@ -15,7 +15,7 @@ FAST = dict(session_timeout_ms=3000, heartbeat_interval_ms=300, auto_offset_rese
 class Member(ConsumerRebalanceListener):
     """One fsm_consumer member: a poll loop on its own thread; ownership intervals from callbacks."""
 
-    def __init__(self, bootstrap: str, group: str, topic: str, name: str, **config) -> None:
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str, *, faulty: bool = False, **config) -> None:
         self.name = name
         self.intervals: list[list] = []          # [partition, start, end or None]
         self.open: dict[int, list] = {}
@@ -25,7 +25,14 @@ class Member(ConsumerRebalanceListener):
         self.callback_delay = 0.0
         self.paused_polling = threading.Event()
         self.lock = threading.Lock()
-        self.consumer = Consumer(bootstrap_servers=bootstrap, group_id=group, client_id=name, **{**FAST, **config})
+        settings = {**FAST, **config, "bootstrap_servers": bootstrap, "group_id": group, "client_id": name}
+        self.faults = None
+        transport = None
+        if faulty:  # a FaultyTransport around the real one, to blackhole the coordinator etc.
+            from fsm_consumer._config import ConsumerConfig
+            from fsm_consumer.transport import FaultyTransport, KafkaTransport
+            self.faults = transport = FaultyTransport(KafkaTransport(ConsumerConfig.from_kwargs(**settings)))
+        self.consumer = Consumer(transport=transport, **settings)
         self.consumer.subscribe([topic], listener=self)
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name=f"member-{name}", daemon=True)
@@ -75,6 +82,12 @@ class Member(ConsumerRebalanceListener):
     @property
     def state(self) -> str:
         return self.consumer._group.membership.machine.state
+
+    def triggers(self) -> list[str]:
+        return [r.trigger for r in self.consumer._group.membership.machine.log]
+
+    def background_triggers(self) -> list[str]:
+        return [r.trigger for r in self.consumer._background_machine.log]
 
     def owned(self) -> set[int]:
         return {tp.partition for tp in self.consumer.assignment()}
