@@ -34,45 +34,42 @@ class Signal:
         return self._event.wait(timeout_s)
 
 
-class ApplicationEventQueue:
+class _EventDeque:
+    """A deque handed between threads: append and popleft are atomic, so no lock is needed."""
+
+    def __init__(self) -> None:
+        self._queue: collections.deque = collections.deque()
+
+    def drain(self) -> list:
+        out = []
+        q = self._queue
+        while q:
+            out.append(q.popleft())
+        return out
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+
+class ApplicationEventQueue(_EventDeque):
     def __init__(self, wake_background: Callable[[], None] | None = None) -> None:
-        self._queue: collections.deque[ApplicationEvent] = collections.deque()
+        super().__init__()
         self._wake = wake_background
 
     def bind_waker(self, wake: Callable[[], None]) -> None:
         self._wake = wake
 
     def put(self, event: ApplicationEvent) -> None:
-        self._queue.append(event)  # deque.append/popleft are atomic: no lock needed
+        self._queue.append(event)
         if self._wake is not None:
             self._wake()
 
-    def drain(self) -> list[ApplicationEvent]:
-        out = []
-        q = self._queue
-        while q:
-            out.append(q.popleft())
-        return out
 
-    def __len__(self) -> int:
-        return len(self._queue)
-
-
-class BackgroundEventQueue:
+class BackgroundEventQueue(_EventDeque):
     def __init__(self, signal: Signal) -> None:
-        self._queue: collections.deque[BackgroundEvent] = collections.deque()
+        super().__init__()
         self._signal = signal
 
     def put(self, event: BackgroundEvent) -> None:
         self._queue.append(event)
         self._signal.set()
-
-    def drain(self) -> list[BackgroundEvent]:
-        out = []
-        q = self._queue
-        while q:
-            out.append(q.popleft())
-        return out
-
-    def __len__(self) -> int:
-        return len(self._queue)

@@ -391,15 +391,8 @@ class MembershipManager:
         elif code == _MEMBER_ID_REQUIRED:
             self.member_id = r.member_id
             self.machine.fire("member_id_required")
-        elif code in _FENCED:
-            self.machine.fire("fenced_error")
-        elif code in _FATAL:
-            self._fail(code, "JoinGroup")
         else:
-            log.info("group %s: JoinGroup failed: %s", self._config.group_id, ke.for_code(code).__name__)
-            if code in _COORDINATOR_ERRORS:
-                self._coordinator.mark_unknown()
-            self.machine.fire("join_failed")
+            self._round_failed(code, "JoinGroup")
 
     def _sync_request(self, node: int) -> list[Outgoing]:
         assignments = []
@@ -463,12 +456,17 @@ class MembershipManager:
                 if a.name == self.group_protocol:
                     a.on_assignment(assignment, self.generation)
             self.machine.fire("synced")
-        elif code in _FENCED:
+        else:
+            self._round_failed(code, "SyncGroup")
+
+    def _round_failed(self, code: int, what: str) -> None:
+        """A JoinGroup or SyncGroup error: fenced, fatal, or retried after join_backoff."""
+        if code in _FENCED:
             self.machine.fire("fenced_error")
         elif code in _FATAL:
-            self._fail(code, "SyncGroup")
+            self._fail(code, what)
         else:
-            log.info("group %s: SyncGroup failed: %s", self._config.group_id, ke.for_code(code).__name__)
+            log.info("group %s: %s failed: %s", self._config.group_id, what, ke.for_code(code).__name__)
             if code in _COORDINATOR_ERRORS:
                 self._coordinator.mark_unknown()
             self.machine.fire("join_failed")
