@@ -146,6 +146,11 @@ class ConsumerConfig:
     session_timeout_ms: int = attrs.field(default=45_000, validator=_int(1))
     heartbeat_interval_ms: int = attrs.field(default=3000, validator=_int(1))
     max_poll_interval_ms: int = attrs.field(default=300_000, validator=_int(1))
+    # A follower waits this long after its JoinGroup answer before sending SyncGroup. 0 (Kafka's Java
+    # client) is right for Apache Kafka, which holds early follower syncs for the leader's. Tansu 0.6
+    # answers JoinGroups one by one and fails a follower sync that beats the leader's after about
+    # session_timeout_ms; about one heartbeat_interval_ms lets the leader's go first there.
+    follower_sync_delay_ms: int = attrs.field(default=0, validator=_int(0))
     exclude_internal_topics: bool = attrs.field(default=True, validator=_bool)
     allow_auto_create_topics: bool = attrs.field(default=True, validator=_bool)
     # timing

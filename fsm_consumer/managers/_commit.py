@@ -96,8 +96,7 @@ class CommitManager:
 
     def begin_close(self) -> None:
         self._closing = True
-        if self._config.enable_auto_commit and self._config.group_id and \
-                (self.membership is None or self.membership.machine.state == "stable"):
+        if self._config.enable_auto_commit and self._config.group_id and self._may_auto_commit():
             self._auto_commit(self._clock.now_ms(), force=True)
 
     @property
@@ -156,8 +155,7 @@ class CommitManager:
 
     def _auto_commit(self, now: float, force: bool = False) -> None:
         self._next_auto = now + self._config.auto_commit_interval_ms
-        m = self.membership
-        if m is not None and m.machine.state not in ("stable", "assigning_partitions") and not force:
+        if not force and not self._may_auto_commit():
             return
         positions = {tp: off for tp, off in self._subs.positions().items()
                      if self._last_auto.get(tp) != off}
@@ -166,6 +164,12 @@ class CommitManager:
         offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in positions.items()}
         self._queue.append(_Commit(offsets, now + self._config.default_api_timeout_ms,
                                    lambda err, pos=positions: self._auto_done(pos, err), auto=True))
+
+    def _may_auto_commit(self) -> bool:
+        """Manual assignment (not a member: generation -1, as Kafka's simple consumers commit), or a
+        member whose assignment is settled; never in the middle of a rebalance."""
+        m = self.membership
+        return m is None or m.machine.state in ("unjoined", "stable", "assigning_partitions")
 
     def _auto_done(self, positions, error) -> None:
         if error is None:

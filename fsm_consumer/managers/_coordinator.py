@@ -69,7 +69,8 @@ class CoordinatorManager:
             return FOREVER, []
         self._send = False
         request = FindCoordinatorRequest(key=self._group_id, key_type=0, coordinator_keys=[self._group_id])
-        return FOREVER, [Outgoing(request, None, self.on_response)]
+        # the spec's discovery_timeout governs; the transport's deadline is only a safety net behind it
+        return FOREVER, [Outgoing(request, None, self.on_response, timeout_ms=2 * self._config.request_timeout_ms)]
 
     def on_response(self, pending, now: float) -> None:
         if self._machine.state != "coordinator_discovery":

@@ -69,6 +69,7 @@ class MembershipManager:
         self._send_join = self._send_sync = self._send_leave = False
         self._sync_waits_for_metadata = False
         self._request_in_flight = False
+        self._sync_not_before = 0.0
         self._token = 0
         self._awaiting: str | None = None         # which ack the machine waits for
         self._last_poll: float | None = None
@@ -164,6 +165,8 @@ class MembershipManager:
 
     def send_sync_group(self) -> None:
         self._send_sync = True
+        if self.leader_id != self.member_id:  # see follower_sync_delay_ms
+            self._sync_not_before = self._clock.now_ms() + self._config.follower_sync_delay_ms
 
     def pause_partitions_to_revoke(self) -> None:
         if self.leaving or self.protocol is RebalanceProtocol.EAGER:
@@ -309,7 +312,10 @@ class MembershipManager:
             self._send_join = False
             out.append(self._join_request(node))
         elif self._send_sync and not self._request_in_flight:
-            out.extend(self._sync_request(node))
+            if now < self._sync_not_before:
+                wait = min(wait, self._sync_not_before - now)
+            else:
+                out.extend(self._sync_request(node))
         elif self._send_leave and not self._request_in_flight:
             self._send_leave = False
             out.append(self._leave_request(node))

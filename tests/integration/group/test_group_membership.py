@@ -72,7 +72,7 @@ def _keep_producing(produce, topic, stop, partitions, produced):
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("strategy", ["range"])
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
 def test_members_join_leave_and_die(broker, make_topic, produce, members, strategy):
     topic = make_topic(partitions=12)
     group = f"g-{topic}"
@@ -155,3 +155,42 @@ def test_mixed_group_with_confluent_kafka_members(broker, make_topic, produce, m
             t.join(10)
     assert sorted(p for o in owned for p in o) == list(range(6)), "disjoint and covering"
     assert all(owned), "every member, ours and librdkafka's, owns something"
+
+
+def test_cooperative_partitions_that_stay_keep_flowing(broker, make_topic, produce, members):
+    topic = make_topic(partitions=6)
+    group = f"coop-{topic}"
+    ms = [members(broker.bootstrap_servers, group, topic, f"m{i}", partition_assignment_strategy=["cooperative-sticky"])
+          for i in range(3)]
+    wait_until(lambda: all(m.state == "stable" for m in ms) and len(set().union(*(m.owned() for m in ms))) == 6,
+               30, "three stable members")
+    before = {m.name: m.owned() for m in ms}
+    stop = threading.Event()
+    produced = [0]
+    feeder = threading.Thread(target=_keep_producing, args=(produce, topic, stop, 6, produced), daemon=True)
+    feeder.start()
+    try:
+        time.sleep(1.0)
+        joined_at = time.monotonic()
+        newcomer = members(broker.bootstrap_servers, group, topic, "new", partition_assignment_strategy=["cooperative-sticky"])
+        everyone = ms + [newcomer]
+        wait_until(lambda: all(m.state == "stable" for m in everyone) and newcomer.owned() and
+                   sorted(p for m in everyone for p in m.owned()) == list(range(6)), 40, "the group to settle")
+        settled_at = time.monotonic()
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        feeder.join(5)
+    assert_disjoint(everyone)
+    stayed = {(m.name, p) for m in ms for p in before[m.name] & m.owned()}
+    assert len(stayed) >= 4, f"cooperative-sticky moves only what it must: {stayed}"
+    gaps = []
+    for name, p in stayed:
+        m = next(x for x in ms if x.name == name)
+        times = [t for t in m.delivery_times[p] if joined_at - 1.0 <= t <= settled_at + 1.0]
+        gaps.append(max(b - a for a, b in zip(times, times[1:])) if len(times) > 1 else float("inf"))
+    print(f"\nlargest delivery gap of a partition that stayed: {max(gaps) * 1000:.0f} ms; rebalance took "
+          f"{(settled_at - joined_at) * 1000:.0f} ms")
+    # a partition that stays is never paused: its gap is bounded by the fetch wait and the poll cadence,
+    # not by the rebalance (which takes seconds on Tansu)
+    assert max(gaps) < 1.5, f"largest gap {max(gaps):.2f} s"

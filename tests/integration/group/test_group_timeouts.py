@@ -123,3 +123,26 @@ def test_member_without_partitions_and_a_stale_member_leave(broker, make_topic, 
     wait_until(lambda: busy.state == "stale", 10, "the busy member to go stale")
     busy.stop()  # closing a stale member: it already left the group
     assert busy.triggers()[-1] == "leave_requested" and busy.state == "unjoined"
+
+
+def test_assignment_callback_slower_than_its_timeout(broker, make_topic, members):
+    topic = make_topic(partitions=1)
+    m = members(broker.bootstrap_servers, f"g-{topic}", topic, "slow-assign", max_poll_interval_ms=1500)
+    m.assign_delay = 2.5  # on_partitions_assigned blocks longer than the assignment timeout
+    wait_until(lambda: "assignment_timed_out" in m.triggers(), 20, "the assignment wait to time out")
+    m.assign_delay = 0.0
+    wait_until(lambda: "poll_resumed" in m.triggers(), 10, "the next poll after the callback")
+    t = m.triggers()
+    assert t[t.index("assignment_timed_out"):][:2] == ["assignment_timed_out", "poll_resumed"], t
+
+
+def test_fenced_member_closing_loses_partitions_and_stops(broker, make_topic, members):
+    topic = make_topic(partitions=1)
+    m = members(broker.bootstrap_servers, f"g-{topic}", topic, "fenced-closing", faulty=True)
+    _stable_with(m, 1)
+    m.paused_polling.set()  # the lost callback can only run inside poll() or close()
+    m.faults.fail("Heartbeat", 22, times=1)  # ILLEGAL_GENERATION
+    wait_until(lambda: m.state == "fenced", 10, "the member to be fenced")
+    m.stop()  # close() runs on_partitions_lost, then the member is out (no LeaveGroup: it is no member)
+    assert m.triggers()[-2:] == ["fenced_error", "lost_acked"] and m.state == "unjoined"
+    assert all(iv[2] is not None for iv in m.intervals)

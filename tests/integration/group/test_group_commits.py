@@ -1,0 +1,102 @@
+"""Commits: sync and async, committed(), auto-commit for manual assignment and groups, resuming from them."""
+
+import time
+
+import pytest
+
+from fsm_consumer import CommitFailedError, Consumer, OffsetAndMetadata, TopicPartition
+from group_harness import FAST, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _read(c, n, timeout_s=10):
+    got = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < n and time.monotonic() < deadline:
+        for records in c.poll(timeout_ms=100, max_records=n - len(got)).values():
+            got.extend(records)
+    return got
+
+
+def test_commit_and_committed_with_metadata(broker, make_topic, produce):
+    topic = make_topic(partitions=1)
+    produce(topic, count=10)
+    tp = TopicPartition(topic, 0)
+    with Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}", enable_auto_commit=False,
+                  auto_offset_reset="earliest") as c:
+        c.assign([tp])
+        assert c.committed(tp) is None
+        assert len(_read(c, 4)) == 4
+        c.commit()  # the position: 4
+        assert c.committed(tp) == 4
+        c.commit({tp: OffsetAndMetadata(7, "worker-3", -1)})  # per-partition metadata strings travel...
+        sent = c._group.commits._commit_request({tp: OffsetAndMetadata(7, "worker-3", -1)})
+        assert sent.topics[0].partitions[0].committed_metadata == "worker-3"
+        # ...but Tansu 0.6 does not store them (confluent-kafka reads back None there too)
+        assert c.committed(tp, metadata=True).offset == 7
+        done = []
+        c.commit_async({tp: 9}, callback=lambda offsets, error: done.append((offsets, error)))
+        deadline = time.monotonic() + 5
+        while not done and time.monotonic() < deadline:
+            c.poll(timeout_ms=50)  # the callback runs on this thread, inside poll()
+        assert done and done[0][1] is None and done[0][0][tp].offset == 9
+    with Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}", auto_offset_reset="earliest") as c:
+        c.assign([tp])
+        assert c.position(tp) == 9  # a new consumer starts from the committed offset
+        assert [r.offset for r in _read(c, 1)] == [9]
+
+
+def test_auto_commit_manual_assignment_and_on_close(broker, make_topic, produce):
+    topic = make_topic(partitions=2)
+    produce(topic, count=20)
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    c = Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}", auto_offset_reset="earliest",
+                 auto_commit_interval_ms=100)
+    c.assign(tps)
+    assert len(_read(c, 20)) == 20
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and sum(c.committed(tp) or 0 for tp in tps) < 20:
+        c.poll(timeout_ms=100)
+    assert sum(c.committed(tp) for tp in tps) == 20, "auto-commit from the background thread"
+    produce(topic, count=4, partition=0)
+    assert len(_read(c, 4)) == 4
+    c.close()  # commits the last positions
+    with Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}", enable_auto_commit=False) as d:
+        assert d.committed(tps[0]) + d.committed(tps[1]) == 24
+
+
+def test_group_member_resumes_where_the_last_one_committed(broker, make_topic, produce):
+    topic = make_topic(partitions=2)
+    produce(topic, count=30)
+    group = f"g-{topic}"
+    c = Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=group, **FAST)
+    c.subscribe([topic])
+    first = _read(c, 30, timeout_s=20)
+    assert len(first) == 30
+    c.close()  # revokes with an auto-commit, then leaves
+    produce(topic, count=6)
+    d = Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=group, **FAST)
+    d.subscribe([topic])
+    second = _read(d, 6, timeout_s=20)
+    d.close()
+    assert len(second) == 6
+    assert not {(r.partition, r.offset) for r in first} & {(r.partition, r.offset) for r in second}
+
+
+def test_commit_of_a_fenced_generation_fails(broker, make_topic):
+    topic = make_topic(partitions=1)
+    from fsm_consumer._config import ConsumerConfig
+    from fsm_consumer.transport import FaultyTransport, KafkaTransport
+    settings = dict(bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}", enable_auto_commit=False, **FAST)
+    faults = FaultyTransport(KafkaTransport(ConsumerConfig.from_kwargs(**settings)))
+    c = Consumer(transport=faults, **settings)
+    try:
+        c.subscribe([topic])
+        wait_until(lambda: c.poll(timeout_ms=50) is not None and c._group.membership.machine.state == "stable", 20,
+                   "a stable member")
+        faults.fail("OffsetCommit", 22, times=1)  # ILLEGAL_GENERATION: the group moved on
+        with pytest.raises(CommitFailedError):
+            c.commit({TopicPartition(topic, 0): 0})
+    finally:
+        c.close()
