@@ -301,8 +301,11 @@ class Consumer(GroupApi):
             s = self._subs._parts.get(tp)
             if s is not None and s.position is not None and s.high_watermark >= 0:
                 lag[tp] = max(0, s.high_watermark - s.position)
-        return self._metrics.snapshot(lag=lag, buffer_bytes=self._buffer.bytes, buffer_peak=self._buffer.peak_bytes,
-                                      app_events=len(self._app_queue), bg_events=len(self._bg_queue))
+        out = self._metrics.snapshot(lag=lag, buffer_bytes=self._buffer.bytes, buffer_peak=self._buffer.peak_bytes,
+                                     app_events=len(self._app_queue), bg_events=len(self._bg_queue))
+        if self._group is not None:
+            out.update(self._group.metrics(self._clock.now_ms()))
+        return out
 
     def wakeup(self) -> None:
         """From any thread: the blocking call in progress (or the next one) raises WakeupException."""

@@ -31,6 +31,25 @@ class GroupParts:
         processor.poll_listeners.append(lambda event, now: self.membership.on_app_poll(now))
         processor.poll_listeners.append(lambda event, now: self.commits.start_auto_commit(now))
 
+    def metrics(self, now: float) -> dict:
+        """Group figures for Consumer.metrics() (read from the application thread: plain values)."""
+        m, c = self.membership, self.commits
+        last_poll = m._last_poll
+        return {
+            "member-state": m.machine.state,
+            "coordinator-state": self.coordinator._machine.state,
+            "generation": m.generation,
+            "rebalance-total": m.rebalances,
+            "rebalance-latency-avg": m.rebalance_total_ms / m.rebalances if m.rebalances else 0.0,
+            "last-rebalance-ms": m.rebalance_last_ms,
+            "heartbeat-response-time-ms": m.heartbeat.last_rtt_ms,
+            "time-since-last-poll-ms": None if last_poll is None else now - last_poll,
+            "commit-total": c.commits_ok,
+            "commit-failed-total": c.commits_failed,
+            "commit-latency-avg": c.commit_latency_total_ms / c.commits_ok if c.commits_ok else 0.0,
+            "commit-latency-max": c.commit_latency_max_ms,
+        }
+
     @property
     def managers(self) -> list:
         return [self.coordinator, self.membership, self.commits, _UnsubscribeWatch(self)]
