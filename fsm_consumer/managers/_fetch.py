@@ -57,7 +57,15 @@ class FetchManager:
                 continue
             by_node[node].append((tp, position, leader_epoch, epoch))
         out = []
+        caught_up, busy = self._subs.caught_up_and_buffered() if by_node else (set(), set())
         for node, parts in by_node.items():
+            if all(p[0] in caught_up for p in parts) and any(
+                    self._metadata.leader(tp) == node for tp in busy):
+                # Only caught-up partitions are left to fetch from this broker while others of its
+                # partitions are still being drained by the application: a long poll now would hold
+                # those back for up to fetch_max_wait_ms once drained (their Fetch waits behind it).
+                # The collector wakes us when it releases them; then all go in one Fetch.
+                continue
             room = self._buffer.room()
             if room < min(self._config.max_partition_fetch_bytes, self._config.fetch_buffer_max_bytes // 4):
                 break  # the application has not drained the buffer; its poll() wakes us

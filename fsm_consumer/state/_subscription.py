@@ -123,6 +123,15 @@ class SubscriptionState:
             tps = self._parts if partitions is None else partitions
             return {tp for tp in tps if (s := self._parts.get(tp)) is not None and s.reset_strategy == "none"}
 
+    def caught_up_and_buffered(self) -> tuple[set[TopicPartition], set[TopicPartition]]:
+        """(partitions whose position reached the last known high watermark, partitions with a fetch
+        outstanding or data buffered) - the fetch manager's long-poll decision."""
+        with self._lock:
+            caught = {tp for tp, s in self._parts.items()
+                      if s.position is not None and 0 <= s.high_watermark <= s.position}
+            busy = {tp for tp, s in self._parts.items() if s.fetch_in_flight}
+            return caught, busy
+
     def needing_reset(self) -> dict[TopicPartition, str]:
         with self._lock:
             return {tp: s.reset_strategy for tp, s in self._parts.items()

@@ -1,11 +1,15 @@
 """One consumer client reading a whole topic, run in a child process so CPU and RSS are its own.
 
-Each returns (records, first_record_time, last_record_time); times are time.monotonic().
+Each returns (records, records_in_first_batch, first_record_time, last_record_time); times are
+time.monotonic(). Every client takes at most 10,000 records per call, so no client can swallow a whole
+scenario in one call and the rate (after the first batch) compares like with like.
 """
 
 from __future__ import annotations
 
 import time
+
+BATCH = 10_000
 
 
 def run_fsm(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, float, float]:
@@ -14,16 +18,16 @@ def run_fsm(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict
 
     c = Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", **opts)
     c.assign([TopicPartition(topic, p) for p in range(partitions)])
-    got, first, deadline = 0, None, time.monotonic() + 300
+    got, first, first_n, deadline = 0, None, 0, time.monotonic() + 300
     while got < expect and time.monotonic() < deadline:
-        batch = c.poll(timeout_ms=1000, max_records=100_000)
-        if batch and first is None:
-            first = time.monotonic()
-        for records in batch.values():
-            got += len(records)
+        batch = c.poll(timeout_ms=1000, max_records=BATCH)
+        n = sum(len(records) for records in batch.values())
+        if n and first is None:
+            first, first_n = time.monotonic(), n
+        got += n
     last = time.monotonic()
     c.close()
-    return got, first or last, last
+    return got, first_n, first or last, last
 
 
 def run_kafka_python(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, float, float]:
@@ -31,16 +35,16 @@ def run_kafka_python(bootstrap: str, topic: str, partitions: int, expect: int, o
 
     c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False, **opts)
     c.assign([TopicPartition(topic, p) for p in range(partitions)])
-    got, first, deadline = 0, None, time.monotonic() + 300
+    got, first, first_n, deadline = 0, None, 0, time.monotonic() + 300
     while got < expect and time.monotonic() < deadline:
-        batch = c.poll(timeout_ms=1000, max_records=100_000)
-        if batch and first is None:
-            first = time.monotonic()
-        for records in batch.values():
-            got += len(records)
+        batch = c.poll(timeout_ms=1000, max_records=BATCH)
+        n = sum(len(records) for records in batch.values())
+        if n and first is None:
+            first, first_n = time.monotonic(), n
+        got += n
     last = time.monotonic()
     c.close()
-    return got, first or last, last
+    return got, first_n, first or last, last
 
 
 def run_confluent(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, float, float]:
@@ -51,17 +55,42 @@ def run_confluent(bootstrap: str, topic: str, partitions: int, expect: int, opts
     conf.update(opts)
     c = Consumer(conf)
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got, first, deadline = 0, None, time.monotonic() + 300
+    got, first, first_n, deadline = 0, None, 0, time.monotonic() + 300
     while got < expect and time.monotonic() < deadline:
-        msgs = c.consume(num_messages=10_000, timeout=1.0)
-        if msgs and first is None:
-            first = time.monotonic()
-        for m in msgs:
-            if m.error() is None:
-                got += 1
+        msgs = c.consume(num_messages=BATCH, timeout=1.0)
+        n = sum(1 for m in msgs if m.error() is None)
+        if n and first is None:
+            first, first_n = time.monotonic(), n
+        got += n
     last = time.monotonic()
     c.close()
-    return got, first or last, last
+    return got, first_n, first or last, last
+
+
+def run_aiokafka(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, float, float]:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def main():
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                             **opts)
+        await c.start()
+        c.assign([TopicPartition(topic, p) for p in range(partitions)])
+        got, first, first_n, deadline = 0, None, 0, time.monotonic() + 300
+        try:
+            while got < expect and time.monotonic() < deadline:
+                batch = await c.getmany(timeout_ms=1000, max_records=BATCH)
+                n = sum(len(records) for records in batch.values())
+                if n and first is None:
+                    first, first_n = time.monotonic(), n
+                got += n
+        finally:
+            last = time.monotonic()
+            await c.stop()
+        return got, first_n, first or last, last
+
+    return asyncio.run(main())
 
 
 CLIENTS = {
@@ -70,4 +99,5 @@ CLIENTS = {
     "kafka-python(check_crcs=False)": (run_kafka_python, {"check_crcs": False}),
     "confluent-kafka(fetch.queue.backoff.ms=10)": (run_confluent, {"fetch.queue.backoff.ms": 10}),
     "confluent-kafka(defaults)": (run_confluent, {}),
+    "aiokafka(getmany)": (run_aiokafka, {}),
 }

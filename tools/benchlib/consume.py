@@ -39,9 +39,9 @@ def child(argv: list[str]) -> int:
     name, bootstrap, topic, partitions, expect = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4])
     fn, opts = CLIENTS[name]
     t0 = time.monotonic()
-    got, first, last = fn(bootstrap, topic, partitions, expect, opts)
-    print(json.dumps({"records": got, "first_s": first - t0, "span_s": max(last - first, 1e-9),
-                      "total_s": last - t0}))
+    got, first_n, first, last = fn(bootstrap, topic, partitions, expect, opts)
+    print(json.dumps({"records": got, "rate_records": got - first_n, "first_s": first - t0,
+                      "span_s": max(last - first, 1e-9), "total_s": last - t0}))
     return 0
 
 
@@ -51,10 +51,36 @@ def run_child(name: str, bootstrap: str, topic: str, partitions: int, expect: in
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    result = json.loads(out.strip().splitlines()[-1])
+    lines = out.strip().splitlines()
+    if proc.returncode != 0 or not lines:  # e.g. a client without the codec: reported, not fatal
+        result = {"records": 0, "rate_records": 0, "first_s": 0.0, "span_s": 1e-9, "total_s": 0.0,
+                  "error": f"exit {proc.returncode}"}
+    else:
+        result = json.loads(lines[-1])
     result["cpu_s"] = usage.ru_utime + usage.ru_stime
     result["peak_rss_mb"] = usage.ru_maxrss / 1024
     return result
+
+
+SCENARIOS = {  # name: (records, size, compression); --quick divides records by 10
+    "A": (1_000_000, 100, "none"),
+    "B": (200_000, 1000, "none"),
+    "C": (1_000_000, 100, "lz4"),
+}
+
+
+def bench_scenarios(args) -> list[dict]:
+    names = list(SCENARIOS) if args.scenario == "all" else args.scenario.split(",")
+    rows = []
+    for name in names:
+        records, size, compression = SCENARIOS[name]
+        if args.quick:
+            records //= 10
+        args.records, args.size, args.compression = records, size, compression
+        for r in bench_consume(args):
+            r["scenario"] = name
+            rows.append(r)
+    return rows
 
 
 def bench_consume(args) -> list[dict]:
@@ -74,11 +100,11 @@ def bench_consume(args) -> list[dict]:
             for c in clients:  # alternate: A B C A B C ...
                 r = run_child(c, broker.bootstrap_servers, topic, args.partitions, args.records)
                 runs[c].append(r)
-                print(f"# run {i + 1} {c}: {r['records'] / r['span_s']:,.0f} rec/s, cpu {r['cpu_s']:.2f} s",
+                print(f"# run {i + 1} {c}: {r['rate_records'] / r['span_s']:,.0f} rec/s, cpu {r['cpu_s']:.2f} s",
                       file=sys.stderr)
     for c, rs in runs.items():
         ok = [r for r in rs if r["records"] >= args.records]
-        rate = statistics.median([r["records"] / r["span_s"] for r in ok]) if ok else 0.0
+        rate = statistics.median([r["rate_records"] / r["span_s"] for r in ok]) if ok else 0.0
         rows.append({
             "bench": "consume", "client": c, "records": args.records, "size": args.size,
             "compression": args.compression, "runs": len(rs), "complete_runs": len(ok),
@@ -93,10 +119,36 @@ def bench_consume(args) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| client | records/s | MB/s | CPU s per 1M | peak RSS MB | first record s | fsm_consumer / client |\n"
-            "|---|---|---|---|---|---|---|")
+    head = ("| scenario | client | records/s | MB/s | CPU s per 1M | peak RSS MB | first record s | fsm_consumer / client |\n"
+            "|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
-        lines.append(f"| {r['client']} | {r['records_per_s']:,} | {r['mb_per_s']} | {r['cpu_s_per_million']} | "
+        lines.append(f"| {r.get('scenario', '-')} ({r['records']:,} x {r['size']} B, {r['compression']}) | "
+                     f"{r['client']} | {r['records_per_s']:,} | {r['mb_per_s']} | {r['cpu_s_per_million']} | "
                      f"{r['peak_rss_mb']} | {r['first_record_s']} | {r['fsm_ratio']} |")
     return "\n".join(lines)
+
+
+def chart(rows: list[dict], path: Path) -> bool:
+    """A grouped bar chart of records/s per scenario and client; False if matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    scenarios = sorted({r.get("scenario", "-") for r in rows})
+    clients = list(dict.fromkeys(r["client"] for r in rows))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.8 / max(len(clients), 1)
+    for i, client in enumerate(clients):
+        vals = [next((r["records_per_s"] for r in rows if r["client"] == client and r.get("scenario", "-") == s), 0)
+                for s in scenarios]
+        ax.bar([x + i * width for x in range(len(scenarios))], vals, width, label=client)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(scenarios))], scenarios)
+    ax.set_ylabel("records/s (median)")
+    ax.set_title("consume throughput on the embedded broker (same run, alternating clients)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
