@@ -239,6 +239,11 @@ class CommitManager:
             self.commits_ok += 1
         else:
             self.commits_failed += 1
+        history = getattr(self.membership, "history_file", None)
+        if history is not None:
+            generation, member_id, _ = self._generation()
+            history.write("commit", member_id, generation, error=None if error is None else repr(error),
+                          offsets=[[tp.topic, tp.partition, om.offset] for tp, om in sorted(commit.offsets.items())])
         commit.on_done(error)
 
     def _fetch_request(self, partitions) -> OffsetFetchRequest:

@@ -21,6 +21,7 @@ from ..fetch._records import TopicPartition
 from ..spec import SpecMachine, shipped_spec
 from ._base import FOREVER, Outgoing
 from ._heartbeat import HeartbeatTimer
+from ._history import MemberHistory
 
 log = logging.getLogger("fsm_consumer.membership")
 
@@ -82,7 +83,9 @@ class MembershipManager:
         self.rebalances = 0
         self.rebalance_last_ms: float | None = None
         self.rebalance_total_ms = 0.0
-        self.history: list = []                   # (event, partitions, time) for member-history checks
+        self.history: list = []                   # (event, partitions, time, generation), bounded
+        self.history_file = (MemberHistory(config.debug_history_path, config.client_id, clock)
+                             if config.debug_history_path else None)
         self.machine = SpecMachine(shipped_spec("membership"), self, clock=clock, config=config,
                                    instance=config.client_id)
 
@@ -111,6 +114,8 @@ class MembershipManager:
 
     def on_app_poll(self, now: float) -> None:
         self._last_poll = now
+        if self.history_file is not None:
+            self.history_file.write("poll", self.member_id, self.generation)
         if self.machine.state == "stale":
             self.machine.fire("poll_resumed")
 
@@ -532,5 +537,8 @@ class MembershipManager:
 
     def _record(self, what: str, partitions) -> None:
         self.history.append((what, tuple(sorted(partitions)), self._clock.now_ms(), self.generation))
+        if self.history_file is not None:
+            self.history_file.write(what, self.member_id, self.generation,
+                                    partitions=[[tp.topic, tp.partition] for tp in sorted(partitions)])
         if len(self.history) > 10_000:
             del self.history[:5_000]

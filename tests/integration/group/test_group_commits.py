@@ -100,3 +100,22 @@ def test_commit_of_a_fenced_generation_fails(broker, make_topic):
             c.commit({TopicPartition(topic, 0): 0})
     finally:
         c.close()
+
+
+def test_member_history_as_json_lines(broker, make_topic, produce, tmp_path):
+    import json
+    topic = make_topic(partitions=2)
+    produce(topic, count=10)
+    path = tmp_path / "history.jsonl"
+    c = Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=f"h-{topic}", debug_history_path=str(path),
+                 **{**FAST, "auto_commit_interval_ms": 100})
+    c.subscribe([topic])
+    assert len(_read(c, 10, timeout_s=20)) == 10
+    c.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    events = [e["event"] for e in lines]
+    assert {"joined", "assigned", "poll", "commit", "revoked"} <= set(events)
+    assigned = next(e for e in lines if e["event"] == "assigned")
+    assert sorted(map(tuple, assigned["partitions"])) == [(topic, 0), (topic, 1)] and assigned["generation"] >= 0
+    commits = [e for e in lines if e["event"] == "commit" and e["error"] is None]
+    assert any(sum(o[2] for o in e["offsets"]) == 10 for e in commits)
