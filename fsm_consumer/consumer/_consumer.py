@@ -212,9 +212,29 @@ class Consumer(GroupApi):
              ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records by partition, at most ``max_records`` (default max_poll_records); waits up to
         ``timeout_ms`` for some to arrive. Raises what the background thread reported."""
-        self._ensure_open()
         if not update_offsets:
             raise ValueError("update_offsets=False is not supported (positions always advance)")
+        return self._poll(timeout_ms, max_records, self._collector.collect)
+
+    def poll_batch(self, timeout_ms: float = 0, max_records: int | None = None):
+        """Like poll(), as one ``pyarrow.RecordBatch`` with columns topic (dictionary<string>),
+        partition (int32), offset (int64), timestamp (timestamp[ms]; null for magic v0 data), key
+        and value (binary, nullable) and headers (list<struct<key: string, value: binary>>), in the
+        order poll() would hand the records out; no rows when nothing came within ``timeout_ms``.
+        Positions advance exactly as with poll(), and the two can be mixed. Keys and values are
+        the raw bytes, so it cannot be used with key_deserializer or value_deserializer.
+        Needs pyarrow (``pip install fsm_consumer[spark]``)."""
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError as exc:
+            raise ImportError("Consumer.poll_batch() needs pyarrow: pip install fsm_consumer[spark]") from exc
+        if self.config.key_deserializer is not None or self.config.value_deserializer is not None:
+            raise ValueError("poll_batch() returns raw bytes: it cannot be used with key_deserializer or "
+                             "value_deserializer (use poll(), or deserialize the columns)")
+        return self._poll(timeout_ms, max_records, self._collector.collect_batch)
+
+    def _poll(self, timeout_ms: float, max_records: int | None, collect):
+        self._ensure_open()
         limit = self.config.max_poll_records if max_records is None else max_records
         if limit < 1:
             raise ValueError(f"max_records must be >= 1, got {max_records!r}")
@@ -227,15 +247,15 @@ class Consumer(GroupApi):
             self._signal.clear()
             self._handle_background_events()
             self._raise_if_no_offset()
-            records = self._collector.collect(limit)
-            if records:
+            records = collect(limit)
+            if len(records):
                 return records
             self._check_wakeup()
             if self._lifecycle.failure is not None:
                 raise self._lifecycle.failure
             remaining = deadline - self._clock.now_ms()
             if remaining <= 0:
-                return {}
+                return records
             self._signal.wait(remaining / 1000.0)
 
     def __iter__(self) -> Consumer:

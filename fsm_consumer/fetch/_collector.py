@@ -1,7 +1,9 @@
 """The fetch collector (seed 000's FetchHandler), on the application thread.
 
 Takes completed fetches from the buffer, decodes each one whole, and hands out up to
-``max_poll_records`` per poll, advancing positions as it goes. Data fetched under an older
+``max_poll_records`` per poll, advancing positions as it goes: as records (``collect``, for
+``poll()``) or as Arrow columns (``collect_batch``, for ``poll_batch()``; see ``_columns``), with the
+same bookkeeping (``_drain``); a fetch handed out partly in one form goes on in the other. Data fetched under an older
 partition epoch (the partition was unassigned, sought, reset or paused since) is dropped.
 A decoding fault is raised for its partition only: records before it are returned first, the
 error comes from the next poll (and again for as long as the partition is read from that offset).
@@ -17,15 +19,26 @@ from ._records import TopicPartition
 
 
 class _Draining:
-    __slots__ = ("fetch", "records", "index", "next_offset", "error", "leader_epoch")
+    """A fetch being handed out: its records (``poll``) or its columns (``poll_batch``), and how far."""
 
-    def __init__(self, fetch: CompletedFetch, decoded) -> None:
+    __slots__ = ("fetch", "data", "columnar", "size", "index", "next_offset", "error", "leader_epoch")
+
+    def __init__(self, fetch: CompletedFetch, decoded, columnar: bool) -> None:
         self.fetch = fetch
-        self.records = decoded.records
+        self.columnar = columnar
+        self.data = decoded.columns if columnar else decoded.records
+        self.size = self.data.num_rows if columnar else len(self.data)
         self.index = 0
         self.next_offset = decoded.next_offset
         self.error = decoded.error
         self.leader_epoch = decoded.leader_epoch
+
+    def take(self, start: int, end: int):
+        """Records or columns ``start:end``: a fresh list, or a zero-copy slice."""
+        return self.data.slice(start, end - start) if self.columnar else self.data[start:end]
+
+    def offset_at(self, i: int) -> int:
+        return self.data.column(0)[i].as_py() if self.columnar else self.data[i].offset
 
 
 class FetchCollector:
@@ -47,10 +60,33 @@ class FetchCollector:
 
     def collect(self, max_records: int) -> dict[TopicPartition, list]:
         """Up to ``max_records`` records by partition; raises a pending decoding error first."""
+        out: dict[TopicPartition, list] = {}
+        taken = self._drain(max_records, False, out)
+        if taken:
+            self._metrics.records_consumed(taken, out)
+        return out
+
+    def collect_batch(self, max_records: int):
+        """Up to ``max_records`` records as one pyarrow RecordBatch (``_columns.SCHEMA``), partition
+        slices in the order they were handed out; raises a pending decoding error first.
+
+        Keys and values are the raw bytes: configured deserializers do not apply.
+        """
+        from . import _columns  # pyarrow: only when columns are asked for
+
+        out: dict[TopicPartition, list] = {}
+        taken = self._drain(max_records, True, out)
+        if taken:
+            self._metrics.records_consumed(taken, out)
+        return _columns.assemble([(tp, piece) for tp, pieces in out.items() for piece in pieces])
+
+    def _drain(self, max_records: int, columnar: bool, out: dict) -> int:
+        """Hand out up to ``max_records`` into ``out`` (records: a list per partition; columns: a
+        list of slices per partition), advancing positions; the bookkeeping of collect and
+        collect_batch. Returns how many were taken."""
         if self._error is not None:
             error, self._error = self._error, None
             raise error
-        out: dict[TopicPartition, list] = {}
         taken = 0
         released = False
         subs = self._subs
@@ -60,7 +96,7 @@ class FetchCollector:
                 fetch = self._buffer.pop()
                 if fetch is None:
                     break
-                cur = self._start(fetch)
+                cur = self._start(fetch, columnar)
                 if cur is None:
                     self._buffer.done(fetch)
                     released = True
@@ -73,18 +109,21 @@ class FetchCollector:
                 self._finish()  # unassigned, sought or paused meanwhile: drop
                 released = True
                 continue
-            records = cur.records
-            if cur.index < len(records):
-                end = min(len(records), cur.index + (max_records - taken))
-                chunk = records[cur.index:end]
-                if tp in out:
+            if cur.columnar != columnar and cur.index < cur.size:
+                self._convert(cur)  # poll() and poll_batch() mixed within one fetch
+            if cur.index < cur.size:
+                end = min(cur.size, cur.index + (max_records - taken))
+                chunk = cur.take(cur.index, end)
+                if columnar:
+                    out.setdefault(tp, []).append(chunk)
+                elif tp in out:
                     out[tp].extend(chunk)
                 else:
                     out[tp] = chunk  # a fresh slice: safe to hand out as is
                 taken += end - cur.index
                 cur.index = end
-                if end < len(records):
-                    subs.advance(tp, fetch.epoch, chunk[-1].offset + 1, cur.leader_epoch)
+                if end < cur.size:
+                    subs.advance(tp, fetch.epoch, cur.offset_at(end - 1) + 1, cur.leader_epoch)
                     continue
             # this partition's fetch is used up: the next one starts at next_offset
             subs.advance(tp, fetch.epoch, cur.next_offset, cur.leader_epoch)
@@ -99,24 +138,51 @@ class FetchCollector:
                 raise cur.error
         if released:
             self._wake()
-        if taken:
-            self._metrics.records_consumed(taken, out)
-        return out
+        return taken
 
-    def _start(self, fetch: CompletedFetch) -> _Draining | None:
+    def _start(self, fetch: CompletedFetch, columnar: bool) -> _Draining | None:
         state = self._subs._parts.get(fetch.tp)
         if state is None or state.epoch != fetch.epoch or state.position != fetch.fetch_offset:
             self._subs.release_fetch(fetch.tp, fetch.epoch)
             return None
-        decoded = decode_partition(
-            fetch.tp.topic, fetch.tp.partition, fetch.records, fetch_offset=fetch.fetch_offset,
+        decoded = self._decode(fetch, fetch.fetch_offset, columnar)
+        self._metrics.bytes_consumed(fetch.size)
+        if not columnar:
+            # the records now hold copies of keys and values: drop the raw bytes instead of keeping
+            # a second copy of the partition's data alive until it is drained. Columns keep them
+            # (no larger than the fetch) in case poll() takes over in the middle: see _convert.
+            fetch.records = None
+        return _Draining(fetch, decoded, columnar)
+
+    def _decode(self, fetch: CompletedFetch, fetch_offset: int, columnar: bool):
+        tp = fetch.tp
+        if columnar:
+            from ._columns import decode_partition_columns
+
+            return decode_partition_columns(
+                tp.topic, tp.partition, fetch.records, fetch_offset=fetch_offset,
+                isolation_level=self._isolation, aborted_transactions=fetch.aborted_transactions,
+                check_crcs=self._check_crcs)
+        return decode_partition(
+            tp.topic, tp.partition, fetch.records, fetch_offset=fetch_offset,
             isolation_level=self._isolation, aborted_transactions=fetch.aborted_transactions,
             check_crcs=self._check_crcs, key_deserializer=self._key_des, value_deserializer=self._value_des)
-        self._metrics.bytes_consumed(fetch.size)
-        # the records now hold copies of keys and values: drop the raw bytes instead of keeping
-        # a second copy of the partition's data alive until it is drained
-        fetch.records = None
-        return _Draining(fetch, decoded)
+
+    def _convert(self, cur: _Draining) -> None:
+        """Switch a partly handed out fetch to the other form; the rest of it stays as it was."""
+        if cur.columnar:
+            # poll() after poll_batch(): decode the kept raw data again from the next record on,
+            # so deserializers, checksums and sizes are exactly what poll() always gives
+            decoded = self._decode(cur.fetch, cur.offset_at(cur.index), False)
+            cur.fetch.records = None
+            cur.data, cur.columnar = decoded.records, False
+            cur.next_offset, cur.error, cur.leader_epoch = decoded.next_offset, decoded.error, decoded.leader_epoch
+        else:
+            from ._columns import from_records
+
+            cur.data, cur.columnar = from_records(cur.data[cur.index:]), True
+        cur.size = len(cur.data) if not cur.columnar else cur.data.num_rows
+        cur.index = 0
 
     def _finish(self) -> None:
         """The fetch being drained is used up or dropped: its bytes leave the buffer's count."""
