@@ -30,6 +30,23 @@ def run_fsm(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict
     return got, first_n, first or last, last
 
 
+def run_fsm_columnar(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, int, float, float]:
+    from fsm_consumer.consumer import Consumer
+    from fsm_consumer.fetch import TopicPartition
+
+    c = Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", **opts)
+    c.assign([TopicPartition(topic, p) for p in range(partitions)])
+    got, first, first_n, deadline = 0, None, 0, time.monotonic() + 300
+    while got < expect and time.monotonic() < deadline:
+        n = c.poll_batch(timeout_ms=1000, max_records=BATCH).num_rows
+        if n and first is None:
+            first, first_n = time.monotonic(), n
+        got += n
+    last = time.monotonic()
+    c.close()
+    return got, first_n, first or last, last
+
+
 def run_kafka_python(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, float, float]:
     from kafka import KafkaConsumer, TopicPartition
 
@@ -95,6 +112,7 @@ def run_aiokafka(bootstrap: str, topic: str, partitions: int, expect: int, opts:
 
 CLIENTS = {
     "fsm_consumer": (run_fsm, {}),
+    "fsm_consumer(poll_batch)": (run_fsm_columnar, {}),
     "kafka-python": (run_kafka_python, {}),
     "kafka-python(check_crcs=False)": (run_kafka_python, {"check_crcs": False}),
     "confluent-kafka(fetch.queue.backoff.ms=10)": (run_confluent, {"fetch.queue.backoff.ms": 10}),
