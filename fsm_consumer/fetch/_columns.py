@@ -37,14 +37,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from crc32c import crc32c
-
 from . import _decode_legacy
-from ._decode import (_LENGTH, _MAGIC_OFFSET, _MIN_LENGTH, READ_COMMITTED, READ_UNCOMMITTED, _aborted_queue,
-                      _payload, _reason)
-from ._decode_v2 import (_ZIGZAG, CODEC_MASK, CONTROL_ABORT, CONTROL_MASK, CRC_START, HEADER, HEADER_SIZE,
-                         LOG_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, _headers, control_type, varint)
-from ._errors import CorruptRecordError, RecordError, RecordTooLargeError
+from ._decode_v2 import _ZIGZAG, _headers, varint
+from ._errors import RecordError
+from ._walk import READ_UNCOMMITTED, read_committed, walk
 from ._records import TopicPartition
 
 _FIELDS = 6  # ints per record in _Columns.ints
@@ -125,100 +121,43 @@ def decode_partition_columns(
     check_crcs: bool = True,
 ) -> DecodedColumns:
     """``decode_partition`` to columns: the same records, ``next_offset``, ``bytes``, ``error``."""
-    if isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
-        raise ValueError(f"isolation_level must be {READ_UNCOMMITTED!r} or {READ_COMMITTED!r}")
-    if records is None:
-        records = b""
-    view = memoryview(records)
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
-    size = len(view)
-
-    read_committed = isolation_level == READ_COMMITTED
-    aborted = _aborted_queue(aborted_transactions) if read_committed else []
-    aborted_index = 0
-    aborted_pids: set[int] = set()
-
+    committed = read_committed(isolation_level)
     cols = _Columns()
-    next_offset = fetch_offset
-    leader_epoch = -1
-    error: RecordError | None = None
-    pos = 0
-    while size - pos >= LOG_OVERHEAD:
-        base_offset, length = _LENGTH.unpack_from(view, pos)
-        end = pos + LOG_OVERHEAD + length
-        if length < _MIN_LENGTH:
-            error = CorruptRecordError(topic, partition, base_offset,
-                                       f"batch length {length} is below the minimum {_MIN_LENGTH}")
-            break
-        if end > size:
-            break
-        mark = cols.mark()
-        try:
-            magic = view[pos + _MAGIC_OFFSET]
-            if magic == 2:
-                if length < HEADER_SIZE - LOG_OVERHEAD:
-                    raise ValueError(f"batch length {length} is shorter than the v2 batch header")
-                (_, _, epoch, _, crc, attributes, last_offset_delta, base_timestamp, max_timestamp,
-                 producer_id, _, _, count) = HEADER.unpack_from(view, pos)
-                if check_crcs and crc32c(view[pos + CRC_START:end]) != crc:
-                    raise ValueError("CRC mismatch")
-                if count < 0:
-                    raise ValueError(f"negative record count {count}")
-                last_offset = base_offset + last_offset_delta
-                codec = attributes & CODEC_MASK
-                skip = attributes & CONTROL_MASK
-                if read_committed and producer_id >= 0:
-                    while aborted_index < len(aborted) and aborted[aborted_index][0] <= last_offset:
-                        aborted_pids.add(aborted[aborted_index][1])
-                        aborted_index += 1
-                    if skip:
-                        if count and control_type(_payload(view, pos, end, codec)) == CONTROL_ABORT:
-                            aborted_pids.discard(producer_id)
-                    elif attributes & TRANSACTIONAL_MASK and producer_id in aborted_pids:
-                        skip = True
-                if count and not skip:
-                    first = len(cols)
-                    payload = _payload(view, pos, end, codec)
-                    cols.add_payload(payload)
-                    _records_v2(payload, count, base_offset, base_timestamp, cols)
-                    if attributes & TIMESTAMP_TYPE_MASK:
-                        cols.log_append.append((first, max_timestamp))
-                    if base_offset < next_offset:
-                        cols.filters.append((first, next_offset))
-                    if not check_crcs:
-                        got = cols.ints[_FIELDS * first::_FIELDS]  # as decode_partition: those it keeps
-                        if base_offset < next_offset:
-                            got = [o for o in got if o >= next_offset]
-                        if got and (got[0] < base_offset or got[-1] > last_offset
-                                    or any(b <= a for a, b in zip(got, got[1:]))):
-                            raise ValueError("record offsets are out of order or outside the batch's range")
-                batch_next = last_offset + 1
-                leader_epoch = epoch
-            elif magic == 0 or magic == 1:
-                legacy: list = []
-                batch_next = _decode_legacy.decode_batch(
-                    view[pos:end], magic, check_crcs, next_offset, topic, partition, legacy.append)
-                _add_records(cols, legacy)
-                if magic == 0 and legacy:
-                    cols.no_timestamp = True
-            else:
-                raise ValueError(f"unknown magic {magic}")
-        except Exception as exc:  # noqa: BLE001 - as decode_partition: bad data must not escape
-            cols.truncate(mark)
-            error = CorruptRecordError(topic, partition, base_offset, f"corrupt batch: {_reason(exc)}")
-            error.__cause__ = exc
-            break
-        if batch_next > next_offset:
-            next_offset = batch_next
-        pos = end
 
-    if error is None and pos == 0 and size:
-        error = RecordTooLargeError(
-            topic, partition, fetch_offset,
-            f"the fetch returned {size} bytes without one complete batch: the batch is larger than "
-            "the partition fetch size (raise max_partition_fetch_bytes)")
-    return DecodedColumns(_build(cols), next_offset, pos, error, leader_epoch)
+    def legacy(batch: memoryview, magic: int, min_offset: int) -> int:
+        records: list = []
+        batch_next = _decode_legacy.decode_batch(batch, magic, check_crcs, min_offset, topic, partition,
+                                                 records.append)
+        _add_records(cols, records)
+        if magic == 0 and records:
+            cols.no_timestamp = True
+        return batch_next
+
+    walked = walk(topic, partition, records, fetch_offset, committed, aborted_transactions, check_crcs,
+                  cols, _batch_v2, _check_offsets, legacy, cols.mark, cols.truncate)
+    return DecodedColumns(_build(cols), *walked)
+
+
+def _batch_v2(payload: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None,
+              min_offset: int, _topic: str, _partition: int, _epoch: int, cols: _Columns) -> None:
+    """The v2 batch callback of ``walk``: decode_records' signature, to columns."""
+    first = len(cols)
+    cols.add_payload(payload)
+    _records_v2(payload, count, base_offset, base_timestamp, cols)
+    if log_append_time is not None:
+        cols.log_append.append((first, log_append_time))
+    if base_offset < min_offset:
+        cols.filters.append((first, min_offset))
+
+
+def _check_offsets(cols: _Columns, mark: tuple, base_offset: int, last_offset: int, min_offset: int) -> None:
+    """As decode_partition's: the batch's records it keeps must rise within the batch's range."""
+    got = cols.ints[_FIELDS * mark[0]::_FIELDS]
+    if base_offset < min_offset:
+        got = [o for o in got if o >= min_offset]
+    if got and (got[0] < base_offset or got[-1] > last_offset
+                or any(b <= a for a, b in zip(got, got[1:]))):
+        raise ValueError("record offsets are out of order or outside the batch's range")
 
 
 def _records_v2(buf: bytes, count: int, base_offset: int, base_timestamp: int, cols: _Columns, *,

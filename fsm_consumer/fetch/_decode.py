@@ -11,36 +11,16 @@ there, as Java's consumer does).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from crc32c import crc32c
-
-from . import _compression, _decode_legacy
-from ._decode_v2 import (
-    CONTROL_ABORT,
-    CONTROL_MASK,
-    CODEC_MASK,
-    CRC_START,
-    HEADER,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_MASK,
-    control_type,
-    decode_records,
-)
-from ._errors import CorruptRecordError, DeserializationError, RecordError, RecordTooLargeError
+from . import _decode_legacy
+from ._decode_v2 import decode_records
+from ._errors import DeserializationError, RecordError
 from ._records import ConsumerRecord
+from ._walk import READ_COMMITTED, READ_UNCOMMITTED, read_committed, walk
 
-READ_UNCOMMITTED = "read_uncommitted"
-READ_COMMITTED = "read_committed"
-
-_LENGTH = struct.Struct(">qi")
-_MAGIC_OFFSET = 16  # base offset, length, then v2 leader epoch / legacy CRC
-# Smallest possible batch length: a magic v0 message with null key and value.
-_MIN_LENGTH = 14
+__all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "DecodedPartition", "decode_partition"]
 
 
 class DecodedPartition(NamedTuple):
@@ -84,108 +64,29 @@ def decode_partition(
     (``deserialize(topic, headers, data)``) or plain callables taking the
     bytes; both are called for null keys and values too, like Java does.
     """
-    if isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
-        raise ValueError(f"isolation_level must be {READ_UNCOMMITTED!r} or {READ_COMMITTED!r}")
-    if records is None:
-        records = b""
-    view = memoryview(records)
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
-    size = len(view)
+    committed = read_committed(isolation_level)
     key_fn = _deserializer(key_deserializer)
     value_fn = _deserializer(value_deserializer)
-
-    read_committed = isolation_level == READ_COMMITTED
-    aborted = _aborted_queue(aborted_transactions) if read_committed else []
-    aborted_index = 0
-    aborted_pids: set[int] = set()
-
     out: list[ConsumerRecord] = []
     append = out.append
-    next_offset = fetch_offset
-    leader_epoch = -1
-    error: RecordError | None = None
-    pos = 0
-    while size - pos >= LOG_OVERHEAD:
-        base_offset, length = _LENGTH.unpack_from(view, pos)
-        end = pos + LOG_OVERHEAD + length
-        if length < _MIN_LENGTH:
-            error = CorruptRecordError(topic, partition, base_offset,
-                                       f"batch length {length} is below the minimum {_MIN_LENGTH}")
-            break
-        if end > size:
-            break  # the broker cut the last batch at the fetch size: fetch it next time
-        mark = len(out)
-        try:
-            magic = view[pos + _MAGIC_OFFSET]
-            if magic == 2:
-                if length < HEADER_SIZE - LOG_OVERHEAD:
-                    raise ValueError(f"batch length {length} is shorter than the v2 batch header")
-                (_, _, epoch, _, crc, attributes, last_offset_delta, base_timestamp, max_timestamp,
-                 producer_id, _, _, count) = HEADER.unpack_from(view, pos)
-                if check_crcs and crc32c(view[pos + CRC_START:end]) != crc:
-                    raise ValueError("CRC mismatch")
-                if count < 0:
-                    raise ValueError(f"negative record count {count}")
-                last_offset = base_offset + last_offset_delta
-                codec = attributes & CODEC_MASK
-                skip = attributes & CONTROL_MASK  # transaction markers are not records
-                if read_committed and producer_id >= 0:
-                    # Java's CompletedFetch: transactions that began at or before this
-                    # batch's last offset are aborted from here on for their producer,
-                    # until that producer's ABORT marker.
-                    while aborted_index < len(aborted) and aborted[aborted_index][0] <= last_offset:
-                        aborted_pids.add(aborted[aborted_index][1])
-                        aborted_index += 1
-                    if skip:
-                        if count and control_type(_payload(view, pos, end, codec)) == CONTROL_ABORT:
-                            aborted_pids.discard(producer_id)
-                    elif attributes & TRANSACTIONAL_MASK and producer_id in aborted_pids:
-                        skip = True  # still advances next_offset past it
-                if count and not skip:
-                    decode_records(
-                        _payload(view, pos, end, codec), count, base_offset, base_timestamp,
-                        max_timestamp if attributes & TIMESTAMP_TYPE_MASK else None,
-                        next_offset, topic, partition, epoch, out)
-                    if not check_crcs:
-                        _check_offsets(out, mark, base_offset, last_offset)
-                batch_next = last_offset + 1
-                leader_epoch = epoch
-            elif magic == 0 or magic == 1:
-                batch_next = _decode_legacy.decode_batch(
-                    view[pos:end], magic, check_crcs, next_offset, topic, partition, append)
-            else:
-                raise ValueError(f"unknown magic {magic}")
-        except Exception as exc:  # noqa: BLE001 - bad data must not escape; the cause is kept
-            del out[mark:]
-            error = CorruptRecordError(topic, partition, base_offset, f"corrupt batch: {_reason(exc)}")
-            error.__cause__ = exc
-            break
-        if key_fn is not None or value_fn is not None:
-            failed = _deserialize(out, mark, topic, partition, key_fn, value_fn)
-            if failed is not None:
-                error = failed
-                next_offset = failed.offset
-                break
-        if batch_next > next_offset:
-            next_offset = batch_next
-        pos = end
 
-    if error is None and pos == 0 and size:
-        error = RecordTooLargeError(
-            topic, partition, fetch_offset,
-            f"the fetch returned {size} bytes without one complete batch: the batch is larger than "
-            "the partition fetch size (raise max_partition_fetch_bytes)")
-    return DecodedPartition(out, next_offset, pos, error, leader_epoch)
+    def legacy(batch: memoryview, magic: int, min_offset: int) -> int:
+        return _decode_legacy.decode_batch(batch, magic, check_crcs, min_offset, topic, partition, append)
+
+    def truncate(mark: int) -> None:
+        del out[mark:]
+
+    after = None
+    if key_fn is not None or value_fn is not None:
+        def after(mark: int) -> DeserializationError | None:
+            return _deserialize(out, mark, topic, partition, key_fn, value_fn)
+
+    walked = walk(topic, partition, records, fetch_offset, committed, aborted_transactions, check_crcs,
+                  out, decode_records, _check_offsets, legacy, out.__len__, truncate, after)
+    return DecodedPartition(out, *walked)
 
 
-def _payload(view: memoryview, pos: int, end: int, codec: int) -> bytes:
-    """The records part of the v2 batch at ``pos``, decompressed; bytes, whose slices are bytes."""
-    payload = view[pos + HEADER_SIZE:end]
-    return bytes(payload) if codec == 0 else _compression.decompress(codec, payload)
-
-
-def _check_offsets(out: list, mark: int, base_offset: int, last_offset: int) -> None:
+def _check_offsets(out: list, mark: int, base_offset: int, last_offset: int, _min_offset: int) -> None:
     """Offsets of a batch's records must rise within the batch's range.
 
     Brokers validate this when they append, and the CRC covers the deltas;
@@ -196,27 +97,6 @@ def _check_offsets(out: list, mark: int, base_offset: int, last_offset: int) -> 
     if offsets and (offsets[0] < base_offset or offsets[-1] > last_offset
                     or any(b <= a for a, b in zip(offsets, offsets[1:]))):
         raise ValueError("record offsets are out of order or outside the batch's range")
-
-
-def _reason(exc: Exception) -> str:
-    if type(exc) is ValueError:  # ours, worded for the reader
-        return str(exc)
-    if isinstance(exc, IndexError):
-        return "a length or varint runs past the end of the batch"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _aborted_queue(transactions: Iterable[Any] | None) -> list[tuple[int, int]]:
-    """Aborted transactions as (first_offset, producer_id), by first offset."""
-    queue = []
-    for txn in transactions or ():
-        if hasattr(txn, "producer_id"):
-            queue.append((txn.first_offset, txn.producer_id))
-        else:
-            producer_id, first_offset = txn
-            queue.append((first_offset, producer_id))
-    queue.sort()
-    return queue
 
 
 def _deserializer(deserializer: Any) -> Callable[[str, list, Any], Any] | None:
