@@ -378,16 +378,23 @@ class MembershipManager:
         timeout = max(self._config.request_timeout_ms, self._config.max_poll_interval_ms + 5000)
         return Outgoing(request, node, self._on_join, timeout_ms=timeout)
 
-    def _on_join(self, pending, now: float) -> None:
+    def _round_answer(self, pending, state: str) -> int | None:
+        """The error code of a JoinGroup or SyncGroup answer; None when there is nothing to do (the
+        machine has moved on, or the request failed and the round is retried after join_backoff)."""
         self._request_in_flight = False
-        if self.machine.state != "joining":
-            return
+        if self.machine.state != state:
+            return None
         if pending.error is not None:
             self._coordinator.mark_unknown()
             self.machine.fire("join_failed")
+            return None
+        return pending.response.error_code
+
+    def _on_join(self, pending, now: float) -> None:
+        code = self._round_answer(pending, "joining")
+        if code is None:
             return
         r = pending.response
-        code = r.error_code
         if code == 0:
             self.member_id = r.member_id
             self.generation = r.generation_id
@@ -448,15 +455,10 @@ class MembershipManager:
         return assignor.assign(counts, subscriptions)
 
     def _on_sync(self, pending, now: float) -> None:
-        self._request_in_flight = False
-        if self.machine.state != "syncing":
-            return
-        if pending.error is not None:
-            self._coordinator.mark_unknown()
-            self.machine.fire("join_failed")
+        code = self._round_answer(pending, "syncing")
+        if code is None:
             return
         r = pending.response
-        code = r.error_code
         if code == 0:
             data = r.assignment
             assignment = decode_assignment(bytes(data) if data is not None else b"")
