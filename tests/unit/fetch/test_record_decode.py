@@ -261,3 +261,38 @@ def test_bad_arguments_raise():
         decode(b"", isolation_level="read_whatever")
     with pytest.raises(TypeError, match="deserializer"):
         decode(b"", value_deserializer=42)
+
+
+def test_collector_decodes_with_the_collector_paused_and_restores_it():
+    """The collector postpones garbage collection during one decode and always turns it back on,
+    also when a deserializer raises; an application's own gc.disable() is respected."""
+    import gc
+
+    from fsm_consumer._config import ConsumerConfig
+    from fsm_consumer.fetch._buffer import CompletedFetch
+    from fsm_consumer.fetch._collector import FetchCollector
+    from fsm_consumer.fetch.testing import Rec, batch
+    from fsm_consumer.fetch import TopicPartition
+
+    seen = []
+
+    def value_des(data):
+        seen.append(gc.isenabled())
+        if data == b"bad":
+            raise ValueError("cannot read")
+        return data
+
+    collector = FetchCollector(ConsumerConfig.from_kwargs(value_deserializer=value_des), None, None,
+                               lambda: None, None)
+    fetch = CompletedFetch(TopicPartition("t", 0), 0, 0, batch([Rec(value=b"ok"), Rec(value=b"bad")]),
+                           2, 2, 0, None, 0)
+    assert gc.isenabled()
+    decoded = collector._decode(fetch, 0, columnar=False)
+    assert seen == [False, False] and gc.isenabled()
+    assert [r.value for r in decoded.records] == [b"ok"] and decoded.error is not None
+    gc.disable()
+    try:
+        collector._decode(fetch, 0, columnar=False)
+        assert not gc.isenabled()  # left as the application set it
+    finally:
+        gc.enable()
