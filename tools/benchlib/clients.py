@@ -12,59 +12,55 @@ import time
 BATCH = 10_000
 
 
-def run_fsm(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, float, float]:
+def _timed(read_some, expect: int) -> tuple[int, int, float, float]:
+    """Call ``read_some()`` (records returned by one call) until ``expect`` records came."""
+    got, first, first_n, deadline = 0, None, 0, time.monotonic() + 300
+    while got < expect and time.monotonic() < deadline:
+        n = read_some()
+        if n and first is None:
+            first, first_n = time.monotonic(), n
+        got += n
+    last = time.monotonic()
+    return got, first_n, first or last, last
+
+
+def _fsm(bootstrap: str, topic: str, partitions: int, opts: dict):
     from fsm_consumer.consumer import Consumer
     from fsm_consumer.fetch import TopicPartition
 
     c = Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", **opts)
     c.assign([TopicPartition(topic, p) for p in range(partitions)])
-    got, first, first_n, deadline = 0, None, 0, time.monotonic() + 300
-    while got < expect and time.monotonic() < deadline:
-        batch = c.poll(timeout_ms=1000, max_records=BATCH)
-        n = sum(len(records) for records in batch.values())
-        if n and first is None:
-            first, first_n = time.monotonic(), n
-        got += n
-    last = time.monotonic()
-    c.close()
-    return got, first_n, first or last, last
+    return c
+
+
+def run_fsm(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, int, float, float]:
+    c = _fsm(bootstrap, topic, partitions, opts)
+    try:
+        return _timed(lambda: sum(len(r) for r in c.poll(timeout_ms=1000, max_records=BATCH).values()), expect)
+    finally:
+        c.close()
 
 
 def run_fsm_columnar(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, int, float, float]:
-    from fsm_consumer.consumer import Consumer
-    from fsm_consumer.fetch import TopicPartition
-
-    c = Consumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", **opts)
-    c.assign([TopicPartition(topic, p) for p in range(partitions)])
-    got, first, first_n, deadline = 0, None, 0, time.monotonic() + 300
-    while got < expect and time.monotonic() < deadline:
-        n = c.poll_batch(timeout_ms=1000, max_records=BATCH).num_rows
-        if n and first is None:
-            first, first_n = time.monotonic(), n
-        got += n
-    last = time.monotonic()
-    c.close()
-    return got, first_n, first or last, last
+    c = _fsm(bootstrap, topic, partitions, opts)
+    try:
+        return _timed(lambda: c.poll_batch(timeout_ms=1000, max_records=BATCH).num_rows, expect)
+    finally:
+        c.close()
 
 
-def run_kafka_python(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, float, float]:
+def run_kafka_python(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, int, float, float]:
     from kafka import KafkaConsumer, TopicPartition
 
     c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False, **opts)
     c.assign([TopicPartition(topic, p) for p in range(partitions)])
-    got, first, first_n, deadline = 0, None, 0, time.monotonic() + 300
-    while got < expect and time.monotonic() < deadline:
-        batch = c.poll(timeout_ms=1000, max_records=BATCH)
-        n = sum(len(records) for records in batch.values())
-        if n and first is None:
-            first, first_n = time.monotonic(), n
-        got += n
-    last = time.monotonic()
-    c.close()
-    return got, first_n, first or last, last
+    try:
+        return _timed(lambda: sum(len(r) for r in c.poll(timeout_ms=1000, max_records=BATCH).values()), expect)
+    finally:
+        c.close()
 
 
-def run_confluent(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, float, float]:
+def run_confluent(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, int, float, float]:
     from confluent_kafka import Consumer, TopicPartition
 
     conf = {"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}", "enable.auto.commit": False,
@@ -72,19 +68,14 @@ def run_confluent(bootstrap: str, topic: str, partitions: int, expect: int, opts
     conf.update(opts)
     c = Consumer(conf)
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got, first, first_n, deadline = 0, None, 0, time.monotonic() + 300
-    while got < expect and time.monotonic() < deadline:
-        msgs = c.consume(num_messages=BATCH, timeout=1.0)
-        n = sum(1 for m in msgs if m.error() is None)
-        if n and first is None:
-            first, first_n = time.monotonic(), n
-        got += n
-    last = time.monotonic()
-    c.close()
-    return got, first_n, first or last, last
+    try:
+        return _timed(lambda: sum(1 for m in c.consume(num_messages=BATCH, timeout=1.0) if m.error() is None),
+                      expect)
+    finally:
+        c.close()
 
 
-def run_aiokafka(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, float, float]:
+def run_aiokafka(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, int, float, float]:
     import asyncio
 
     from aiokafka import AIOKafkaConsumer, TopicPartition
