@@ -74,6 +74,7 @@ def walk(
     mark: Callable[[], Any],
     truncate: Callable[[Any], None],
     after: Callable[[Any], RecordError | None] | None = None,
+    views: bool = False,
 ) -> Walked:
     """Walk the batches of ``records`` fetched from ``fetch_offset``; the decoders' callbacks add the records to ``out``.
 
@@ -88,6 +89,7 @@ def walk(
     it. All three raise on bad data. ``mark()`` notes what ``out`` holds, ``truncate(mark)`` drops
     what was added since. ``after(mark)``, if given, runs after each batch decoded; a
     ``RecordError`` it returns (having dropped its failing records) stops the walk at its offset.
+    With ``views``, an uncompressed payload is a memoryview into ``records`` instead of a copy.
     """
     if records is None:
         records = b""
@@ -141,7 +143,7 @@ def walk(
                     elif attributes & TRANSACTIONAL_MASK and producer_id in aborted_pids:
                         skip = True  # still advances next_offset past it
                 if count and not skip:
-                    v2(payload(view, pos, end, codec), count, base_offset, base_timestamp,
+                    v2(payload(view, pos, end, codec, views), count, base_offset, base_timestamp,
                        max_timestamp if attributes & TIMESTAMP_TYPE_MASK else None, next_offset,
                        topic, partition, epoch, out)
                     if not check_crcs:
@@ -175,10 +177,13 @@ def walk(
     return Walked(next_offset, pos, error, leader_epoch)
 
 
-def payload(view: memoryview, pos: int, end: int, codec: int) -> bytes:
-    """The records part of the v2 batch at ``pos``, decompressed; bytes, whose slices are bytes."""
+def payload(view: memoryview, pos: int, end: int, codec: int, views: bool = False) -> bytes | memoryview:
+    """The records part of the v2 batch at ``pos``, decompressed; bytes, whose slices are bytes
+    (with ``views``, uncompressed data stays a memoryview)."""
     data = view[pos + HEADER_SIZE:end]
-    return bytes(data) if codec == 0 else _compression.decompress(codec, data)
+    if codec == 0:
+        return data if views else bytes(data)
+    return _compression.decompress(codec, data)
 
 
 def _reason(exc: Exception) -> str:

@@ -60,6 +60,7 @@ _TLS_WRITE_CHUNK = 16 * 1024
 # level-triggered, so the rest is read next poll). TLS sockets are drained fully: bytes OpenSSL
 # has buffered do not make the descriptor readable again.
 _READ_BUDGET = 8 << 20
+_DIRECT_READ_MIN = 64 << 10  # below this a frame's rest is read through the shared buffer
 _HANDSHAKE_STATES = frozenset({"connecting", "tls_handshake", "api_versions", "authenticating"})
 # ApiVersions v3+ must name the client (KIP-511); brokers reject empty names.
 _SOFTWARE_NAME = "fsm-consumer"
@@ -410,9 +411,13 @@ class Connection:
         sock = self.sock
         buf = self._read_buffer
         budget = None if isinstance(sock, ssl.SSLSocket) else _READ_BUDGET
+        reader = self._reader
         while sock is not None and sock is self.sock:
+            # the rest of a large frame (a Fetch response) goes straight into its body, not through buf
+            room = reader.room()
+            direct = room is not None and len(room) >= _DIRECT_READ_MIN
             try:
-                n = sock.recv_into(buf)
+                n = sock.recv_into(room if direct else buf)
             except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return
             except OSError as exc:
@@ -423,7 +428,7 @@ class Connection:
                 self._io_failed(ConnectionLost(f"{self.host}:{self.port} closed the connection{midway}"))
                 return
             try:
-                for frame in self._reader.feed(buf[:n]):
+                for frame in (reader.received(n) if direct else reader.feed(buf[:n])):
                     self._dispatch(self._codec.decode(frame))
                     if sock is not self.sock:
                         return  # a response closed or replaced the connection

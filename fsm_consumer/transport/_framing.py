@@ -51,6 +51,27 @@ class FrameReader:
         """
         return self._prefix_len > 0 or self._body is not None
 
+    def room(self) -> memoryview | None:
+        """The unfilled rest of the frame body being assembled, or None between frames.
+
+        A caller may receive straight into it (``sock.recv_into(room)``) and then report how many
+        bytes came with ``received``: the body is then not copied from a read buffer.
+        """
+        if self._body is None:
+            return None
+        return self._body[self._filled:]
+
+    def received(self, n: int) -> list[memoryview]:
+        """``n`` bytes were written into ``room()``: the frame, if that completed it."""
+        body = self._body
+        if body is None or not 0 <= n <= len(body) - self._filled:
+            raise ValueError(f"received {n} bytes, room for {0 if body is None else len(body) - self._filled}")
+        self._filled += n
+        if self._filled < len(body):
+            return []
+        self._body = None
+        return [body.toreadonly()]
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         """Consume ``data``; return the payloads of every frame it completed.
 

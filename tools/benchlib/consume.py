@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -34,14 +33,37 @@ def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int, c
     p.flush(120)
 
 
+# what each client imports, so its baseline RSS counts the interpreter and the library, not the consuming
+LIBRARIES = {"fsm_consumer": "fsm_consumer.consumer", "kafka-python": "kafka", "confluent-kafka": "confluent_kafka",
+             "aiokafka": "aiokafka"}
+
+
+def _status_mb(field: str) -> float:
+    """VmRSS or VmHWM (peak RSS since exec: ru_maxrss of a child also counts the parent it forked from)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def child(argv: list[str]) -> int:
-    """Run one client; print its figures as JSON (the parent adds CPU and RSS from wait4)."""
+    """Run one client; print its figures as JSON (the parent adds the whole child's CPU from wait4)."""
+    import importlib
+
     name, bootstrap, topic, partitions, expect = argv[0], argv[1], argv[2], int(argv[3]), int(argv[4])
     fn, opts = CLIENTS[name]
+    importlib.import_module(next(m for prefix, m in LIBRARIES.items() if name.startswith(prefix)))
+    if "poll_batch" in name:
+        importlib.import_module("pyarrow")
+    baseline = _status_mb("VmRSS")
+    cpu0 = time.process_time()  # every thread of the process (librdkafka's too), from here: not the imports
     t0 = time.monotonic()
     got, first_n, first, last = fn(bootstrap, topic, partitions, expect, opts)
     print(json.dumps({"records": got, "rate_records": got - first_n, "first_s": first - t0,
-                      "span_s": max(last - first, 1e-9), "total_s": last - t0}))
+                      "span_s": max(last - first, 1e-9), "total_s": last - t0,
+                      "cpu_s": time.process_time() - cpu0,
+                      "baseline_rss_mb": baseline, "peak_rss_mb": _status_mb("VmHWM")}))
     return 0
 
 
@@ -54,11 +76,11 @@ def run_child(name: str, bootstrap: str, topic: str, partitions: int, expect: in
     lines = out.strip().splitlines()
     if proc.returncode != 0 or not lines:  # e.g. a client without the codec: reported, not fatal
         result = {"records": 0, "rate_records": 0, "first_s": 0.0, "span_s": 1e-9, "total_s": 0.0,
-                  "error": f"exit {proc.returncode}"}
+                  "baseline_rss_mb": 0.0, "peak_rss_mb": usage.ru_maxrss / 1024, "error": f"exit {proc.returncode}"}
     else:
         result = json.loads(lines[-1])
-    result["cpu_s"] = usage.ru_utime + usage.ru_stime
-    result["peak_rss_mb"] = usage.ru_maxrss / 1024
+    result["cpu_total_s"] = usage.ru_utime + usage.ru_stime  # with the interpreter's start and the imports
+    result.setdefault("cpu_s", result["cpu_total_s"])
     return result
 
 
@@ -87,6 +109,9 @@ def bench_consume(args) -> list[dict]:
     from fsm_consumer.broker import EmbeddedBroker
 
     clients = args.clients.split(",") if args.clients else list(CLIENTS)
+    unknown = [c for c in clients if c not in CLIENTS]
+    if unknown:
+        raise SystemExit(f"unknown clients {unknown}; known: {', '.join(CLIENTS)}")
     rows = []
     with EmbeddedBroker() as broker:
         topic = f"bench-{args.records}x{args.size}-{args.compression}"
@@ -111,21 +136,25 @@ def bench_consume(args) -> list[dict]:
             "records_per_s": round(rate), "mb_per_s": round(rate * args.size / 1e6, 1),
             "cpu_s_per_million": round(statistics.median([r["cpu_s"] for r in rs]) * 1e6 / args.records, 2),
             "peak_rss_mb": round(max(r["peak_rss_mb"] for r in rs), 1),
+            "baseline_rss_mb": round(statistics.median([r["baseline_rss_mb"] for r in rs]), 1),
             "first_record_s": round(statistics.median([r["first_s"] for r in rs]), 3)})
-    ours = next((r for r in rows if r["client"] == "fsm_consumer"), None)
-    for r in rows:
-        r["fsm_ratio"] = round(ours["records_per_s"] / r["records_per_s"], 2) if ours and r["records_per_s"] else None
+    for key, name in (("fsm_ratio", "fsm_consumer"), ("batch_ratio", "fsm_consumer(poll_batch)")):
+        ours = next((r for r in rows if r["client"] == name), None)
+        for r in rows:
+            r[key] = round(ours["records_per_s"] / r["records_per_s"], 2) if ours and r["records_per_s"] else None
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| scenario | client | records/s | MB/s | CPU s per 1M | peak RSS MB | first record s | fsm_consumer / client |\n"
-            "|---|---|---|---|---|---|---|---|")
+    head = ("| scenario | client | records/s | MB/s | CPU s per 1M | peak RSS MB (baseline) | first record s "
+            "| poll() / client | poll_batch() / client |\n"
+            "|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         lines.append(f"| {r.get('scenario', '-')} ({r['records']:,} x {r['size']} B, {r['compression']}) | "
                      f"{r['client']} | {r['records_per_s']:,} | {r['mb_per_s']} | {r['cpu_s_per_million']} | "
-                     f"{r['peak_rss_mb']} | {r['first_record_s']} | {r['fsm_ratio']} |")
+                     f"{r['peak_rss_mb']} ({r.get('baseline_rss_mb', '-')}) | {r['first_record_s']} | "
+                     f"{r['fsm_ratio']} | {r.get('batch_ratio')} |")
     return "\n".join(lines)
 
 

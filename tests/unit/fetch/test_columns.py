@@ -177,3 +177,100 @@ def test_from_records_and_assemble():
     assert out.column("offset").to_pylist() == [4, 5, 6, 0, 1, 2]
     empty = assemble([])
     assert empty.schema == SCHEMA and empty.num_rows == 0
+
+
+# The fast path (record starts in Python, fields with numpy) must serve valid v2 data by itself and
+# leave everything else to the exact loop, which then finds and words the fault.
+
+@pytest.fixture
+def exact_calls(monkeypatch):
+    from fsm_consumer.fetch import _columns
+
+    calls = []
+    real = _columns.decode_exact
+
+    def spy(*args, **kwargs):
+        calls.append(args[0:2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_columns, "decode_exact", spy)
+    return calls
+
+
+def test_valid_v2_data_never_needs_the_exact_loop(exact_calls):
+    for codec in CODECS:
+        same(batch(sample(), base_offset=5, codec=codec) + batch([b"x" * 300, b"y"], base_offset=14, codec=codec))
+    recs = [Rec(b"a"), Rec(b"b", offset_delta=4), Rec(b"c", offset_delta=9)]
+    same(batch(recs, base_offset=100) + batch([b"d"], base_offset=110), fetch_offset=105, check_crcs=False)
+    same(batch([b"a", b"b"], log_append_time=TS + 99) + batch([b"c"], base_offset=2))
+    big = [Rec(b"v" * 70_000, key=b"k" * 9_000, timestamp=TS + 10**12, headers=[("h" * 80, b"z" * 300)]),
+           Rec(None, offset_delta=300, timestamp=TS - 10**10), Rec(b"", key=b"", timestamp=-1)]
+    same(batch(big, base_offset=2**40), check_crcs=False)
+    assert exact_calls == []
+
+
+@pytest.mark.parametrize("data, kw, exact", [
+    (legacy_batch([b"a", None], magic=1) + batch([b"b"], base_offset=2), {}, 1),  # legacy batch
+    (batch([b"a", b"b"], base_offset=2**62), {}, 1),                              # int64 overflow is near
+    (batch([Rec(b"a", timestamp=2**62 + 5)]), {}, 1),                             # base timestamp too
+    (batch([Rec(b"a"), Rec(b"b", offset_delta=0)]), {"check_crcs": False}, 1),    # offsets do not rise ...
+    (batch([Rec(b"a"), Rec(b"b", offset_delta=0)]), {}, 0),                       # ... checked only without CRCs
+])
+def test_what_the_fast_path_declines_the_exact_loop_decodes(exact_calls, data, kw, exact):
+    same(data, **kw)
+    assert len(exact_calls) == exact
+
+
+def test_a_corrupt_record_found_by_the_fast_path_is_worded_by_the_exact_loop(exact_calls):
+    raw = bytearray(batch([b"first"]) + batch([Rec(b"ab", key=b"k"), Rec(b"c")], base_offset=1))
+    at = raw.index(b"k") - 1
+    raw[at] = 5  # key length -3
+    out = same(_resign_last(raw, second_at=len(batch([b"first"]))))
+    assert len(exact_calls) == 1 and "negative key length -3" in out.error.message
+    assert out.columns.column("value").to_pylist() == [b"first"]
+
+
+def _resign_last(raw: bytearray, second_at: int) -> bytes:
+    struct.pack_into(">I", raw, second_at + 17, crc32c(bytes(raw[second_at + 21:])))
+    return bytes(raw)
+
+
+_valid_rec = st.builds(
+    Rec, value=st.one_of(st.none(), st.binary(max_size=40), st.sampled_from([b"v" * 20_000])),
+    key=st.one_of(st.none(), st.binary(max_size=8)),
+    headers=st.lists(st.tuples(st.text(max_size=3), st.one_of(st.none(), st.binary(max_size=4))), max_size=2),
+    timestamp=st.integers(-1, 2**50), offset_delta=st.none())
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # cleared per example
+@given(batches=st.lists(st.tuples(st.sampled_from(["none", "lz4", "zstd"]), st.lists(_valid_rec, min_size=1, max_size=5),
+                                  st.integers(0, 3)), min_size=1, max_size=4),
+       check_crcs=st.booleans(), fetch_offset=st.integers(0, 20))
+def test_fast_path_agrees_on_valid_data_by_itself(exact_calls, batches, check_crcs, fetch_offset):
+    data, offset = b"", 0
+    for codec, recs, gap in batches:
+        data += batch(recs, base_offset=offset, codec=codec)
+        offset += len(recs) + gap
+    exact_calls.clear()
+    same(data, check_crcs=check_crcs, fetch_offset=fetch_offset)
+    assert exact_calls == []
+
+
+@given(st.lists(st.integers(-(2**62) + 1, 2**62 - 1), min_size=1, max_size=50))
+def test_vectorized_varints_read_what_the_varint_loop_reads(values):
+    import numpy as np
+    from kafka.record.util import encode_varint
+
+    from fsm_consumer.fetch._decode_v2 import varint
+    from fsm_consumer.fetch._vector import _varints
+
+    buf = bytearray()
+    starts = []
+    for v in values:
+        starts.append(len(buf))
+        encode_varint(v, buf.append)
+    got, sizes = _varints(np.frombuffer(bytes(buf), dtype=np.uint8), np.array(starts, dtype=np.int64))
+    expected = [varint(bytes(buf), s) for s in starts]
+    assert got.tolist() == [v for v, _ in expected] == values
+    assert (np.array(starts) + sizes).tolist() == [p for _, p in expected]

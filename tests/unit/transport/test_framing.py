@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fsm_consumer.transport import DEFAULT_RECEIVE_BUFFER_MAX, FrameReader, FrameTooLarge, encode_frame
 
@@ -118,3 +120,32 @@ def test_large_frame_in_many_chunks_is_filled_in_place():
 def test_invalid_limit():
     with pytest.raises(ValueError):
         FrameReader(receive_buffer_max=-1)
+
+
+@given(st.lists(st.binary(min_size=0, max_size=300), min_size=1, max_size=5), st.integers(1, 97), st.integers(1, 50))
+def test_receiving_into_room_gives_the_same_frames_as_feeding(payloads, chunk, direct):
+    """A connection may receive a body's rest straight into ``room()``; the frames are the same."""
+    stream = b"".join(encode_frame(p) for p in payloads)
+    reader = FrameReader()
+    got, pos = [], 0
+    while pos < len(stream):
+        room = reader.room()
+        if room is not None and len(room) > 0:
+            n = min(direct, len(room), len(stream) - pos)
+            room[:n] = stream[pos:pos + n]
+            got += reader.received(n)
+        else:
+            n = min(chunk, len(stream) - pos)
+            got += reader.feed(stream[pos:pos + n])
+        pos += n
+    assert [bytes(f) for f in got] == payloads
+    assert reader.room() is None and not reader.partial
+
+
+def test_received_more_than_room_is_refused():
+    reader = FrameReader()
+    assert reader.room() is None
+    assert reader.feed(encode_frame(b"abcdef")[:6]) == []
+    assert len(reader.room()) == 4
+    with pytest.raises(ValueError, match="room for 4"):
+        reader.received(5)
