@@ -149,7 +149,9 @@ class ConsumerConfig:
     # A follower waits this long after its JoinGroup answer before sending SyncGroup. 0 (Kafka's Java
     # client) is right for Apache Kafka, which holds early follower syncs for the leader's. Tansu 0.6
     # answers JoinGroups one by one and fails a follower sync that beats the leader's after about
-    # session_timeout_ms; about one heartbeat_interval_ms lets the leader's go first there.
+    # session_timeout_ms; about one heartbeat_interval_ms lets the leader's go first there. With it,
+    # a member that revoked partitions (cooperative) sends its follow-up JoinGroup no sooner than
+    # twice this after its JoinGroup answer, so the other members' held syncs land in their generation.
     follower_sync_delay_ms: int = attrs.field(default=0, validator=_int(0))
     exclude_internal_topics: bool = attrs.field(default=True, validator=_bool)
     allow_auto_create_topics: bool = attrs.field(default=True, validator=_bool)

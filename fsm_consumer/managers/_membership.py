@@ -71,6 +71,8 @@ class MembershipManager:
         self._sync_waits_for_metadata = False
         self._request_in_flight = False
         self._sync_not_before = 0.0
+        self._join_not_before = 0.0
+        self._joined_at = 0.0  # when this round's JoinGroup was answered
         self._token = 0
         self._awaiting: str | None = None         # which ack the machine waits for
         self._last_poll: float | None = None
@@ -165,6 +167,11 @@ class MembershipManager:
             self.rebalance_started = self._clock.now_ms()
         # a new round: whether it revokes anything is decided afresh (a cooperative round may go
         # from assigning_partitions straight back to joining, without passing through stable)
+        if self._revoked_this_round:
+            # A follow-up JoinGroup (after a cooperative revocation) starts a new generation at once;
+            # followers still holding their SyncGroup back (follower_sync_delay_ms, theirs answered a
+            # little later than ours) would miss this generation's assignment and cost more rounds.
+            self._join_not_before = self._joined_at + 2 * self._config.follower_sync_delay_ms
         self._revoked_this_round = False
         self._send_join = True
 
@@ -313,7 +320,10 @@ class MembershipManager:
                 if self._send_leave and state == "stale":
                     self._send_leave = False  # best effort only: no coordinator, no leave
             return wait, out
-        if self._send_join and not self._request_in_flight:
+        join_held = self._send_join and now < self._join_not_before
+        if join_held:
+            wait = min(wait, self._join_not_before - now)
+        if self._send_join and not join_held and not self._request_in_flight:
             self._send_join = False
             out.append(self._join_request(node))
         elif self._send_sync and not self._request_in_flight:
@@ -401,6 +411,7 @@ class MembershipManager:
             self.group_protocol = r.protocol_name
             self.leader_id = r.leader
             self._members = list(r.members)
+            self._joined_at = now
             self.heartbeat.reset(now)
             log.info("group %s: joined generation %d as %s (leader %s, %d members)", self._config.group_id,
                      self.generation, self.member_id, self.leader_id, len(self._members))

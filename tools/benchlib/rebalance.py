@@ -1,13 +1,20 @@
 """tools/bench rebalance: a fourth member joins a stable group of three; how long until the group is
 stable again (every member assigned, all partitions covered), for fsm_consumer and confluent-kafka members
-in the same run; and the time from subscribe() to the first record for one member."""
+in the same run; while records are produced steadily, the largest gap in delivery of a partition that
+stays with its member (what cooperative-sticky promises); and the time from subscribe() to the first
+record for one member."""
 
 from __future__ import annotations
 
 import statistics
+import sys
+import threading
 import time
+from collections import defaultdict
 
 GROUP_CFG = dict(session_timeout_ms=3000, heartbeat_interval_ms=300)
+FETCH_WAIT_MS = 500  # both clients' default fetch wait (fetch_max_wait_ms, fetch.wait.max.ms)
+RATE = 1000          # records/s produced across the partitions during a join
 
 
 class _Fsm:
@@ -16,9 +23,14 @@ class _Fsm:
         self.c = Consumer(bootstrap_servers=bootstrap, group_id=group, client_id=name, auto_offset_reset="earliest",
                           partition_assignment_strategy=[strategy], follower_sync_delay_ms=400, **GROUP_CFG)
         self.c.subscribe([topic])
+        self.deliveries = defaultdict(list)  # partition: times records came
 
     def poll(self):
-        return sum(len(v) for v in self.c.poll(timeout_ms=10).values())
+        batch = self.c.poll(timeout_ms=10)
+        now = time.monotonic()
+        for tp, records in batch.items():
+            self.deliveries[tp.partition].append(now)
+        return sum(len(v) for v in batch.values())
 
     def owned(self):
         return {tp.partition for tp in self.c.assignment()}
@@ -37,10 +49,14 @@ class _Rd:
                            "auto.offset.reset": "earliest", "partition.assignment.strategy": strategy,
                            "session.timeout.ms": 3000, "heartbeat.interval.ms": 300, "fetch.queue.backoff.ms": 10})
         self.c.subscribe([topic])
+        self.deliveries = defaultdict(list)
 
     def poll(self):
-        m = self.c.poll(0.01)
-        return 1 if m is not None and m.error() is None else 0
+        got = [m for m in self.c.consume(500, 0.01) if m.error() is None]
+        now = time.monotonic()
+        for p in {m.partition() for m in got}:
+            self.deliveries[p].append(now)
+        return len(got)
 
     def owned(self):
         return {p.partition for p in self.c.assignment()}
@@ -71,21 +87,57 @@ def _covered(members, partitions):
     return flat == list(range(partitions)) and all(owned) and all(m.settled() for m in members)
 
 
+def _feed(bootstrap, topic, partitions, stop):
+    """Produce RATE records/s round the partitions until ``stop`` is set."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    i = 0
+    start = time.monotonic()
+    while not stop.is_set():
+        p.produce(topic, value=b"x" * 100, partition=i % partitions)
+        i += 1
+        p.poll(0)
+        ahead = start + i / RATE - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
+    p.flush(5)
+
+
+def _largest_gap(members, before, t0, t1):
+    """The largest gap (ms) between deliveries of a partition owned by the same member before and after."""
+    gaps = []
+    for m, owned in zip(members, before):
+        for p in owned & m.owned():
+            times = [t for t in m.deliveries[p] if t0 <= t <= t1]
+            edges = [t0, *times, t1]
+            gaps.append(max(b - a for a, b in zip(edges, edges[1:])))
+    return round(max(gaps) * 1000) if gaps else None
+
+
 def one_join(kind, strategy, bootstrap, topic, partitions, run):
+    """(ms from the 4th member's start until the group is stable, largest delivery gap ms of a partition that stayed)."""
     cls = KINDS[kind]
     group = f"rb-{kind}-{strategy}-{run}-{time.time_ns()}"
     members = [cls(bootstrap, group, topic, strategy, f"m{i}") for i in range(3)]
+    stop = threading.Event()
+    feeder = threading.Thread(target=_feed, args=(bootstrap, topic, partitions, stop), daemon=True)
+    feeder.start()
     try:
         if _spin_until(members, lambda: _covered(members, partitions), 60) is None:
-            return None
-        for _ in range(20):
-            for m in members:
-                m.poll()
+            return None, None
+        _spin_until(members, lambda: False, 1.0)  # steady delivery before the join
+        before = [m.owned() for m in members]
         t0 = time.monotonic()
         members.append(cls(bootstrap, group, topic, strategy, "m3"))
         t1 = _spin_until(members, lambda: _covered(members, partitions), 60)
-        return None if t1 is None else (t1 - t0) * 1000
+        if t1 is None:
+            return None, None
+        _spin_until(members, lambda: False, 0.5)
+        return (t1 - t0) * 1000, _largest_gap(members[:3], before, t0, t1)
     finally:
+        stop.set()
+        feeder.join(10)
         for m in members:
             m.close()
 
@@ -124,12 +176,16 @@ def bench_rebalance(args) -> list[dict]:
         for run in range(args.runs):
             for combo in combos:  # alternate
                 results[combo].append(one_join(combo[0], combo[1], broker.bootstrap_servers, topic, args.partitions, run))
+                print(f"# run {run + 1} {combo[0]} {combo[1]}: {results[combo][-1]}", file=sys.stderr)
             for k in KINDS:
                 firsts[k].append(first_record(k, broker.bootstrap_servers, topic, run))
     for (kind, strategy), vals in results.items():
-        ok = [v for v in vals if v is not None]
+        ok = [v for v, _ in vals if v is not None]
+        gaps = [g for _, g in vals if g is not None]
         rows.append({"bench": "rebalance", "client": kind, "strategy": strategy, "runs": len(vals),
-                     "settled_runs": len(ok), "join_to_stable_ms": round(statistics.median(ok)) if ok else None})
+                     "settled_runs": len(ok), "join_to_stable_ms": round(statistics.median(ok)) if ok else None,
+                     "stayed_gap_ms": max(gaps) if gaps else None,
+                     "gap_bound_ms": GROUP_CFG["heartbeat_interval_ms"] + FETCH_WAIT_MS})
     for kind, vals in firsts.items():
         ok = [v for v in vals if v is not None]
         rows.append({"bench": "first-record", "client": kind, "runs": len(vals),
@@ -138,10 +194,13 @@ def bench_rebalance(args) -> list[dict]:
 
 
 def table(rows) -> str:
-    out = ["| client | strategy | 4th member joins: ms until stable (median) | settled runs |", "|---|---|---|---|"]
+    out = ["| client | strategy | 4th member joins: ms until stable (median) | largest delivery gap of a partition "
+           "that stayed, ms (max over runs; bound: heartbeat interval + fetch wait) | settled runs |",
+           "|---|---|---|---|---|"]
     for r in rows:
         if r["bench"] == "rebalance":
-            out.append(f"| {r['client']} | {r['strategy']} | {r['join_to_stable_ms']} | {r['settled_runs']}/{r['runs']} |")
+            out.append(f"| {r['client']} | {r['strategy']} | {r['join_to_stable_ms']} | {r['stayed_gap_ms']} "
+                       f"(bound {r['gap_bound_ms']}) | {r['settled_runs']}/{r['runs']} |")
     out += ["", "| client | subscribe() to first record, ms (median) |", "|---|---|"]
     for r in rows:
         if r["bench"] == "first-record":

@@ -88,6 +88,10 @@ class Member(ConsumerRebalanceListener):
     def state(self) -> str:
         return self.consumer._group.membership.machine.state
 
+    @property
+    def generation(self) -> int:
+        return self.consumer._group.membership.generation
+
     def triggers(self) -> list[str]:
         return [r.trigger for r in self.consumer._group.membership.machine.log]
 
