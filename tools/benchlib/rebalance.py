@@ -115,8 +115,18 @@ def _largest_gap(members, before, t0, t1):
     return round(max(gaps) * 1000) if gaps else None
 
 
+def _made_aside(cls, *args):
+    """A member constructed on another thread (making one takes a while): the others keep polling meanwhile."""
+    made = []
+    t = threading.Thread(target=lambda: made.append(cls(*args)), daemon=True)
+    t.start()
+    return t, made
+
+
 def one_join(kind, strategy, bootstrap, topic, partitions, run):
-    """(ms from the 4th member's start until the group is stable, largest delivery gap ms of a partition that stayed)."""
+    """(ms from the 4th member's start until the group is stable, largest delivery gap ms of a partition that
+    stayed). The members are polled in turn from this thread (librdkafka consumers polled from threads of
+    their own wedged Tansu 0.6 here); each poll waits at most 10 ms."""
     cls = KINDS[kind]
     group = f"rb-{kind}-{strategy}-{run}-{time.time_ns()}"
     members = [cls(bootstrap, group, topic, strategy, f"m{i}") for i in range(3)]
@@ -129,7 +139,11 @@ def one_join(kind, strategy, bootstrap, topic, partitions, run):
         _spin_until(members, lambda: False, 1.0)  # steady delivery before the join
         before = [m.owned() for m in members]
         t0 = time.monotonic()
-        members.append(cls(bootstrap, group, topic, strategy, "m3"))
+        maker, made = _made_aside(cls, bootstrap, group, topic, strategy, "m3")
+        if _spin_until(members, lambda: bool(made), 30) is None:
+            return None, None
+        maker.join()
+        members.append(made[0])
         t1 = _spin_until(members, lambda: _covered(members, partitions), 60)
         if t1 is None:
             return None, None
