@@ -113,13 +113,21 @@ class Member(ConsumerRebalanceListener):
             self.open.clear()
 
 
-def wait_until(predicate, timeout_s: float, what: str) -> None:
+def wait_until(predicate, timeout_s: float, what: str, explain=None) -> None:
+    """Wait for ``predicate``; on timeout the error says what was awaited and ``explain()``, if given."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+    detail = f": {explain()}" if explain is not None else ""
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{detail}")
+
+
+def describe(members) -> str:
+    """Where each member stands: for a timeout's message."""
+    return "; ".join(f"{m.name} {m.state} gen {m.generation} owns {sorted(m.owned())} consumed {len(m.consumed)}"
+                     f"{' errors ' + repr(m.errors[-2:]) if m.errors else ''}" for m in members)
 
 
 def assert_disjoint(members) -> None:
