@@ -1,0 +1,116 @@
+"""MembershipManager driven by hand with a fake clock: requests out of poll(now), answers into its handlers.
+
+No broker, no threads: the coordinator and metadata are stand-ins holding only what the manager reads.
+"""
+
+from __future__ import annotations
+
+import queue
+from types import SimpleNamespace
+
+import pytest
+from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
+
+from fsm_consumer._config import ConsumerConfig
+from fsm_consumer._metrics import Metrics
+from fsm_consumer.assignors import Assignment, encode_assignment
+from fsm_consumer.fetch import TopicPartition
+from fsm_consumer.managers import MembershipManager
+from fsm_consumer.spec import FakeClock
+from fsm_consumer.state import SubscriptionState
+
+T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+class Coordinator:
+    node = 7
+    gone_for_close = False
+
+    def needed(self):
+        pass
+
+    def mark_unknown(self):
+        raise AssertionError("no coordinator error in these rounds")
+
+
+def make(delay_ms: int):
+    config = ConsumerConfig.from_kwargs(
+        bootstrap_servers="127.0.0.1:1", group_id="g", client_id="c", enable_auto_commit=False,
+        partition_assignment_strategy=["cooperative-sticky"], follower_sync_delay_ms=delay_ms,
+        session_timeout_ms=3000, heartbeat_interval_ms=300)
+    clock = FakeClock(1_000)
+    subs = SubscriptionState()
+    subs.subscribe(["t"])
+    metadata = SimpleNamespace(version=1, all_topics_wanted=False, request_update=lambda topics: None,
+                               topics={"t": SimpleNamespace(leaders={0: 7, 1: 7}, internal=False)})
+    manager = MembershipManager(config, subscription=subs, metadata=metadata, coordinator=Coordinator(),
+                                commits=None, background_events=queue.Queue(), post_app_event=lambda e: None,
+                                clock=clock, metrics=Metrics())
+    return manager, clock
+
+
+def polled(manager, clock):
+    """Poll once: (wait, requests); heartbeats that come along are answered OK at once."""
+    wait, out = manager.poll(clock.now_ms())
+    for o in out:
+        if isinstance(o.request, HeartbeatRequest):
+            answer(o, clock, error_code=0)
+    return wait, [o for o in out if not isinstance(o.request, HeartbeatRequest)]
+
+
+def sent(manager, clock, kind):
+    """Poll once; the one request of ``kind`` it sends."""
+    if kind is HeartbeatRequest:
+        out = manager.poll(clock.now_ms())[1]
+    else:
+        out = polled(manager, clock)[1]
+    got = [o for o in out if isinstance(o.request, kind)]
+    assert len(got) == 1, (kind.__name__, [type(o.request).__name__ for o in out])
+    return got[0]
+
+
+def answer(outgoing, clock, **fields):
+    outgoing.handler(SimpleNamespace(error=None, response=SimpleNamespace(**fields)), clock.now_ms())
+
+
+def join_round(manager, clock, generation, partitions, delay_ms):
+    """JoinGroup answered (as a follower), SyncGroup after the follower delay, answered with ``partitions``."""
+    answer(sent(manager, clock, JoinGroupRequest), clock, error_code=0, member_id="me", generation_id=generation,
+           protocol_name="cooperative-sticky", leader="other", members=[])
+    joined_at = clock.now_ms()
+    if delay_ms:
+        _, out = polled(manager, clock)
+        assert not any(isinstance(o.request, SyncGroupRequest) for o in out), "the follower holds its sync"
+        clock.advance(delay_ms)
+    answer(sent(manager, clock, SyncGroupRequest), clock, error_code=0,
+           assignment=encode_assignment(Assignment(partitions=partitions)))
+    return joined_at
+
+
+@pytest.mark.parametrize("delay_ms", [0, 400])
+def test_after_a_cooperative_revocation_the_follow_up_join_waits_for_the_others_syncs(delay_ms):
+    manager, clock = make(delay_ms)
+    manager.on_subscription_changed(clock.now_ms())
+    join_round(manager, clock, 1, [T0, T1], delay_ms)
+    assert manager.machine.state == "stable" and manager.owned == {T0, T1}
+
+    # the coordinator says the group rebalances: round 2 takes T1 away
+    clock.advance(300)
+    answer(sent(manager, clock, HeartbeatRequest), clock, error_code=27)
+    joined_at = join_round(manager, clock, 2, [T0], delay_ms)
+    assert manager.owned == {T0}
+    assert manager.machine.state == "joining"  # cooperative: revoked, so a follow-up round at once
+
+    if delay_ms:
+        # held until 2 x delay after this round's JoinGroup answer: the other members' syncs, held
+        # back as ours was, land in generation 2 before our JoinGroup starts generation 3
+        wait, out = polled(manager, clock)
+        assert not any(isinstance(o.request, JoinGroupRequest) for o in out)
+        assert wait == pytest.approx(joined_at + 2 * delay_ms - clock.now_ms())
+        clock.advance(wait - 1)
+        assert not any(isinstance(o.request, JoinGroupRequest) for o in polled(manager, clock)[1])
+        clock.advance(1)
+    join = sent(manager, clock, JoinGroupRequest)  # with delay 0 (Apache Kafka): at once
+    answer(join, clock, error_code=0, member_id="me", generation_id=3, protocol_name="cooperative-sticky",
+           leader="other", members=[])
+    assert manager.machine.state == "syncing" and manager.generation == 3
