@@ -179,10 +179,7 @@ def _fast_columns(out: _Starts, check_crcs: bool) -> pa.RecordBatch | None:
 
 def _offsets_fit(out: _Starts, offsets: np.ndarray, counts: list[int]) -> bool:
     """decode_exact's check without CRCs: each batch's kept records rise within its range."""
-    keep = np.ones(len(offsets), dtype=bool)
-    for first, min_offset in out.filters:
-        stop = next((b[0] for b in out.bases if b[0] > first), len(offsets))
-        keep[first:stop] = offsets[first:stop] >= min_offset
+    keep = _kept(out, offsets)
     batch = np.repeat(np.arange(len(counts)), counts)[keep]
     kept = offsets[keep]
     low = np.repeat(np.array([b[1] for b in out.batches], dtype=np.int64), counts)[keep]
@@ -202,10 +199,8 @@ def build(cols: Any, offsets: np.ndarray, timestamps: np.ndarray, spans: np.ndar
     starts = np.arange(0, 4 * n, 4, dtype=np.int64)
     keys = _gather(skeleton, raw, spans, starts, n)
     values = _gather(skeleton, raw, spans, starts + 2, n)
-    if cols.log_append:
-        for first, ts in cols.log_append:  # to the end of that batch: its records are contiguous
-            stop = next((b[0] for b in cols.bases if b[0] > first), n)
-            timestamps[first:stop] = ts
+    for first, ts in cols.log_append:  # to the end of that batch: its records are contiguous
+        timestamps[first:_batch_end(cols, first, n)] = ts
     ts_mask = timestamps == -1  # no timestamp (magic v0, or a v2 producer that set none): null
     if not ts_mask.any():
         ts_mask = None
@@ -217,14 +212,24 @@ def build(cols: Any, offsets: np.ndarray, timestamps: np.ndarray, spans: np.ndar
         _header_column(cols.headers, n),
     ], schema=PARTITION_SCHEMA)
     if cols.filters:
-        keep = np.ones(n, dtype=bool)
-        bounds = [b[0] for b in cols.bases]
-        for first, min_offset in cols.filters:
-            stop = next((b for b in bounds if b > first), n)
-            keep[first:stop] = offsets[first:stop] >= min_offset
+        keep = _kept(cols, offsets)
         if not keep.all():
             batch = batch.filter(pa.array(keep))
     return batch
+
+
+def _batch_end(cols: Any, first: int, n: int) -> int:
+    """The record index after the batch (payload) whose first record is ``first``."""
+    return next((b[0] for b in cols.bases if b[0] > first), n)
+
+
+def _kept(cols: Any, offsets: np.ndarray) -> np.ndarray:
+    """Which records to keep: those of batches starting before the fetch offset that lie before it are not."""
+    keep = np.ones(len(offsets), dtype=bool)
+    for first, min_offset in cols.filters:
+        stop = _batch_end(cols, first, len(offsets))
+        keep[first:stop] = offsets[first:stop] >= min_offset
+    return keep
 
 
 def _gather(skeleton: pa.Array, raw: np.ndarray, spans: np.ndarray, index: np.ndarray, n: int) -> pa.Array:
