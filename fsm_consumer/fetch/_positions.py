@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from . import _decode_legacy
-from ._decode_v2 import _ZIGZAG, _headers, varint
+from ._decode_v2 import _headers, varint
 from ._walk import Walked, walk
 
 _FIELDS = 6  # ints per record in _Columns.ints
@@ -119,74 +119,30 @@ def _check_offsets(cols: _Columns, mark: tuple, base_offset: int, last_offset: i
 
 
 def _records_v2(buf: bytes, count: int, base_offset: int, base_timestamp: int, cols: _Columns, *,
-                _varint=varint, _zz=_ZIGZAG) -> None:
-    """decode_records' loop, appending positions instead of building records."""
+                _varint=varint) -> None:
+    """decode_records' checks, appending positions instead of building records. Not a hot path (the
+    fast path in _vector serves valid data), so plain varint calls."""
     ints: list[int] = []
     index = len(cols)
     pos = 0
     for _ in range(count):
-        u = buf[pos]
-        if u < 0x80:
-            end = pos + 1 + _zz[u]
-            pos += 1
-        else:
-            v = buf[pos + 1]
-            if v < 0x80:
-                end = pos + 2 + _zz[u + v * 128]
-                pos += 2
-            else:
-                end, pos = _varint(buf, pos)
-                end += pos
-        u = buf[pos + 1]  # after attributes
-        if u < 0x80:
-            timestamp = base_timestamp + _zz[u]
-            pos += 2
-        else:
-            v = buf[pos + 2]
-            if v < 0x80:
-                timestamp = base_timestamp + _zz[u + v * 128]
-                pos += 3
-            else:
-                timestamp, pos = _varint(buf, pos + 1)
-                timestamp += base_timestamp
-        u = buf[pos]
-        if u < 0x80:
-            offset = base_offset + _zz[u]
-            pos += 1
-        else:
-            v = buf[pos + 1]
-            if v < 0x80:
-                offset = base_offset + _zz[u + v * 128]
-                pos += 2
-            else:
-                offset, pos = _varint(buf, pos)
-                offset += base_offset
-        u = buf[pos]
-        if u == 1:  # null key: an empty span after 0x01
+        end, pos = _varint(buf, pos)
+        end += pos
+        timestamp, pos = _varint(buf, pos + 1)  # after attributes
+        timestamp += base_timestamp
+        offset, pos = _varint(buf, pos)
+        offset += base_offset
+        if buf[pos] == 1:  # null key: an empty span after 0x01
             pos += 1
             key_start = pos
         else:
-            if u < 0x80:
-                size = _zz[u]
-                pos += 1
-            else:
-                size, pos = _varint(buf, pos)
+            size, pos = _varint(buf, pos)
             if size < 0:
                 raise ValueError(f"negative key length {size} at offset {offset}")
             key_start = pos
             pos += size
         key_end = pos
-        u = buf[pos]
-        if u < 0x80:
-            size = _zz[u]
-            pos += 1
-        else:
-            v = buf[pos + 1]
-            if v < 0x80:
-                size = _zz[u + v * 128]
-                pos += 2
-            else:
-                size, pos = _varint(buf, pos)
+        size, pos = _varint(buf, pos)
         value_start = pos
         if size >= 0:
             pos += size
