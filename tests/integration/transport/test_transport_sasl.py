@@ -44,6 +44,7 @@ from fsm_consumer.broker import locate_tansu
 from fsm_consumer.broker._process import GuardedProcess
 from fsm_consumer.broker._wire import fetch_api_versions
 from fsm_consumer.transport import AuthenticationError, ConnectionLost, KafkaTransport, Pending
+from loopback_server import LoopbackServer
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +110,7 @@ def _recv_exact(sock: socket.socket, size: int, stop: threading.Event) -> bytes 
     return bytes(data)
 
 
-class SaslProxy:
+class SaslProxy(LoopbackServer):
     """Authenticates clients itself, then relays their connection to ``upstream`` byte for byte."""
 
     def __init__(self, upstream: tuple[str, int], *, mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256",
@@ -117,30 +118,7 @@ class SaslProxy:
         self.upstream = upstream
         self.mechanisms = mechanisms
         self.verdicts: list[tuple[str, str, bool]] = []  # (mechanism, user, accepted)
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(8)
-        self.listener.settimeout(0.05)
-        self.port = self.listener.getsockname()[1]
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._accept, daemon=True, name="sasl-proxy")]
-        self._threads[0].start()
-
-    def close(self) -> None:
-        self._stop.set()
-        for t in list(self._threads):
-            t.join(5)
-        self.listener.close()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                client, _ = self.listener.accept()
-            except (TimeoutError, OSError):
-                continue
-            t = threading.Thread(target=self._serve, args=(client,), daemon=True)
-            self._threads.append(t)
-            t.start()
+        super().__init__("sasl-proxy")
 
     def _serve(self, client: socket.socket) -> None:
         client.settimeout(0.05)

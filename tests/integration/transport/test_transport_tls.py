@@ -11,7 +11,6 @@ import datetime
 import select
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from cryptography.x509.oid import NameOID
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
 from fsm_consumer.transport import AuthenticationError, KafkaTransport, Pending, SslHandshakeError
+from loopback_server import LoopbackServer
 
 pytestmark = pytest.mark.integration
 
@@ -75,39 +75,16 @@ def pki(tmp_path_factory) -> dict[str, Path]:
 
 # -- the forwarder ----------------------------------------------------------------------------------
 
-class TlsForwarder:
+class TlsForwarder(LoopbackServer):
     """Accepts TLS on loopback and relays the plaintext to ``upstream``; one thread per client."""
 
     def __init__(self, context: ssl.SSLContext, upstream: tuple[str, int]) -> None:
         self.context = context
         self.upstream = upstream
-        family, _, _, _, address = socket.getaddrinfo("localhost", 0, type=socket.SOCK_STREAM)[0]
-        self.listener = socket.socket(family)
-        self.listener.bind((address[0], 0))
-        self.listener.listen(8)
-        self.listener.settimeout(0.05)
-        self.port = self.listener.getsockname()[1]
         self.handshakes_ok = 0
         self.handshake_errors: list[str] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._accept, daemon=True, name="tls-forwarder")]
-        self._threads[0].start()
-
-    def close(self) -> None:
-        self._stop.set()
-        for t in list(self._threads):
-            t.join(5)
-        self.listener.close()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                raw, _ = self.listener.accept()
-            except (TimeoutError, OSError):
-                continue
-            t = threading.Thread(target=self._serve, args=(raw,), daemon=True)
-            self._threads.append(t)
-            t.start()
+        family, _, _, _, address = socket.getaddrinfo("localhost", 0, type=socket.SOCK_STREAM)[0]
+        super().__init__("tls-forwarder", family, address[0])
 
     def _serve(self, raw: socket.socket) -> None:
         raw.settimeout(5)
