@@ -9,7 +9,7 @@ from .assignors import Assignor, RebalanceProtocol
 from .consumer import Consumer, ConsumerRebalanceListener, KafkaConsumer
 from .errors import (BackgroundThreadError, CommitFailedError, ConfigError, ConsumerClosedError,
                      FsmConsumerError, IllegalStateError, KafkaTimeoutError, NoOffsetForPartitionError,
-                     WakeupException)
+                     RebalanceInProgressError, WakeupException)
 from .fetch import (ConsumerRecord, CorruptRecordError, DeserializationError, OffsetAndMetadata, RecordError,
                     RecordTooLargeError, TopicPartition)
 
@@ -17,6 +17,6 @@ __all__ = [
     "Assignor", "BackgroundThreadError", "CommitFailedError", "ConfigError", "Consumer", "ConsumerClosedError",
     "ConsumerConfig", "ConsumerRebalanceListener", "ConsumerRecord", "CorruptRecordError", "DeserializationError",
     "FsmConsumerError", "IllegalStateError", "KafkaConsumer", "KafkaTimeoutError", "NoOffsetForPartitionError",
-    "OffsetAndMetadata", "RebalanceProtocol", "RecordError", "RecordTooLargeError", "TopicPartition",
+    "OffsetAndMetadata", "RebalanceInProgressError", "RebalanceProtocol", "RecordError", "RecordTooLargeError", "TopicPartition",
     "WakeupException", "__version__",
 ]

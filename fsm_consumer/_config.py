@@ -1,8 +1,9 @@
 """Consumer configuration: kafka-python's keyword names and defaults, frozen and checked once.
 
 An unknown key names itself and the closest valid key; a bad value names the key, the value and
-what is allowed. Keys that kafka-python accepts but that mean nothing here (``api_version``,
-``selector``, ``metric_reporters``...) are accepted and ignored so existing code keeps working.
+what is allowed. Keys that kafka-python accepts but that mean nothing here (``selector``,
+``metric_reporters``...) are accepted and ignored so existing code keeps working; the README's
+"Coming from kafka-python" lists them. ``config["key"]`` reads a setting as kafka-python's dict does.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from .errors import ConfigError
 _STRATEGY_NAMES = ("range", "roundrobin", "sticky", "cooperative-sticky")
 # accepted for compatibility with kafka-python, not used: say so in the docs, never fail on them
 IGNORED_KEYS = frozenset({
-    "api_version", "api_version_auto_timeout_ms", "selector", "metric_reporters", "metrics_num_samples",
-    "metrics_sample_window_ms", "metric_group_prefix", "metrics_enabled", "kafka_client", "client_dns_lookup",
-    "socket_options", "sasl_kerberos_service_name", "sasl_kerberos_domain_name", "sasl_kerberos_name",
-    "ssl_ciphers", "ssl_crlfile", "proxy_url", "socks5_proxy", "bootstrap_timeout_ms",
+    "selector", "metric_reporters", "metrics_num_samples", "metrics_sample_window_ms", "metric_group_prefix",
+    "metrics_enabled", "kafka_client", "client_dns_lookup", "socket_options", "sasl_kerberos_service_name",
+    "sasl_kerberos_domain_name", "sasl_kerberos_name", "ssl_ciphers", "ssl_crlfile", "proxy_url", "socks5_proxy",
+    "bootstrap_timeout_ms",
+    # kafka-python 2.x: its two iterators yield the same records, and there is one iterator here
+    "legacy_iterator", "sock_chunk_buffer_count",
 })
 ALIASES = {"receive_message_max_bytes": "receive_buffer_max"}
 
@@ -92,6 +95,26 @@ def _strategies(value: Any) -> tuple[Any, ...]:
     return items
 
 
+def _api_version(value: Any) -> tuple[int, ...] | None:
+    """kafka-python's meaning: a broker release whose API versions cap every request; None infers it."""
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, str):
+        try:
+            value = tuple(int(x) for x in value.split("."))
+        except ValueError:
+            raise _fail("api_version", value, "None or a broker release tuple such as (3, 9)") from None
+    if not isinstance(value, tuple) or not value or not all(isinstance(x, int) and x >= 0 for x in value):
+        raise _fail("api_version", value, "None or a broker release tuple such as (3, 9)")
+    from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
+
+    known = [v for v in BROKER_API_VERSIONS if v <= value]
+    if not known or max(known) < (0, 10):
+        raise _fail("api_version", value, "a broker release from (0, 10) on: this client needs ApiVersions "
+                    "(use None to infer it from the broker)")
+    return value
+
+
 def _cross_checks(cfg: "ConsumerConfig") -> None:
     if cfg.heartbeat_interval_ms >= cfg.session_timeout_ms:
         raise ConfigError(f"config key 'heartbeat_interval_ms': {cfg.heartbeat_interval_ms} must be below "
@@ -104,7 +127,11 @@ def _cross_checks(cfg: "ConsumerConfig") -> None:
     if cfg.security_protocol.startswith("SASL") and cfg.sasl_mechanism is None:
         raise ConfigError(f"config key 'sasl_mechanism' is required with security_protocol="
                           f"{cfg.security_protocol!r}", key="sasl_mechanism")
-    if cfg.sasl_mechanism is not None and (cfg.sasl_plain_username is None or cfg.sasl_plain_password is None):
+    if cfg.sasl_mechanism == "OAUTHBEARER":
+        if cfg.sasl_oauth_token_provider is None or not callable(getattr(cfg.sasl_oauth_token_provider, "token", None)):
+            raise ConfigError("config key 'sasl_oauth_token_provider' must be an object with a token() method "
+                              "with sasl_mechanism='OAUTHBEARER'", key="sasl_oauth_token_provider")
+    elif cfg.sasl_mechanism is not None and (cfg.sasl_plain_username is None or cfg.sasl_plain_password is None):
         raise ConfigError("config keys 'sasl_plain_username' and 'sasl_plain_password' are required with "
                           f"sasl_mechanism={cfg.sasl_mechanism!r}", key="sasl_plain_username")
 
@@ -167,10 +194,15 @@ class ConsumerConfig:
     close_timeout_ms: int = attrs.field(default=30_000, validator=_int(0))
     consumer_timeout_ms: float = attrs.field(default=math.inf)
     max_in_flight_requests_per_connection: int = attrs.field(default=5, validator=_int(1))
+    # kafka-python: a broker release tuple caps request versions; None infers the release (reported by
+    # consumer.config["api_version"] once known: the constructor waits api_version_auto_timeout_ms for it)
+    api_version: tuple[int, ...] | None = attrs.field(default=None, converter=_api_version)
+    api_version_auto_timeout_ms: int = attrs.field(default=2000, validator=_int(0))
     # sockets
     receive_buffer_max: int = attrs.field(default=100 * 1024 * 1024, validator=_int(1024))
     send_buffer_bytes: int | None = attrs.field(default=None, validator=_int(1, none=True))
     receive_buffer_bytes: int | None = attrs.field(default=None, validator=_int(1, none=True))
+    sock_chunk_bytes: int = attrs.field(default=262_144, validator=_int(512))  # bytes read per recv()
     # security
     security_protocol: str = attrs.field(default="PLAINTEXT",
                                          validator=_choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
@@ -181,9 +213,12 @@ class ConsumerConfig:
     ssl_keyfile: str | None = None
     ssl_password: str | None = attrs.field(default=None, repr=False)
     sasl_mechanism: str | None = attrs.field(
-        default=None, validator=attrs.validators.optional(_choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")))
+        default=None, validator=attrs.validators.optional(
+            _choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")))
     sasl_plain_username: str | None = None
     sasl_plain_password: str | None = attrs.field(default=None, repr=False)
+    # OAUTHBEARER: kafka-python's AbstractTokenProvider shape, token() and optionally extensions()
+    sasl_oauth_token_provider: Any = attrs.field(default=None, repr=False)
     # debugging
     debug_history_path: str | None = None
 
@@ -212,6 +247,16 @@ class ConsumerConfig:
     def get(self, key: str, default: Any = None) -> Any:
         """Mapping-style access (the transport and specs read durations by key)."""
         return getattr(self, key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        """``config["key"]``, as kafka-python's ``consumer.config`` dict; KeyError for unknown keys."""
+        key = ALIASES.get(key, key)
+        if key not in attrs.fields_dict(type(self)):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and ALIASES.get(key, key) in attrs.fields_dict(type(self))
 
     def replace(self, **changes: Any) -> "ConsumerConfig":
         return attrs.evolve(self, **changes)

@@ -18,6 +18,7 @@ class Metrics:
         self.last_poll = None
         # background thread
         self.fetch_requests = 0
+        self.fetch_incremental = 0          # of fetch_requests, those sent in an incremental session
         self.fetch_responses = 0
         self.fetch_bytes = 0
         self.fetch_latency_total_ms = 0.0

@@ -9,6 +9,10 @@ import kafka.errors as _ke
 class FsmConsumerError(_ke.KafkaError):
     """Base of the errors this library defines itself."""
 
+    def __str__(self) -> str:
+        # kafka-python's KafkaError prefixes the class name, which a traceback already shows
+        return Exception.__str__(self) or type(self).__name__
+
 
 class ConfigError(FsmConsumerError, ValueError):
     """A configuration key is unknown or its value is not allowed; ``key`` names it."""
@@ -40,6 +44,14 @@ class IllegalStateError(FsmConsumerError, _ke.IllegalStateError):
 
 class CommitFailedError(FsmConsumerError, _ke.CommitFailedError):
     """The group moved to a new generation: this member's commit cannot be accepted."""
+
+
+class RebalanceInProgressError(FsmConsumerError, _ke.RebalanceInProgressError):
+    """A commit was asked for while the group rebalances (this member is rejoining): retriable.
+    The member may keep its partitions; call poll() (it completes the rebalance) and commit again,
+    as with the Java client's RebalanceInProgressException."""
+
+    retriable = True
 
 
 class ConsumerClosedError(IllegalStateError):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..spec import SpecError, all_spec_paths, load_spec, specs_dir
 from ..spec._coverage import coverage, merge_records
-from ..spec._diagram import render_all
+from ..spec._diagram import have_dot, render_all
 
 
 def _load_all(directory: str | None):
@@ -48,9 +48,14 @@ def render_diagrams(argv: list[str]) -> int:
     if failed:
         return 1
     out = Path(args.out) if args.out else Path(args.specs or specs_dir()).resolve().parent / "diagrams"
+    svg = have_dot()
+    if not svg:
+        print("note: Graphviz's dot program is not installed (Debian/Ubuntu: apt-get install graphviz; "
+              "macOS: brew install graphviz): " + ("checking .dot and .mmd only, not .svg" if args.check
+                                                   else "writing .dot and .mmd, no .svg"), file=sys.stderr)
     stale = []
     for s in specs:
-        for suffix, content in render_all(s).items():
+        for suffix, content in render_all(s, svg=svg).items():
             target = out / f"{s.machine}{suffix}"
             current = target.read_text(encoding="utf-8") if target.is_file() else None
             if current == content:

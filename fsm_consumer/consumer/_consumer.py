@@ -13,26 +13,29 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from kafka.structs import OffsetAndTimestamp
+from kafka.structs import ConsumerGroupMetadata, MemberState, OffsetAndTimestamp
 
 from .._config import ConsumerConfig
 from .._metrics import Metrics
 from ..engine import ApplicationEventProcessor, BackgroundLifecycle, NetworkThread
-from ..errors import (ConsumerClosedError, IllegalStateError, KafkaTimeoutError, NoOffsetForPartitionError,
+from ..errors import (ConsumerClosedError, KafkaTimeoutError, NoOffsetForPartitionError,
                       WakeupException)
-from ..events import (ApplicationEventQueue, AssignmentChangedEvent, BackgroundEventQueue, CallbackEvent,
-                      CloseEvent, ErrorEvent, ListOffsetsEvent, PollEvent, Signal, TopicMetadataEvent)
-from ..fetch import ConsumerRecord, TopicPartition
+from ..events import (ApplicationEventQueue, AssignmentChangedEvent, BackgroundEventQueue, BootstrapEvent,
+                      CallbackEvent, CloseEvent, ErrorEvent, ListOffsetsEvent, PollEvent, Signal, TopicMetadataEvent)
+from ..fetch import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from ..fetch._buffer import FetchBuffer
 from ..fetch._collector import FetchCollector
-from ..managers import FetchManager, MetadataManager, OffsetsManager
+from ..managers import FetchManager, MetadataManager, OffsetsManager, SelfAssignManager
 from ..spec import MonotonicClock, SpecMachine, shipped_spec
 from ..state import SubscriptionState
 from ..transport._kafka import KafkaTransport
 from ._group import GroupParts
-from ._group_api import GroupApi
+from ._group_api import GroupApi, check_subscription
 
 _EARLIEST, _LATEST = -2, -1
+# kafka-python's three member states, from the membership spec's states
+_MEMBER_STATES = {"stable": MemberState.STABLE, "unjoined": MemberState.UNJOINED, "fatal": MemberState.UNJOINED,
+                  "fenced": MemberState.UNJOINED, "stale": MemberState.UNJOINED}
 _log = logging.getLogger("fsm_consumer.consumer")
 
 
@@ -51,9 +54,10 @@ class Consumer(GroupApi):
 
     def __init__(self, *topics: str, transport=None, **configs: Any) -> None:
         self.config = config = ConsumerConfig.from_kwargs(**configs)
+        subscription = check_subscription(topics, None) if topics else None  # before any thread starts
         self._clock = clock = MonotonicClock()
         self._signal = Signal()
-        self._closed = False
+        self._closed = self._closing = False
         self._woken = threading.Event()
         self._iterator: Iterator[ConsumerRecord] | None = None
         self._metrics = metrics = Metrics()
@@ -77,19 +81,43 @@ class Consumer(GroupApi):
             config, clock=clock, subscription=subs, metadata=metadata, lifecycle=lifecycle,
             background_machine=machine, background_events=bg, app_queue=self._app_queue, processor=processor,
             metrics=metrics) if config.group_id else None
+        own = [SelfAssignManager(config, subs, metadata)] if group is None else []
         self._thread = NetworkThread(
             name=f"fsm-consumer-network-{config.client_id}", clock=clock, transport=transport,
-            managers=[metadata, *(group.managers if group else ()), offsets, fetch], processor=processor,
+            managers=[metadata, *own, *(group.managers if group else ()), offsets, fetch], processor=processor,
             machine=machine, lifecycle=lifecycle, app_queue=self._app_queue, background_queue=bg,
             metadata=metadata, metrics=metrics,
             extra_machines=[group.membership.machine] if group else (),
             broker_sources=[group.coordinator] if group else ())
         self._thread.start()
-        if topics:
-            self.subscribe(topics)
+        try:
+            if subscription is not None:
+                self.subscribe(*subscription)
+            if config.api_version is None and config.api_version_auto_timeout_ms > 0:
+                self._infer_api_version(config.api_version_auto_timeout_ms)
+        except BaseException:
+            self.close(autocommit=False, timeout_ms=1000)  # a failed construction leaves no thread behind
+            raise
+
+    def _infer_api_version(self, timeout_ms: float) -> None:
+        """kafka-python's api_version=None: learn the broker release (config['api_version']), waiting at
+        most ``timeout_ms`` in the constructor as kafka-python does; a broker that is not up yet is no
+        error here (it is retried in the background), the release is then filled in once known."""
+        try:
+            self.bootstrap(timeout_ms=timeout_ms)
+        except KafkaTimeoutError:
+            _log.warning("no broker of %s answered within api_version_auto_timeout_ms=%d; going on in the "
+                         "background", ",".join(self.config.bootstrap_servers), timeout_ms)
+        self._note_api_version()
+
+    def _note_api_version(self) -> None:
+        release = getattr(self._transport, "broker_release", None)
+        if self.config.api_version is None and release:
+            self.config = self.config.replace(api_version=tuple(release))
 
     # -- plumbing ----------------------------------------------------------------------------
     def _ensure_open(self) -> None:
+        # while close() runs, its rebalance callbacks may still use the consumer (commit on revoke)
         if self._closed:
             raise ConsumerClosedError("the consumer is closed")
         if self._lifecycle.failure is not None and not self._bg_queue:
@@ -125,11 +153,15 @@ class Consumer(GroupApi):
             self._woken.clear()
             raise WakeupException("the call was woken up by wakeup()")
 
-    def _call(self, event, timeout_ms: float | None):
-        """Send ``event`` and wait for its result until its deadline."""
+    def _call(self, event, timeout_ms: float | None, what: str, default_ms: float | None = None):
+        """Send ``event`` and wait for its result until its deadline; ``what`` names the call for a
+        timeout's message (which also says why, when the background thread knows)."""
         self._ensure_open()
         self._check_wakeup()  # a wakeup() that came before this call is raised by it (Kafka's contract)
-        event.deadline_ms = self._deadline(timeout_ms)
+        ms = timeout_ms if timeout_ms is not None else (
+            self.config.default_api_timeout_ms if default_ms is None else default_ms)
+        event.what, event.timeout_ms = what, ms
+        event.deadline_ms = self._clock.now_ms() + ms
         self._app_queue.put(event)
         while True:
             remaining = event.deadline_ms - self._clock.now_ms()
@@ -137,11 +169,21 @@ class Consumer(GroupApi):
                 return event.future.result()
             self._check_wakeup()
             if remaining <= 0:
-                raise KafkaTimeoutError(f"{type(event).__name__} did not complete within "
-                                        f"{timeout_ms if timeout_ms is not None else self.config.default_api_timeout_ms} ms")
+                raise event.timeout_error()
 
     def _wake_background(self) -> None:
         self._app_queue.put(AssignmentChangedEvent(future=None))
+
+    def bootstrap(self, timeout_ms: float | None = None, refresh: bool = False) -> None:
+        """Block until cluster metadata is known (kafka-python); ``timeout_ms=None`` waits indefinitely.
+        Raises KafkaTimeoutError naming the bootstrap servers when no broker answered in time."""
+        self._call(BootstrapEvent(refresh=refresh), timeout_ms, "bootstrap (cluster metadata from "
+                   f"{','.join(self.config.bootstrap_servers)})", default_ms=math.inf)
+        self._note_api_version()
+
+    def bootstrap_connected(self) -> bool:
+        """Whether a broker has answered (cluster metadata is known)."""
+        return self._metadata.ready
 
     # -- assignment ------------------------------------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -157,12 +199,16 @@ class Consumer(GroupApi):
         return self._subs.assignment()
 
     # -- positions ---------------------------------------------------------------------------------
-    def seek(self, partition: TopicPartition, offset: int) -> None:
+    def seek(self, partition: TopicPartition, offset: int | OffsetAndMetadata) -> None:
+        """Fetch ``partition`` from ``offset`` (an int, or an OffsetAndMetadata with its leader epoch)."""
         self._ensure_open()
+        leader_epoch = -1
+        if isinstance(offset, OffsetAndMetadata):
+            offset, leader_epoch = offset.offset, (-1 if offset.leader_epoch is None else offset.leader_epoch)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
         tp = _tp(partition)
-        self._subs.seek(tp, offset)
+        self._subs.seek(tp, offset, leader_epoch)
         self._wake_background()
 
     def _seek_to(self, partitions, strategy: str) -> None:
@@ -181,7 +227,8 @@ class Consumer(GroupApi):
         """The offset of the next record to return; waits for a pending reset to resolve."""
         self._ensure_open()
         tp = _tp(partition)
-        deadline = self._deadline(timeout_ms)
+        ms = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        deadline = self._clock.now_ms() + ms
         while True:
             self._signal.clear()
             position = self._subs.state(tp).position
@@ -192,8 +239,14 @@ class Consumer(GroupApi):
             self._check_wakeup()
             remaining = deadline - self._clock.now_ms()
             if remaining <= 0:
-                raise KafkaTimeoutError(f"the position of {tp} was not known within the timeout")
+                raise KafkaTimeoutError(f"position({tp.topic}-{tp.partition}) was not known within {ms:g} ms: "
+                                        "neither its committed offset nor its reset (ListOffsets) was answered")
             self._signal.wait(remaining / 1000.0)
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The high watermark of ``partition`` from the last Fetch answer, None before one (kafka-python).
+        On Tansu 0.6 it is the last batch's base offset + 1 (a broker quirk)."""
+        return self._subs.highwater(_tp(partition))
 
     def pause(self, *partitions: TopicPartition) -> None:
         self._ensure_open()
@@ -211,10 +264,15 @@ class Consumer(GroupApi):
     def poll(self, timeout_ms: float = 0, max_records: int | None = None, update_offsets: bool = True
              ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records by partition, at most ``max_records`` (default max_poll_records); waits up to
-        ``timeout_ms`` for some to arrive. Raises what the background thread reported."""
-        if not update_offsets:
-            raise ValueError("update_offsets=False is not supported (positions always advance)")
-        return self._poll(timeout_ms, max_records, self._collector.collect)
+        ``timeout_ms`` for some to arrive. Positions (and so what a commit commits) move past exactly
+        the records returned. Raises what the background thread reported.
+
+        ``update_offsets=False`` (kafka-python's, for iterator-style callers): the records of one
+        partition fetch at most, and positions stay where they are; move them yourself with seek()
+        (else the next poll returns the same records again)."""
+        if update_offsets:
+            return self._poll(timeout_ms, max_records, self._collector.collect)
+        return self._poll(timeout_ms, max_records, lambda n: self._collector.collect(n, advance=False))
 
     def poll_batch(self, timeout_ms: float = 0, max_records: int | None = None):
         """Like poll(), as one ``pyarrow.RecordBatch`` with columns topic (dictionary<string>),
@@ -235,7 +293,11 @@ class Consumer(GroupApi):
 
     def _poll(self, timeout_ms: float, max_records: int | None, collect):
         self._ensure_open()
+        if timeout_ms < 0:
+            raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms!r}")
         limit = self.config.max_poll_records if max_records is None else max_records
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"max_records must be an integer, got {max_records!r}")
         if limit < 1:
             raise ValueError(f"max_records must be >= 1, got {max_records!r}")
         self._metrics.polls += 1
@@ -262,38 +324,61 @@ class Consumer(GroupApi):
         return self
 
     def __next__(self) -> ConsumerRecord:
+        """The next record (kafka-python's iterator): StopIteration after ``consumer_timeout_ms``
+        without one, or once the consumer is closed. The position moves past each record as it is
+        returned, so a commit never covers a record the application has not received."""
+        if self._closed:
+            raise StopIteration("the consumer is closed")
         if self._iterator is None:
             self._iterator = self._records()
-        return next(self._iterator)
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            self._iterator = None
+            raise
 
     def _records(self) -> Iterator[ConsumerRecord]:
         timeout = self.config.consumer_timeout_ms
         idle_since = self._clock.now_ms()
+        subs, collector = self._subs, self._collector
         while True:
             wait = 1000.0 if math.isinf(timeout) else max(0.0, min(1000.0, idle_since + timeout - self._clock.now_ms()))
-            batch = self.poll(timeout_ms=wait)
-            if batch:
-                idle_since = self._clock.now_ms()
-                for records in batch.values():
-                    yield from records
-            elif not math.isinf(timeout) and self._clock.now_ms() - idle_since >= timeout:
-                self._iterator = None
-                return
+            batch = self.poll(timeout_ms=wait, update_offsets=False)  # one partition's fetch at most
+            if not batch:
+                if not math.isinf(timeout) and self._clock.now_ms() - idle_since >= timeout:
+                    return
+                continue
+            for tp, records in batch.items():
+                epoch = collector.epoch_of(tp)
+                last = records[-1]
+                for record in records:
+                    # the partition was sought, paused or revoked meanwhile: the rest is not handed out
+                    if epoch is None or not subs.advance(tp, epoch, record.offset + 1, record.leader_epoch):
+                        break
+                    if record is last:
+                        collector.settle()  # its fetch is used up: the next one is fetched meanwhile
+                    yield record
+            idle_since = self._clock.now_ms()
 
     # -- offsets lookups ---------------------------------------------------------------------------------
-    def _list_offsets(self, timestamps: dict, timeout_ms):
-        return self._call(ListOffsetsEvent(timestamps=timestamps), timeout_ms)
+    def _list_offsets(self, timestamps: dict, timeout_ms, what: str):
+        if not timestamps:
+            return {}
+        what = f"{what} for {', '.join(f'{tp.topic}-{tp.partition}' for tp in sorted(timestamps))}"
+        # kafka-python waits request_timeout_ms for these when no timeout is given
+        return self._call(ListOffsetsEvent(timestamps=timestamps), timeout_ms, what,
+                          default_ms=self.config.request_timeout_ms)
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: float | None = None
                           ) -> dict[TopicPartition, int]:
-        found = self._list_offsets({_tp(p): _EARLIEST for p in partitions}, timeout_ms)
+        found = self._list_offsets({_tp(p): _EARLIEST for p in partitions}, timeout_ms, "beginning_offsets")
         return {tp: v[0] for tp, v in found.items() if v is not None}
 
     def end_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: float | None = None
                     ) -> dict[TopicPartition, int]:
         """The offset after the last record. With Tansu 0.6 this is the last batch's base offset + 1
         (a broker quirk), not the high watermark of a multi-record batch."""
-        found = self._list_offsets({_tp(p): _LATEST for p in partitions}, timeout_ms)
+        found = self._list_offsets({_tp(p): _LATEST for p in partitions}, timeout_ms, "end_offsets")
         return {tp: v[0] for tp, v in found.items() if v is not None}
 
     def offsets_for_times(self, timestamps: dict, timeout_ms: float | None = None
@@ -303,24 +388,32 @@ class Consumer(GroupApi):
             if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
                 raise ValueError(f"timestamp for {p} must be an integer >= 0 (ms), got {ts!r}")
             checked[_tp(p)] = ts
-        found = self._list_offsets(checked, timeout_ms)
-        return {tp: (None if v is None else OffsetAndTimestamp(v[0], v[1], -1)) for tp, v in found.items()}
+        found = self._list_offsets(checked, timeout_ms, "offsets_for_times")
+        return {tp: (None if v is None else OffsetAndTimestamp(*v)) for tp, v in found.items()}
 
     # -- metadata ------------------------------------------------------------------------------------------
     def topics(self, timeout_ms: float | None = None) -> set[str]:
-        return set(self._call(TopicMetadataEvent(topics=None), timeout_ms))
+        return set(self._call(TopicMetadataEvent(topics=None), timeout_ms, "topics()"))
 
     def partitions_for_topic(self, topic: str, timeout_ms: float | None = None) -> set[int] | None:
-        found = self._call(TopicMetadataEvent(topics=frozenset([topic])), timeout_ms)
+        """The partition ids of ``topic``, None if it does not exist (never creates it)."""
+        found = self._call(TopicMetadataEvent(topics=frozenset([topic])), timeout_ms,
+                           f"partitions_for_topic({topic!r})")
         return set(found[topic]) if topic in found else None
 
     # -- the rest --------------------------------------------------------------------------------------------
-    def metrics(self) -> dict[str, Any]:
-        lag = {}
-        for tp in self._subs.assignment():
-            s = self._subs._parts.get(tp)
-            if s is not None and s.position is not None and s.high_watermark >= 0:
-                lag[tp] = max(0, s.high_watermark - s.position)
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """kafka-python's snapshot of the membership: group id, generation, member id, instance id, state."""
+        if self._group is None:
+            return ConsumerGroupMetadata(group_id=None)
+        m = self._group.membership
+        return ConsumerGroupMetadata(self.config.group_id, m.generation, m.member_id, self.config.group_instance_id,
+                                     _MEMBER_STATES.get(m.machine.state, MemberState.REBALANCING))
+
+    def metrics(self, raw: bool = False) -> dict[str, Any]:
+        """Figures by name (flat; see the README). ``raw`` is accepted for kafka-python's signature: there
+        are no KafkaMetric objects here, so both forms give the values."""
+        lag = self._subs.lag()
         out = self._metrics.snapshot(lag=lag, buffer_bytes=self._buffer.bytes, buffer_peak=self._buffer.peak_bytes,
                                      app_events=len(self._app_queue), bg_events=len(self._bg_queue))
         if self._group is not None:
@@ -332,28 +425,33 @@ class Consumer(GroupApi):
         self._woken.set()
         self._signal.set()
 
-    def close(self, timeout_ms: float | None = None, autocommit: bool = True) -> None:
-        """Stop the background thread and close every connection within ``timeout_ms``
-        (default ``close_timeout_ms``)."""
-        if self._closed:
+    def close(self, autocommit: bool = True, timeout_ms: float | None = None) -> None:
+        """Leave the group (rebalance callbacks run here and may still commit), auto-commit unless
+        ``autocommit`` is False, stop the background thread and close every connection within
+        ``timeout_ms`` (default ``close_timeout_ms``). kafka-python's argument order."""
+        if self._closed or self._closing:
             return
-        self._closed = True
-        budget = self.config.close_timeout_ms if timeout_ms is None else timeout_ms
-        deadline = self._clock.now_ms() + budget
-        if self._thread.alive:
-            event = CloseEvent(deadline_ms=deadline)
-            self._app_queue.put(event)
-            while not event.future.done and self._clock.now_ms() < deadline:
-                self._signal.clear()
-                try:  # the rebalance callbacks of leaving the group run here, on this thread
-                    self._handle_background_events()
-                except Exception as exc:  # close goes on: a failing callback must not leave a thread behind
-                    _log.warning("during close: %r", exc)
-                self._signal.wait(min(50.0, max(0.0, deadline - self._clock.now_ms())) / 1000.0)
-            if not self._thread.join(max(0.0, deadline - self._clock.now_ms()) / 1000.0 + 0.05):
-                # the loop did not stop in time: close the sockets from here so nothing stays open
-                self._transport.close()
-        self._collector.drop_partitions(lambda tp: False)
+        self._closing = True
+        try:
+            budget = self.config.close_timeout_ms if timeout_ms is None else timeout_ms
+            deadline = self._clock.now_ms() + budget
+            if self._thread.alive:
+                event = CloseEvent(deadline_ms=deadline, autocommit=bool(autocommit))
+                self._app_queue.put(event)
+                while not event.future.done and self._clock.now_ms() < deadline:
+                    self._signal.clear()
+                    try:  # the rebalance callbacks of leaving the group run here, on this thread
+                        self._handle_background_events()
+                    except Exception as exc:  # close goes on: a failing callback must not leave a thread behind
+                        _log.warning("during close: %r", exc)
+                    self._signal.wait(min(50.0, max(0.0, deadline - self._clock.now_ms())) / 1000.0)
+                if not self._thread.join(max(0.0, deadline - self._clock.now_ms()) / 1000.0 + 0.05):
+                    # the loop did not stop in time: close the sockets from here so nothing stays open
+                    self._transport.close()
+            self._collector.drop_partitions(lambda tp: False)
+        finally:
+            self._closed = True
+            self._iterator = None
 
     def __enter__(self) -> Consumer:
         return self

@@ -1,4 +1,7 @@
-"""The group half of the Consumer API: subscribe, unsubscribe, commits, committed offsets."""
+"""The group half of the Consumer API: subscribe, unsubscribe, commits, committed offsets.
+
+Without a group_id, subscribe() still works as in kafka-python: the consumer assigns itself every
+partition of the topics (managers/_self_assign.py); commits need a group."""
 
 from __future__ import annotations
 
@@ -6,7 +9,9 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import IllegalStateError, KafkaTimeoutError
+from kafka.future import Future
+
+from ..errors import IllegalStateError
 from ..events import CommitEvent, FetchCommittedEvent, SubscriptionChangedEvent, UnsubscribeEvent
 from ..fetch import OffsetAndMetadata, TopicPartition
 
@@ -25,6 +30,24 @@ class ConsumerRebalanceListener:
         self.on_partitions_revoked(lost)
 
 
+def check_subscription(topics, pattern) -> tuple[list[str], Any]:
+    """subscribe()'s arguments, checked: (topics, pattern)."""
+    if isinstance(topics, str):
+        topics = [topics]
+    topics = list(topics)
+    if bool(topics) == (pattern is not None):
+        raise ValueError("give either topics or a pattern")
+    for t in topics:
+        if not isinstance(t, str) or not t:
+            raise TypeError(f"topic names are non-empty strings, got {t!r}")
+    if isinstance(pattern, str):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"pattern {pattern!r} is not a regular expression: {exc}") from None
+    return topics, pattern
+
+
 def _offsets(offsets: dict | None) -> dict | None:
     if offsets is None:
         return None
@@ -37,9 +60,13 @@ def _offsets(offsets: dict | None) -> dict | None:
             raise TypeError(f"commit offsets must be ints or OffsetAndMetadata, got {value!r} for {tp}")
         else:
             value = OffsetAndMetadata(value[0], value[1] if len(value) > 1 and value[1] is not None else "",
-                                      value[2] if len(value) > 2 else -1)
+                                      value[2] if len(value) > 2 and value[2] is not None else -1)
         out[tp] = value
     return out
+
+
+def _describe(offsets: dict) -> str:
+    return ", ".join(f"{tp.topic}-{tp.partition}@{om.offset}" for tp, om in sorted(offsets.items())) or "nothing"
 
 
 class GroupApi:
@@ -53,58 +80,76 @@ class GroupApi:
     def subscribe(self, topics: Iterable[str] = (), pattern: str | re.Pattern[str] | None = None,
                   listener: Any = None) -> None:
         """Join the group for ``topics`` (or every topic matching ``pattern``); rebalance callbacks go
-        to ``listener`` (a ConsumerRebalanceListener)."""
+        to ``listener`` (a ConsumerRebalanceListener). Without a group_id, every partition of the
+        topics is assigned to this consumer, following metadata (partitions added, topics matching)."""
         self._ensure_open()
-        self._need_group("subscribe()")
-        if isinstance(topics, str):
-            topics = [topics]
-        topics = list(topics)
-        if bool(topics) == (pattern is not None):
-            raise ValueError("give either topics or a pattern")
-        for t in topics:
-            if not isinstance(t, str) or not t:
-                raise TypeError(f"topic names are non-empty strings, got {t!r}")
+        topics, pattern = check_subscription(topics, pattern)
         self._subs.subscribe(topics, pattern, listener)
         self._app_queue.put(SubscriptionChangedEvent(future=None))
 
     def subscription(self) -> set[str] | None:
         if self._subs.kind == "pattern":
-            return set(self._group.membership._joined_topics) if self._group else set()
+            if self._group is not None:
+                return set(self._group.membership._joined_topics)
+            return {tp.topic for tp in self._subs.assignment()}
         return set(self._subs.topics) if self._subs.kind == "topics" else None
 
     def unsubscribe(self, timeout_ms: float | None = None) -> None:
         """Leave the group: on_partitions_revoked runs here, offsets are auto-committed, LeaveGroup is sent."""
         self._ensure_open()
         if self._subs.kind in ("topics", "pattern") and self._group is not None:
-            self._wait_running_callbacks(UnsubscribeEvent(), timeout_ms)
+            self._wait_running_callbacks(UnsubscribeEvent(), timeout_ms, "unsubscribe() (leaving the group)")
         self._subs.unsubscribe()
         self._collector.drop_partitions(lambda tp: False)
 
     def commit(self, offsets: dict | None = None, timeout_ms: float | None = None) -> None:
-        """Commit ``offsets`` (or the positions of everything returned so far) and wait."""
+        """Commit ``offsets`` (default: the positions of everything handed out by this call's time)
+        and wait. While the group rebalances this raises the retriable RebalanceInProgressError at
+        once (as the Java client): poll() completes the rebalance, then commit again."""
         self._need_group("commit()")
-        self._wait_running_callbacks(CommitEvent(offsets=_offsets(offsets), sync=True), timeout_ms)
+        self._ensure_open()
+        offsets = self._subs.consumed_offsets() if offsets is None else _offsets(offsets)
+        self._wait_running_callbacks(CommitEvent(offsets=offsets, sync=True), timeout_ms,
+                                     f"commit of {_describe(offsets)}")
 
-    def commit_async(self, offsets: dict | None = None, callback: Any = None) -> None:
-        """Commit without waiting; ``callback(offsets, exception_or_None)`` runs in a later poll()."""
+    def commit_async(self, offsets: dict | None = None, callback: Any = None) -> Future:
+        """Commit without waiting: ``offsets``, or the positions of everything handed out at the time
+        of this call. ``callback(offsets, exception_or_None)`` (default: the config's
+        default_offset_commit_callback) runs in a later poll(), on this thread; so does the
+        completion of the returned kafka-python ``Future`` (value: the offsets)."""
         self._ensure_open()
         self._need_group("commit_async()")
-        event = CommitEvent(offsets=_offsets(offsets), sync=False, callback=callback,
-                            deadline_ms=self._deadline(None))
+        offsets = self._subs.consumed_offsets() if offsets is None else _offsets(offsets)
+        future = Future()
+        user_callback = callback if callback is not None else self.config.default_offset_commit_callback
+
+        def completed(done_offsets, error) -> None:
+            if error is None:
+                future.success(done_offsets)
+            else:
+                future.failure(error)
+            if user_callback is not None:
+                user_callback(done_offsets, error)
+
+        event = CommitEvent(offsets=offsets, sync=False, callback=completed, deadline_ms=self._deadline(None))
         self._app_queue.put(event)
+        return future
 
     def committed(self, partition: TopicPartition, metadata: bool = False, timeout_ms: float | None = None):
         """The group's committed offset of ``partition`` (an OffsetAndMetadata with metadata=True), or None."""
         self._need_group("committed()")
         tp = TopicPartition(*partition)
-        found = self._call(FetchCommittedEvent(partitions=frozenset([tp])), timeout_ms)[tp]
+        found = self._call(FetchCommittedEvent(partitions=frozenset([tp])), timeout_ms,
+                           f"committed({tp.topic}-{tp.partition})")[tp]
         if found is None:
             return None
         return found if metadata else found.offset
 
-    def _wait_running_callbacks(self, event, timeout_ms: float | None):
+    def _wait_running_callbacks(self, event, timeout_ms: float | None, what: str):
         """Like _call, but runs rebalance callbacks the background thread asks for meanwhile."""
         self._ensure_open()
+        event.what = what
+        event.timeout_ms = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
         event.deadline_ms = self._deadline(timeout_ms)
         self._app_queue.put(event)
         while True:
@@ -114,6 +159,6 @@ class GroupApi:
             self._handle_background_events()
             remaining = event.deadline_ms - self._clock.now_ms()
             if remaining <= 0:
-                raise KafkaTimeoutError(f"{type(event).__name__} did not complete within the timeout")
+                raise event.timeout_error()
             self._check_wakeup()
             self._signal.wait(min(remaining, 50.0) / 1000.0)

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 
 class Closer(Protocol):
-    def begin_close(self) -> None: ...
+    def begin_close(self, autocommit: bool) -> None: ...
 
     @property
     def close_done(self) -> bool: ...
@@ -24,6 +24,7 @@ class BackgroundLifecycle:
         self.coordinator: Any = None          # set by group consumers
         self.closers: list[Closer] = []
         self.close_deadline_ms = math.inf
+        self.close_autocommit = True          # close(autocommit=False) commits nothing
         self.stopped = False
         self.failure: BaseException | None = None
         self.machine = None                   # the SpecMachine bound to this model
@@ -47,7 +48,7 @@ class BackgroundLifecycle:
 
     def begin_close(self) -> None:
         for closer in self.closers:
-            closer.begin_close()
+            closer.begin_close(self.close_autocommit)
 
     def finish_close(self) -> None:
         self.stopped = True

@@ -12,7 +12,7 @@ import logging
 import math
 import threading
 
-from ..errors import BackgroundThreadError, KafkaTimeoutError
+from ..errors import BackgroundThreadError
 from ..events import ErrorEvent
 
 log = logging.getLogger("fsm_consumer.engine")
@@ -125,7 +125,7 @@ class NetworkThread:
             if event.future.done:
                 continue
             if now >= event.deadline_ms:
-                event.fail(KafkaTimeoutError(f"{type(event).__name__} did not complete before its deadline"))
+                event.fail(event.timeout_error())
             else:
                 nearest = min(nearest, event.deadline_ms - now)
                 still.append(event)

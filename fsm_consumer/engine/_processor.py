@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..events import (AssignmentChangedEvent, CloseEvent, ListOffsetsEvent, PollEvent, TopicMetadataEvent)
+from ..events import (AssignmentChangedEvent, BootstrapEvent, CloseEvent, ListOffsetsEvent, PollEvent,
+                      SubscriptionChangedEvent, TopicMetadataEvent)
 
 
 class ApplicationEventProcessor:
@@ -18,6 +19,9 @@ class ApplicationEventProcessor:
             AssignmentChangedEvent: self._assignment_changed,
             PollEvent: self._poll,
             CloseEvent: self._close,
+            BootstrapEvent: self._bootstrap,
+            # without a group the subscription is this consumer's own business (GroupParts replaces it)
+            SubscriptionChangedEvent: self._assignment_changed,
         }
         self._handlers.update(extra_handlers or {})
         self.poll_listeners: list = []
@@ -44,6 +48,12 @@ class ApplicationEventProcessor:
             self._metadata.request_update(unknown)
         event.complete(None)
 
+    def _bootstrap(self, event: BootstrapEvent, now: float) -> None:
+        if self._metadata.ready and not event.refresh:
+            event.complete(None)
+        else:
+            self._metadata.add_waiter(event, now)
+
     def _poll(self, event: PollEvent, now: float) -> None:
         for listener in self.poll_listeners:
             listener(event, now)
@@ -52,6 +62,7 @@ class ApplicationEventProcessor:
     def _close(self, event: CloseEvent, now: float) -> None:
         self._lifecycle.close_deadline_ms = event.deadline_ms
         self._lifecycle.close_event = event
+        self._lifecycle.close_autocommit = event.autocommit
         if self._machine.may("close"):
             self._machine.fire("close")
         else:

@@ -1,6 +1,6 @@
 """Events and the two queues joining the application and background threads."""
 
-from ._application import (ApplicationEvent, AssignmentChangedEvent, CallbackAckEvent, CloseEvent, CommitEvent,
+from ._application import (ApplicationEvent, AssignmentChangedEvent, BootstrapEvent, CallbackAckEvent, CloseEvent, CommitEvent,
                            FetchCommittedEvent, ListOffsetsEvent, PollEvent, SubscriptionChangedEvent,
                            TopicMetadataEvent, UnsubscribeEvent)
 from ._background import BackgroundEvent, CallbackEvent, ErrorEvent
@@ -9,7 +9,7 @@ from ._queues import ApplicationEventQueue, BackgroundEventQueue, Signal
 
 __all__ = [
     "ApplicationEvent", "ApplicationEventQueue", "AssignmentChangedEvent", "BackgroundEvent",
-    "BackgroundEventQueue", "CallbackAckEvent", "CallbackEvent", "CloseEvent", "CommitEvent", "ErrorEvent",
+    "BackgroundEventQueue", "BootstrapEvent", "CallbackAckEvent", "CallbackEvent", "CloseEvent", "CommitEvent", "ErrorEvent",
     "EventFuture", "FetchCommittedEvent", "ListOffsetsEvent", "PollEvent", "Signal", "SubscriptionChangedEvent",
     "TopicMetadataEvent", "UnsubscribeEvent",
 ]

@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 
+from ..errors import KafkaTimeoutError
 from ._future import EventFuture
 
 
@@ -17,6 +18,17 @@ from ._future import EventFuture
 class ApplicationEvent:
     future: EventFuture | None = attrs.field(factory=EventFuture, kw_only=True)
     deadline_ms: float = attrs.field(default=float("inf"), kw_only=True)
+    # what the user asked, in the user's words (for a timeout's message), the timeout it was given,
+    # and the last reason the background thread saw for not completing it (set by a manager)
+    what: str = attrs.field(default="", kw_only=True)
+    timeout_ms: float | None = attrs.field(default=None, kw_only=True)
+    cause: str | None = attrs.field(default=None, kw_only=True)
+
+    def timeout_error(self) -> KafkaTimeoutError:
+        """The error a caller gets when the deadline passed: what was asked, how long, and why."""
+        within = "" if self.timeout_ms is None else f" within {self.timeout_ms:g} ms"
+        why = f": {self.cause}" if self.cause else ""
+        return KafkaTimeoutError(f"{self.what or type(self).__name__} did not complete{within}{why}")
 
     def complete(self, value: Any = None) -> None:
         if self.future is not None:
@@ -30,7 +42,7 @@ class ApplicationEvent:
 @attrs.define(slots=True, eq=False)
 class ListOffsetsEvent(ApplicationEvent):
     """timestamps: tp -> -2 (earliest), -1 (latest) or a timestamp in ms.
-    Result: tp -> (offset, timestamp) or None when no offset matches the timestamp."""
+    Result: tp -> (offset, timestamp, leader_epoch) or None when no offset matches the timestamp."""
     timestamps: dict = attrs.field(factory=dict)
 
 
@@ -54,7 +66,14 @@ class PollEvent(ApplicationEvent):
 
 @attrs.define(slots=True, eq=False)
 class CloseEvent(ApplicationEvent):
-    """Close within ``deadline_ms``: commit, leave, stop the loop."""
+    """Close within ``deadline_ms``: commit (unless ``autocommit`` is False), leave, stop the loop."""
+    autocommit: bool = True
+
+
+@attrs.define(slots=True, eq=False)
+class BootstrapEvent(ApplicationEvent):
+    """bootstrap(): done once cluster metadata is known (after a fresh refresh with ``refresh``)."""
+    refresh: bool = False
 
 
 @attrs.define(slots=True, eq=False)

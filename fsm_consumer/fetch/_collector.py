@@ -11,18 +11,26 @@ error comes from the next poll (and again for as long as the partition is read f
 
 from __future__ import annotations
 
+import bisect
 import gc
+import operator
 from collections.abc import Callable
 
 from ._buffer import CompletedFetch, FetchBuffer
 from ._decode import decode_partition
 from ._records import TopicPartition
 
+_OFFSET = operator.attrgetter("offset")
+
 
 class _Draining:
-    """A fetch being handed out: its records (``poll``) or its columns (``poll_batch``), and how far."""
+    """A fetch being handed out: its records (``poll``) or its columns (``poll_batch``), and how far.
 
-    __slots__ = ("fetch", "data", "columnar", "size", "index", "next_offset", "error", "leader_epoch")
+    ``pos`` is where the partition's position stands once everything handed out so far is consumed;
+    ``base`` the offset its ``data`` starts at (the fetch offset, or where a conversion began)."""
+
+    __slots__ = ("fetch", "data", "columnar", "size", "index", "next_offset", "error", "leader_epoch", "pos",
+                 "base")
 
     def __init__(self, fetch: CompletedFetch, decoded, columnar: bool) -> None:
         self.fetch = fetch
@@ -33,6 +41,7 @@ class _Draining:
         self.next_offset = decoded.next_offset
         self.error = decoded.error
         self.leader_epoch = decoded.leader_epoch
+        self.pos = self.base = fetch.fetch_offset
 
     def take(self, start: int, end: int):
         """Records or columns ``start:end``: a fresh list, or a zero-copy slice."""
@@ -40,6 +49,14 @@ class _Draining:
 
     def offset_at(self, i: int) -> int:
         return self.data.column(0)[i].as_py() if self.columnar else self.data[i].offset
+
+    def index_of(self, offset: int) -> int:
+        """Index of the first record at or after ``offset``."""
+        if self.columnar:
+            import numpy as np
+
+            return int(np.searchsorted(self.data.column(0).to_numpy(), offset))
+        return bisect.bisect_left(self.data, offset, key=_OFFSET)
 
 
 class FetchCollector:
@@ -59,10 +76,14 @@ class FetchCollector:
     def has_data(self) -> bool:
         return self._current is not None or len(self._buffer) > 0 or self._error is not None
 
-    def collect(self, max_records: int) -> dict[TopicPartition, list]:
-        """Up to ``max_records`` records by partition; raises a pending decoding error first."""
+    def collect(self, max_records: int, *, advance: bool = True) -> dict[TopicPartition, list]:
+        """Up to ``max_records`` records by partition; raises a pending decoding error first.
+
+        ``advance=False`` (kafka-python's ``poll(update_offsets=False)``, and the iterator): the
+        records of one fetch at most, positions left where they are for the caller to move; a
+        later call goes back to the position if the caller did not move it past them."""
         out: dict[TopicPartition, list] = {}
-        taken = self._drain(max_records, False, out)
+        taken = self._drain(max_records, False, out, advance)
         if taken:
             self._metrics.records_consumed(taken, out)
         return out
@@ -76,15 +97,26 @@ class FetchCollector:
         from . import _columns  # pyarrow: only when columns are asked for
 
         out: dict[TopicPartition, list] = {}
-        taken = self._drain(max_records, True, out)
+        taken = self._drain(max_records, True, out, True)
         if taken:
             self._metrics.records_consumed(taken, out)
         return _columns.assemble([(tp, piece) for tp, pieces in out.items() for piece in pieces])
 
-    def _drain(self, max_records: int, columnar: bool, out: dict) -> int:
+    def epoch_of(self, tp: TopicPartition) -> int | None:
+        """The partition epoch of the fetch being handed out, for a caller that advances itself."""
+        cur = self._current
+        return cur.fetch.epoch if cur is not None and cur.fetch.tp == tp else None
+
+    def settle(self) -> None:
+        """A caller that moves positions itself reached the end of what it was handed: finish the fetch
+        now (position to its end, fetch released) so the next one is fetched meanwhile."""
+        if self._current is not None and not self._settle():
+            self._wake()
+
+    def _drain(self, max_records: int, columnar: bool, out: dict, advance: bool) -> int:
         """Hand out up to ``max_records`` into ``out`` (records: a list per partition; columns: a
-        list of slices per partition), advancing positions; the bookkeeping of collect and
-        collect_batch. Returns how many were taken."""
+        list of slices per partition), advancing positions unless ``advance`` is False; the
+        bookkeeping of collect and collect_batch. Returns how many were taken."""
         if self._error is not None:
             error, self._error = self._error, None
             raise error
@@ -92,8 +124,7 @@ class FetchCollector:
         released = False
         subs = self._subs
         while taken < max_records:
-            cur = self._current
-            if cur is None:
+            if self._current is None:
                 fetch = self._buffer.pop()
                 if fetch is None:
                     break
@@ -103,47 +134,76 @@ class FetchCollector:
                     released = True
                     continue
                 self._current = cur
+            if not self._settle():
+                released = True
+                if self._error is not None:
+                    if out:
+                        break  # hand out what was good now, the error next time
+                    error, self._error = self._error, None
+                    self._wake()
+                    raise error
+                continue
+            cur = self._current
             fetch = cur.fetch
             tp = fetch.tp
-            state = subs._parts.get(tp)  # one dict lookup: the lock is taken by advance() below
-            if state is None or state.epoch != fetch.epoch:
-                self._finish()  # unassigned, sought or paused meanwhile: drop
+            if cur.columnar != columnar:
+                self._convert(cur)  # poll() and poll_batch() mixed within one fetch
+                continue  # settled again: what is left may be nothing (control records only)
+            end = min(cur.size, cur.index + (max_records - taken))
+            pos = cur.offset_at(end - 1) + 1
+            # the position moves with what is handed out, atomically: if the partition changed since
+            # _settle (revoked, sought), these records are not handed out at all
+            if advance and not subs.advance(tp, fetch.epoch, pos, cur.leader_epoch):
+                self._finish()
                 released = True
                 continue
-            if cur.columnar != columnar and cur.index < cur.size:
-                self._convert(cur)  # poll() and poll_batch() mixed within one fetch
-            if cur.index < cur.size:
-                end = min(cur.size, cur.index + (max_records - taken))
-                chunk = cur.take(cur.index, end)
-                if columnar:
-                    out.setdefault(tp, []).append(chunk)
-                elif tp in out:
-                    out[tp].extend(chunk)
-                else:
-                    out[tp] = chunk  # a fresh slice: safe to hand out as is
-                taken += end - cur.index
-                cur.index = end
-                if end < cur.size:
-                    subs.advance(tp, fetch.epoch, cur.offset_at(end - 1) + 1, cur.leader_epoch)
-                    continue
-            # this partition's fetch is used up: the next one starts at next_offset
-            subs.advance(tp, fetch.epoch, cur.next_offset, cur.leader_epoch)
-            subs.release_fetch(tp, fetch.epoch, to_back=True)
-            released = True
-            self._finish()
-            if cur.error is not None:
-                if out:
-                    self._error = cur.error  # hand out what was good now, the error next time
-                    break
-                self._wake()
-                raise cur.error
+            chunk = cur.take(cur.index, end)
+            if columnar:
+                out.setdefault(tp, []).append(chunk)
+            elif tp in out:
+                out[tp].extend(chunk)
+            else:
+                out[tp] = chunk  # a fresh slice: safe to hand out as is
+            taken += end - cur.index
+            cur.index, cur.pos = end, pos
+            if not advance:
+                break  # one fetch at most: the caller moves its position
         if released:
             self._wake()
         return taken
 
+    def _settle(self) -> bool:
+        """Bring the fetch being handed out in line with its partition; True if it has records left.
+
+        Dropped when the partition changed (unassigned, sought, reset, paused); moved back to the
+        position when records were handed out without the position following them (an abandoned
+        iterator, poll(update_offsets=False)); finished when used up: the position goes to the
+        fetch's end (past trailing control records), the fetch is released, and a fault found at
+        its end becomes the pending error."""
+        cur = self._current
+        fetch = cur.fetch
+        subs = self._subs
+        position = subs.position_at(fetch.tp, fetch.epoch)
+        if position is None:
+            self._finish()
+            return False
+        if position != cur.pos:
+            if position < cur.base:
+                subs.release_fetch(fetch.tp, fetch.epoch)
+                self._finish()  # before what is held: fetched again from the position
+                return False
+            cur.index, cur.pos = cur.index_of(position), position
+        if cur.index < cur.size:
+            return True
+        subs.advance(fetch.tp, fetch.epoch, cur.next_offset, cur.leader_epoch)
+        subs.release_fetch(fetch.tp, fetch.epoch, to_back=True)
+        self._finish()
+        if cur.error is not None:
+            self._error = cur.error
+        return False
+
     def _start(self, fetch: CompletedFetch, columnar: bool) -> _Draining | None:
-        state = self._subs._parts.get(fetch.tp)
-        if state is None or state.epoch != fetch.epoch or state.position != fetch.fetch_offset:
+        if self._subs.position_at(fetch.tp, fetch.epoch) != fetch.fetch_offset:
             self._subs.release_fetch(fetch.tp, fetch.epoch)
             return None
         decoded = self._decode(fetch, fetch.fetch_offset, columnar)
@@ -194,7 +254,7 @@ class FetchCollector:
 
             cur.data, cur.columnar = from_records(cur.data[cur.index:]), True
         cur.size = len(cur.data) if not cur.columnar else cur.data.num_rows
-        cur.index = 0
+        cur.index, cur.base = 0, cur.pos
 
     def _finish(self) -> None:
         """The fetch being drained is used up or dropped: its bytes leave the buffer's count."""

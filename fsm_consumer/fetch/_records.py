@@ -1,8 +1,8 @@
 """Public record types: what a poll hands out and what a commit takes.
 
-Field names and order follow kafka-python's namedtuples so code written
-against ``kafka.consumer.fetcher.ConsumerRecord`` and ``kafka.structs`` keeps
-working. They are ``NamedTuple`` subclasses: building one with
+``TopicPartition`` and ``OffsetAndMetadata`` are kafka-python's (``kafka.structs``).
+``ConsumerRecord``'s field names and order follow kafka-python's namedtuple so code written
+against ``kafka.consumer.fetcher.ConsumerRecord`` keeps working. It is a ``NamedTuple`` subclass: building one with
 ``tuple.__new__(ConsumerRecord, fields)`` costs no Python-level ``__init__``,
 which matters on the per-record path.
 """
@@ -11,18 +11,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+# kafka-python's own types, so isinstance() checks in code written for it hold
+from kafka.structs import OffsetAndMetadata, TopicPartition
 
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-
-class OffsetAndMetadata(NamedTuple):
-    """An offset to commit: the offset of the next record to consume."""
-
-    offset: int
-    metadata: str = ""
-    leader_epoch: int = -1
+__all__ = ["ConsumerRecord", "OffsetAndMetadata", "TopicPartition"]
 
 
 class ConsumerRecord(NamedTuple):

@@ -7,6 +7,7 @@ from ._fetch import FetchManager
 from ._membership import MembershipManager
 from ._metadata import MetadataManager
 from ._offsets import OffsetsManager
+from ._self_assign import SelfAssignManager
 
 __all__ = ["CommitManager", "CoordinatorManager", "FetchManager", "MembershipManager", "MetadataManager",
-           "OffsetsManager", "Outgoing", "RequestManager"]
+           "OffsetsManager", "Outgoing", "RequestManager", "SelfAssignManager"]

@@ -2,8 +2,11 @@
 
 - ``commit()`` / ``commit_async()`` arrive as CommitEvents; auto-commit runs every
   ``auto_commit_interval_ms`` from here, committing the positions of records poll() already
-  returned. Retriable errors are retried (after ``retry_backoff_ms``) until the commit's deadline;
-  CommitFailedError only when the group's generation moved on (ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID).
+  returned. Retriable errors are retried (after ``retry_backoff_ms``) until the commit's deadline.
+- As the Java client: a commit asked for while the member is rejoining (or answered
+  REBALANCE_IN_PROGRESS, or answered ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID while it rejoins) fails
+  at once with the retriable RebalanceInProgressError: the member may keep its partitions, and
+  poll() completes the rebalance. CommitFailedError when the membership itself is gone.
 - Newly assigned partitions without a position get it from the group's committed offset,
   else from the reset policy.
 """
@@ -17,16 +20,18 @@ from collections import defaultdict
 import kafka.errors as ke
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 
-from ..errors import CommitFailedError, KafkaTimeoutError
+from ..errors import CommitFailedError, KafkaTimeoutError, RebalanceInProgressError
 from ..events import CallbackEvent, CommitEvent, FetchCommittedEvent
 from ..fetch._records import OffsetAndMetadata, TopicPartition
 from ._base import FOREVER, Outgoing, error_of
 
 log = logging.getLogger("fsm_consumer.commit")
 
-_RETRIABLE = {7, 14, 15, 16, 27}     # timed out, load in progress, not available, not coordinator, rebalancing
+_RETRIABLE = {7, 14, 15, 16}         # timed out, load in progress, not available, not coordinator
 _COORDINATOR = {15, 16}
 _GENERATION_MOVED = {22, 25}
+_REBALANCE_IN_PROGRESS = 27
+_REJOINING = frozenset({"joining", "join_backoff", "syncing"})
 
 
 class _Commit:
@@ -70,11 +75,49 @@ class CommitManager:
     def on_commit_event(self, event: CommitEvent, now: float) -> None:
         offsets = event.offsets
         if offsets is None:
-            offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in self._subs.positions().items()}
+            offsets = self._subs.consumed_offsets()
+        refused = self._refusal()
+        if refused is not None:
+            self.commits_failed += 1
+            self._finish(event, refused)
+            return
         if not offsets:
             self._finish(event, None)
             return
         self._queue.append(_Commit(offsets, event.deadline_ms, lambda err, ev=event: self._finish(ev, err)))
+
+    def _rejoining(self) -> bool:
+        m = self.membership
+        return m is not None and (m.machine.state in _REJOINING or (
+            m.machine.state == "unjoined" and self._subs.kind in ("topics", "pattern")))
+
+    def _refusal(self) -> BaseException | None:
+        """Why an explicit commit cannot be sent now (None: it can)."""
+        m = self.membership
+        if m is None:
+            return None
+        state = m.machine.state
+        group = self._config.group_id
+        if self._rejoining():
+            return RebalanceInProgressError(
+                f"commit refused: group {group!r} is rebalancing and this member is rejoining (state {state}); "
+                "call poll() to complete the rebalance, then commit again")
+        if state in ("fenced", "stale"):
+            return CommitFailedError(
+                f"commit refused: this member's membership of group {group!r} is gone ({state}: its session "
+                "ran out or it stopped polling); its partitions are lost and poll() rejoins")
+        if state == "fatal":
+            return m.fatal
+        return None
+
+    def _generation_error(self, code: int) -> BaseException:
+        if code == _REBALANCE_IN_PROGRESS or self._rejoining():
+            return RebalanceInProgressError(
+                f"the commit was answered {error_of(code).__name__}: group {self._config.group_id!r} is "
+                "rebalancing; call poll() to complete the rebalance, then commit again")
+        return CommitFailedError(
+            "the commit was rejected: the group moved to a new generation (this member was fenced or the "
+            f"group rebalanced) [{error_of(code).__name__}]")
 
     def _finish(self, event: CommitEvent, error) -> None:
         if event.callback is not None:
@@ -94,9 +137,9 @@ class CommitManager:
     def on_fetch_committed(self, event: FetchCommittedEvent, now: float) -> None:
         self._lookups.append(event)
 
-    def begin_close(self) -> None:
+    def begin_close(self, autocommit: bool) -> None:
         self._closing = True
-        if self._config.enable_auto_commit and self._config.group_id and self._may_auto_commit():
+        if autocommit and self._config.enable_auto_commit and self._config.group_id and self._may_auto_commit():
             self._auto_commit(self._clock.now_ms(), force=True)
 
     @property
@@ -206,7 +249,7 @@ class CommitManager:
         worst = 0
         for t in pending.response.topics:
             for p in t.partitions:
-                if p.error_code and (worst == 0 or p.error_code in _GENERATION_MOVED):
+                if p.error_code and (worst == 0 or p.error_code in _GENERATION_MOVED | {_REBALANCE_IN_PROGRESS}):
                     worst = p.error_code
         if worst == 0:
             self._queue.remove(commit)
@@ -214,11 +257,9 @@ class CommitManager:
             self.commit_latency_total_ms += latency
             self.commit_latency_max_ms = max(self.commit_latency_max_ms, latency)
             self._done(commit, None, now)
-        elif worst in _GENERATION_MOVED:
+        elif worst in _GENERATION_MOVED or worst == _REBALANCE_IN_PROGRESS:
             self._queue.remove(commit)
-            self._done(commit, CommitFailedError(
-                "the commit was rejected: the group moved to a new generation (this member was fenced or the "
-                f"group rebalanced) [{error_of(worst).__name__}]"), now)
+            self._done(commit, self._generation_error(worst), now)
         elif worst in _RETRIABLE:
             if worst in _COORDINATOR:
                 self._coordinator.mark_unknown()

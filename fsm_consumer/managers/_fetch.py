@@ -5,9 +5,11 @@ positioned, not paused, not being revoked, no data already buffered). Responses 
 FetchBuffer; records are decoded on the application thread. Nothing is sent while the buffer
 (with what in-flight fetches may bring) is full.
 
-Full fetches only: Tansu answers Fetch with session id 0, i.e. it does not keep incremental fetch
-sessions (KIP-227), so every request lists its partitions (session_id=0, session_epoch=-1).
-Versions are capped at 12, the last that names topics instead of topic ids.
+Incremental fetch sessions (KIP-227, ``enable_incremental_fetch_sessions``): one FetchSession per
+broker (_fetch_session.py) decides what each request lists and forgets. A broker that answers
+session id 0 (Tansu) gets full fetches every time; with the option off every request is full and
+asks for no session (session_id=0, session_epoch=-1). Versions are capped at 12, the last that
+names topics instead of topic ids; sessions need 7.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ..events import ErrorEvent
 from ..fetch._buffer import CompletedFetch, FetchBuffer
 from ..fetch._records import TopicPartition
 from ._base import FOREVER, Outgoing
+from ._fetch_session import SESSION_ERRORS, FetchPlan, FetchSession, PartitionData
 
 _REFRESH = {3, 5, 6, 74, 75, 100}   # unknown tp, no leader, not leader, fenced/unknown leader epoch, unknown topic id
 _OUT_OF_RANGE = 1
@@ -37,6 +40,7 @@ class FetchManager:
         self._isolation = 1 if config.isolation_level == "read_committed" else 0
         self._in_flight: set[int] = set()
         self._node_retry_at: dict[int, float] = {}
+        self._sessions: dict[int, FetchSession] | None = {} if config.enable_incremental_fetch_sessions else None
 
     def poll(self, now: float) -> tuple[float, list[Outgoing]]:
         fetchable = self._subs.fetchable()
@@ -73,31 +77,52 @@ class FetchManager:
             self._buffer.reserve(max_bytes)
             self._in_flight.add(node)
             self._subs.mark_fetch_in_flight([p[0] for p in parts], True)
+            # every partition of this round, listed or implied by the session: the answer may carry any
             sent = {p[0]: (p[1], p[3]) for p in parts}
-            out.append(Outgoing(self._request(parts, max_bytes), node,
+            plan = self._plan(node, parts)
+            out.append(Outgoing(self._request(plan, max_bytes), node,
                                 lambda pending, n, node=node, sent=sent, mb=max_bytes:
                                 self.on_response(pending, n, node, sent, mb),
                                 timeout_ms=self._config.request_timeout_ms + self._config.fetch_max_wait_ms,
-                                min_version=4, max_version=12))
+                                min_version=7 if plan.session_id else 4, max_version=12))
             self._metrics.fetch_sent(now)
+            self._metrics.fetch_incremental += not plan.full
         return wait, out
 
-    def _request(self, parts, max_bytes: int) -> FetchRequest:
-        topics: dict[str, list] = defaultdict(list)
+    def _plan(self, node: int, parts) -> FetchPlan:
         pmax = self._config.max_partition_fetch_bytes
-        for tp, position, leader_epoch, _ in parts:
+        data = {tp: PartitionData(position, leader_epoch, pmax) for tp, position, leader_epoch, _ in parts}
+        if self._sessions is None:
+            return FetchPlan.sessionless(data)
+        session = self._sessions.get(node)
+        if session is None:
+            session = self._sessions[node] = FetchSession(node)
+        return session.build(data)
+
+    def _request(self, plan: FetchPlan, max_bytes: int) -> FetchRequest:
+        topics: dict[str, list] = defaultdict(list)
+        for tp, d in plan.to_send.items():
             topics[tp.topic].append(FetchRequest.FetchTopic.FetchPartition(
-                partition=tp.partition, current_leader_epoch=leader_epoch, fetch_offset=position,
-                log_start_offset=-1, partition_max_bytes=pmax))
+                partition=tp.partition, current_leader_epoch=d.leader_epoch, fetch_offset=d.fetch_offset,
+                log_start_offset=d.log_start_offset, partition_max_bytes=d.max_bytes))
+        forgotten: dict[str, list[int]] = defaultdict(list)
+        for tp in plan.to_forget:
+            forgotten[tp.topic].append(tp.partition)
         return FetchRequest(
             replica_id=-1, max_wait_ms=self._config.fetch_max_wait_ms, min_bytes=self._config.fetch_min_bytes,
-            max_bytes=max_bytes, isolation_level=self._isolation, session_id=0, session_epoch=-1,
+            max_bytes=max_bytes, isolation_level=self._isolation,
+            session_id=plan.session_id, session_epoch=plan.epoch,
             topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
-            forgotten_topics_data=[], rack_id=self._config.client_rack)
+            forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=t, partitions=ps)
+                                   for t, ps in forgotten.items()],
+            rack_id=self._config.client_rack)
 
     def on_response(self, pending, now: float, node: int, sent: dict, reserved: int) -> None:
         self._in_flight.discard(node)
+        session = self._sessions.get(node) if self._sessions is not None else None
         if pending.error is not None:
+            if session is not None:
+                session.handle_error()
             self._buffer.release_reservation(reserved)
             for tp, (_, epoch) in sent.items():
                 self._subs.release_fetch(tp, epoch)
@@ -105,11 +130,14 @@ class FetchManager:
             self._metadata.request_update()  # the leader may have moved
             return
         response = pending.response
-        if response.error_code:
+        usable = session is None or session.handle_response(response)
+        if response.error_code or not usable:
             self._buffer.release_reservation(reserved)
             for tp, (_, epoch) in sent.items():
                 self._subs.release_fetch(tp, epoch)
-            self._node_retry_at[node] = now + self._config.retry_backoff_ms
+            if response.error_code and response.error_code not in SESSION_ERRORS:
+                # session errors need no backoff: the session was reset, the next fetch is full
+                self._node_retry_at[node] = now + self._config.retry_backoff_ms
             if response.error_code in _REFRESH:  # the whole answer says the leader moved
                 self._metadata.request_update({tp.topic for tp in sent})
             return
@@ -138,7 +166,8 @@ class FetchManager:
                     self._on_out_of_range(tp, offset)
                 else:
                     self._bg.put(ErrorEvent(ke.for_code(p.error_code)(f"Fetch of {tp} at offset {offset}")))
-        for tp, (_, epoch) in sent.items():  # not in the answer: fetch again
+        # not in the answer (an incremental answer omits partitions with nothing new): fetch again
+        for tp, (_, epoch) in sent.items():
             self._subs.release_fetch(tp, epoch)
         self._metrics.fetch_completed(now, sum(c.size for c in completed))
         self._buffer.add(completed, reserved)

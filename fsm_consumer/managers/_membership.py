@@ -66,6 +66,7 @@ class MembershipManager:
         self._lost: frozenset[TopicPartition] = frozenset()
         self._revoked_this_round = False
         self.leaving = False
+        self._commit_on_revoke = True             # False once close(autocommit=False) began
         self._rejoin_pending = False
         self._send_join = self._send_sync = self._send_leave = False
         self._sync_waits_for_metadata = False
@@ -102,7 +103,8 @@ class MembershipManager:
         if self.machine.may("leave_requested"):
             self.machine.fire("leave_requested")
 
-    def begin_close(self) -> None:
+    def begin_close(self, autocommit: bool) -> None:
+        self._commit_on_revoke = autocommit
         if self.machine.state not in ("unjoined", "fatal"):
             self.leaving = True
             if self.machine.may("leave_requested"):
@@ -199,7 +201,7 @@ class MembershipManager:
         self._record("revoked", revoked)
         self._revoked_this_round = bool(revoked) and not self.leaving and \
             self.protocol is RebalanceProtocol.COOPERATIVE
-        if positions and self._config.enable_auto_commit and self.generation >= 0:
+        if positions and self._config.enable_auto_commit and self._commit_on_revoke and self.generation >= 0:
             self._commits.commit_positions(positions, on_done=self._revocation_committed)
         else:
             self.machine.fire("revocation_completed")

@@ -49,9 +49,24 @@ class MetadataManager:
             self._extra |= topics
 
     def add_waiter(self, event, now: float) -> None:
-        """Complete ``event`` with the topics' partitions after the next refresh that starts later."""
+        """Complete ``event`` after the next refresh that starts later: a TopicMetadataEvent with the
+        topics' partitions, a BootstrapEvent with None. The refresh asks for every topic, as
+        kafka-python's lookups do: naming an unknown topic would have the broker create it."""
         self._waiters.append((event, now))
-        self.request_update(set(event.topics or ()), all_topics=event.topics is None)
+        self.request_update(all_topics=True)
+
+    def explain_missing(self, tp: TopicPartition) -> str:
+        """Why ``tp`` has no usable leader, in words for a timeout message."""
+        if not self.ready:
+            return ("no broker has answered a Metadata request yet: check bootstrap_servers "
+                    f"{','.join(self._config.bootstrap_servers)} and that the brokers are up")
+        info = self.topics.get(tp.topic)
+        if info is None:
+            return f"topic {tp.topic!r} does not exist (or this client is not allowed to describe it)"
+        if tp.partition not in info.leaders:
+            return (f"partition {tp.partition} of topic {tp.topic!r} does not exist: the topic has "
+                    f"{len(info.leaders)} partitions")
+        return f"partition {tp.partition} of topic {tp.topic!r} has no leader at the moment"
 
     # -- reads ----------------------------------------------------------------------------
     def leader(self, tp: TopicPartition) -> int | None:
@@ -134,7 +149,9 @@ class MetadataManager:
         still = []
         for event, since in self._waiters:
             if since <= self._sent_at:
-                topics = event.topics if event.topics is not None else set(self.topics)
+                topics = getattr(event, "topics", ())
+                if topics is None:
+                    topics = set(self.topics)
                 event.complete({t: self.partitions(t) for t in topics if self.partitions(t) is not None})
             else:
                 still.append((event, since))

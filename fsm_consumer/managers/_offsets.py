@@ -72,6 +72,7 @@ class OffsetsManager:
                 continue
             by_node, missing = self._by_leader(todo)
             if missing:
+                lookup.event.cause = "; ".join(sorted({self._metadata.explain_missing(tp) for tp in missing}))
                 self._metadata.request_update({tp.topic for tp in missing})
                 lookup.retry_at = now + self._config.retry_backoff_ms
                 wait = min(wait, self._config.retry_backoff_ms)
@@ -128,6 +129,7 @@ class OffsetsManager:
     def _on_lookup(self, pending, now: float, lookup: "_Lookup", timestamps) -> None:
         lookup.in_flight -= set(timestamps)
         if pending.error is not None:
+            lookup.event.cause = f"ListOffsets to broker {pending.sent_to} failed: {pending.error}"
             lookup.retry_at = now + self._config.retry_backoff_ms
             return
         for tp, p in self._results(pending.response):
@@ -137,8 +139,9 @@ class OffsetsManager:
                 # found record always has a timestamp, so that is no match either.
                 queried = lookup.event.timestamps.get(tp, -1)
                 missing = p.offset < 0 or (queried >= 0 and p.timestamp < 0)
-                lookup.results[tp] = None if missing else (p.offset, p.timestamp)
+                lookup.results[tp] = None if missing else (p.offset, p.timestamp, getattr(p, "leader_epoch", -1))
             elif p.error_code in _RETRIABLE_REFRESH:
+                lookup.event.cause = f"the broker answered {ke.for_code(p.error_code).__name__} for {tp}"
                 self._metadata.request_update({tp.topic})
                 lookup.retry_at = now + self._config.retry_backoff_ms
             else:

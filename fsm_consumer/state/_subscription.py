@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import IllegalStateError
-from ..fetch._records import TopicPartition
+from ..fetch._records import OffsetAndMetadata, TopicPartition
 from ._partition import PartitionState
 
 
@@ -69,10 +69,12 @@ class SubscriptionState:
             self.changes += 1
             return dropped
 
-    def set_group_assignment(self, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
-        """Install what the group assigned (subscribe mode); returns partitions dropped."""
+    def set_group_assignment(self, partitions: Iterable[TopicPartition], *, awaiting_committed: bool = True
+                             ) -> set[TopicPartition]:
+        """Install what the group assigned (subscribe mode; ``awaiting_committed=False`` when a consumer
+        without a group assigns itself); returns partitions dropped."""
         with self._lock:
-            return self._set_assignment([TopicPartition(*tp) for tp in partitions], awaiting_committed=True)
+            return self._set_assignment([TopicPartition(*tp) for tp in partitions], awaiting_committed)
 
     def _set_assignment(self, wanted: list[TopicPartition], awaiting_committed: bool) -> set[TopicPartition]:
         dropped = set(self._parts) - set(wanted)
@@ -103,6 +105,30 @@ class SubscriptionState:
             return self._parts[tp]
         except KeyError:
             raise IllegalStateError(f"partition {tp} is not assigned to this consumer") from None
+
+    def position_at(self, tp: TopicPartition, epoch: int) -> int | None:
+        """The position of ``tp`` if its epoch is still ``epoch`` (None: unassigned, or changed since).
+        Read without the lock (the collector's check per fetch): a change racing it is caught by
+        advance(), which takes the lock."""
+        s = self._parts.get(tp)
+        return s.position if s is not None and s.epoch == epoch else None
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The high watermark the last Fetch answer reported for ``tp``, None before one."""
+        s = self.state(tp)
+        return s.high_watermark if s.high_watermark >= 0 else None
+
+    def consumed_offsets(self) -> dict[TopicPartition, "OffsetAndMetadata"]:
+        """What a commit of 'everything handed out so far' commits: each position with its leader epoch."""
+        with self._lock:
+            return {tp: OffsetAndMetadata(s.position, "", s.leader_epoch)
+                    for tp, s in self._parts.items() if s.position is not None}
+
+    def lag(self) -> dict[TopicPartition, int]:
+        """Records between each position and the last known high watermark (for metrics)."""
+        with self._lock:
+            return {tp: max(0, s.high_watermark - s.position) for tp, s in self._parts.items()
+                    if s.position is not None and s.high_watermark >= 0}
 
     def topics_needed(self) -> set[str]:
         with self._lock:

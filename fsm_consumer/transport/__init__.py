@@ -24,7 +24,7 @@ from ._errors import (
 from ._faulty import FaultyTransport
 from ._framing import DEFAULT_RECEIVE_BUFFER_MAX, FrameReader, encode_frame
 from ._kafka import KafkaSettings, KafkaTransport, parse_servers
-from ._sasl import PlainMechanism, SaslMechanism, ScramMechanism
+from ._sasl import OAuthBearerMechanism, PlainMechanism, SaslMechanism, ScramMechanism
 from ._tls import SslHandshakeError, build_ssl_context
 from ._versions import Api, ApiVersionTable, client_version_range, request_class
 from ._waker import Waker
@@ -44,6 +44,7 @@ __all__ = [
     "KafkaSettings",
     "KafkaTransport",
     "NodeNotReady",
+    "OAuthBearerMechanism",
     "Pending",
     "PlainMechanism",
     "ProtocolDecodeError",

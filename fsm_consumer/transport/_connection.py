@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from kafka.errors import for_code
+from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
@@ -91,6 +92,7 @@ class Connection:
         read_buffer: memoryview,
         rng: random.Random,
         complete: Callable[[Pending], None],
+        versions_known: Callable[[tuple[int, ...]], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.host = host
@@ -99,6 +101,7 @@ class Connection:
         self._selector = selector
         self._read_buffer = read_buffer  # shared by the transport's connections: reads never overlap
         self._complete = complete
+        self._versions_known = versions_known  # told the broker's release after each handshake
         self.sock: socket.socket | None = None
         self._events = 0  # selector interest currently registered for sock
         self._out: deque[memoryview] = deque()
@@ -106,8 +109,8 @@ class Connection:
         self._codec = RequestCodec(node_id=node_id)
         self.queued: deque[Pending] = deque()  # waiting for the connection to get ready
         self._in_flight: deque[Pending | _Handler] = deque()  # same order as the codec's
-        self.versions: ApiVersionTable | None = None
-        self._api_versions_version = ApiVersionsRequest.max_version
+        self.versions: ApiVersionTable | None = None  # capped by config api_version
+        self._api_versions_version = self._first_api_versions_version()
         self._sasl: SaslMechanism | None = None
         self._attempt = 0
         self._cause: TransportError | None = None  # why the next backoff/closed entry happens
@@ -239,7 +242,7 @@ class Connection:
         self.auth_error = None  # a new attempt: the old verdict no longer applies
         self._reader = FrameReader(self._settings.receive_buffer_max, node_id=self.node_id)
         self._codec = RequestCodec(node_id=self.node_id)
-        self._api_versions_version = ApiVersionsRequest.max_version
+        self._api_versions_version = self._first_api_versions_version()
         try:
             infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
         except OSError as exc:
@@ -479,6 +482,12 @@ class Connection:
         self.flush()
 
     # -- handshake responses --------------------------------------------------------------------
+    def _first_api_versions_version(self) -> int:
+        # config api_version caps the handshake too: it is a request like any other
+        cap = self._settings.api_version_table
+        limit = cap.get(ApiKey.ApiVersions) if cap is not None else None
+        return ApiVersionsRequest.max_version if limit is None else min(ApiVersionsRequest.max_version, limit[1])
+
     def _on_api_versions(self, response: ApiMessage) -> None:
         try:
             table = ApiVersionTable.from_response(response, node_id=self.node_id)
@@ -494,7 +503,10 @@ class Connection:
         except TransportError as exc:
             self._io_failed(exc)
             return
-        self.versions = table
+        if self._versions_known is not None:
+            self._versions_known(table.broker_release)  # the broker's own release, before any cap
+        cap = self._settings.api_version_table
+        self.versions = table if cap is None else table.capped(cap)
         self.machine.fire("versions_known")
 
     def _on_sasl_handshake(self, response: ApiMessage) -> None:
@@ -527,6 +539,8 @@ class Connection:
         if response.error_code:
             # The broker's message names the user at most; the password never travels back.
             detail = f": {response.error_message}" if response.error_message else ""
+            failure = getattr(self._sasl, "failure", None)  # OAUTHBEARER: the server's error document
+            detail += f" ({failure})" if failure is not None else ""
             self._authentication_failed(AuthenticationError(
                 f"SASL {self._sasl.name} authentication failed "
                 f"({for_code(response.error_code).__name__}){detail}"))

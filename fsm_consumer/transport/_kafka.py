@@ -10,25 +10,29 @@ import ssl
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
+from kafka.errors import KafkaConfigurationError, UnrecognizedBrokerVersion
+from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.broker_version_data import BrokerVersionData
 
 from ..spec import Clock, MonotonicClock
 from ._base import Pending, Transport
 from ._connection import _HANDSHAKE_STATES, Connection, clone_error
 from ._errors import AuthenticationError, ConnectionLost, NodeNotReady, RequestTimedOut
 from ._framing import DEFAULT_RECEIVE_BUFFER_MAX
-from ._sasl import PlainMechanism, SaslMechanism, ScramMechanism
+from ._sasl import OAuthBearerMechanism, PlainMechanism, SaslMechanism, ScramMechanism
 from ._tls import build_ssl_context
 from ._waker import Waker
 
 __all__ = ["KafkaSettings", "KafkaTransport"]
 
 _SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-_READ_CHUNK = 256 * 1024  # one recv_into buffer for the whole transport
+_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+_READ_CHUNK = 256 * 1024  # default sock_chunk_bytes: one recv_into buffer for the whole transport
 _MISSING = object()
 
 
@@ -67,6 +71,32 @@ def parse_servers(value: str | Iterable[str]) -> tuple[tuple[str, int], ...]:
     return tuple(servers)
 
 
+def parse_api_version(value: Any) -> tuple[int, ...] | None:
+    """kafka-python's ``api_version``: None or "auto" (infer), a tuple/list or "3.9" -> (3, 9)."""
+    if value is None or value == "auto":
+        return None
+    parts = value.split(".") if isinstance(value, str) else value
+    if isinstance(value, str) and all(p.isdigit() for p in parts):
+        parts = [int(p) for p in parts]
+    if not isinstance(parts, (tuple, list)) or not parts or not all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in parts):
+        raise ValueError(f"api_version {value!r} is not None or a broker release such as (3, 9)")
+    return tuple(parts)
+
+
+def _release_table(release: tuple[int, ...] | None) -> Mapping[int, tuple[int, int]] | None:
+    """The API versions broker ``release`` supports (kafka-python's data), None for no cap."""
+    if release is None:
+        return None
+    try:
+        table = BrokerVersionData(broker_version=release).api_versions
+    except (KafkaConfigurationError, UnrecognizedBrokerVersion):
+        table = {}
+    if ApiKey.ApiVersions not in table:  # releases before 0.10 cannot answer the handshake
+        raise ValueError(f"api_version {release!r}: not a broker release from (0, 10) on")
+    return MappingProxyType(table)  # kafka-python's module-level dict: never to be changed through us
+
+
 @attrs.frozen(kw_only=True)
 class KafkaSettings:
     """What KafkaTransport reads from its config (kafka-python key names and defaults).
@@ -88,6 +118,15 @@ class KafkaSettings:
     sasl_mechanism: str | None = None
     sasl_plain_username: str | None = None
     sasl_plain_password: str | None = attrs.field(default=None, repr=False)
+    sasl_oauth_token_provider: Any = attrs.field(default=None, repr=False)
+    api_version: tuple[int, ...] | None = attrs.field(default=None, converter=parse_api_version)
+    # the cap every connection applies to its broker's ApiVersions answer (None: no cap)
+    api_version_table: Mapping[int, tuple[int, int]] | None = attrs.field(init=False, repr=False)
+    sock_chunk_bytes: int = _READ_CHUNK
+
+    @api_version_table.default
+    def _api_version_table(self) -> Mapping[int, tuple[int, int]] | None:
+        return _release_table(self.api_version)
 
     @classmethod
     def from_config(cls, config: Any) -> KafkaSettings:
@@ -102,8 +141,14 @@ class KafkaSettings:
         if protocol.startswith("SASL"):
             if mechanism not in _SASL_MECHANISMS:
                 raise ValueError(f"sasl_mechanism {mechanism!r} is not one of {', '.join(_SASL_MECHANISMS)}")
-            if get("sasl_plain_username") is None or get("sasl_plain_password") is None:
+            if mechanism == "OAUTHBEARER":
+                if not callable(getattr(get("sasl_oauth_token_provider"), "token", None)):
+                    raise ValueError("sasl_mechanism OAUTHBEARER needs a sasl_oauth_token_provider with token()")
+            elif get("sasl_plain_username") is None or get("sasl_plain_password") is None:
                 raise ValueError(f"sasl_mechanism {mechanism} needs sasl_plain_username and sasl_plain_password")
+        chunk = get("sock_chunk_bytes", _READ_CHUNK)
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise ValueError(f"sock_chunk_bytes {chunk!r} is not a positive integer")
         context = None
         if protocol in ("SSL", "SASL_SSL"):
             context = build_ssl_context(
@@ -125,10 +170,15 @@ class KafkaSettings:
             sasl_mechanism=mechanism if protocol.startswith("SASL") else None,
             sasl_plain_username=get("sasl_plain_username"),
             sasl_plain_password=get("sasl_plain_password"),
+            sasl_oauth_token_provider=get("sasl_oauth_token_provider"),
+            api_version=get("api_version"),
+            sock_chunk_bytes=chunk,
         )
 
     def new_sasl_mechanism(self) -> SaslMechanism:
         """A fresh exchange per connection attempt (mechanisms drop the password once used)."""
+        if self.sasl_mechanism == "OAUTHBEARER":
+            return OAuthBearerMechanism(self.sasl_oauth_token_provider)
         assert self.sasl_plain_username is not None and self.sasl_plain_password is not None
         if self.sasl_mechanism == "PLAIN":
             return PlainMechanism(self.sasl_plain_username, self.sasl_plain_password)
@@ -145,6 +195,9 @@ class KafkaTransport(Transport):
     A request waits for its node's connection (connecting, backing off, reconnecting) until its
     deadline, then fails with RequestTimedOut; an authentication failure fails the waiting
     requests at once. A request that times out in flight also recycles its connection.
+
+    ``broker_release`` is the Kafka release the last handshake's ApiVersions answer looks like,
+    e.g. (3, 9), or None before any; a plain attribute, so any thread may read it.
     """
 
     def __init__(self, config: Any = None, *, clock: Clock | None = None,
@@ -155,7 +208,8 @@ class KafkaTransport(Transport):
         self._selector = selectors.DefaultSelector()
         self._waker = Waker()
         self._selector.register(self._waker, selectors.EVENT_READ, None)
-        self._read_buffer = memoryview(bytearray(_READ_CHUNK))
+        self._read_buffer = memoryview(bytearray(self.settings.sock_chunk_bytes))
+        self.broker_release: tuple[int, ...] | None = None
         self._conns: dict[int, Connection] = {}
         self._addresses: dict[int, tuple[str, int]] = {}
         self._bootstrap_ids: list[int] = []
@@ -337,9 +391,12 @@ class KafkaTransport(Transport):
             host, port = self._addresses[node]
             conn = Connection(node, host, port, settings=self.settings, clock=self.clock,
                               selector=self._selector, read_buffer=self._read_buffer, rng=self._rng,
-                              complete=self._completed_one)
+                              complete=self._completed_one, versions_known=self._versions_known)
             self._conns[node] = conn
         return conn
+
+    def _versions_known(self, release: tuple[int, ...]) -> None:
+        self.broker_release = release  # one assignment: readers on other threads see old or new
 
     def _completed_one(self, pending: Pending) -> None:
         self._outstanding -= 1

@@ -1,4 +1,4 @@
-"""Sans-IO SASL client mechanisms: PLAIN (RFC 4616) and SCRAM (RFC 5802/7677).
+"""Sans-IO SASL client mechanisms: PLAIN (RFC 4616), SCRAM (RFC 5802/7677), OAUTHBEARER (RFC 7628).
 
 A mechanism only turns server challenges into client responses; the
 transport carries them in SaslAuthenticate requests. Usage::
@@ -15,8 +15,8 @@ in user names, fails with a KeyError on a server ``e=`` error, draws its
 nonce from uuid4 with no way to inject one (so no RFC test vectors), and
 raises untyped ValueErrors.
 
-Passwords are dropped as soon as they have been used and never appear in a
-repr or an exception message.
+Passwords and bearer tokens are dropped as soon as they have been used and
+never appear in a repr or an exception message.
 """
 
 from __future__ import annotations
@@ -26,12 +26,15 @@ import binascii
 import enum
 import hashlib
 import hmac
+import json
+import re
 import secrets
-from typing import Callable, Protocol
+from collections.abc import Mapping
+from typing import Any, Callable, Protocol
 
 from ._errors import AuthenticationError
 
-__all__ = ["PlainMechanism", "SaslMechanism", "ScramMechanism"]
+__all__ = ["OAuthBearerMechanism", "PlainMechanism", "SaslMechanism", "ScramMechanism"]
 
 
 class SaslMechanism(Protocol):
@@ -49,6 +52,7 @@ class _State(enum.Enum):
     NEW = "new"
     AWAIT_SERVER_FIRST = "awaiting server-first"
     AWAIT_SERVER_FINAL = "awaiting server-final"
+    AWAIT_SERVER_FAILURE = "awaiting the server's failure"
     DONE = "done"
     FAILED = "failed"
 
@@ -98,6 +102,108 @@ class PlainMechanism:
 
     def __repr__(self) -> str:
         return f"PlainMechanism(username={self._username!r}, state={self._state.value!r})"
+
+
+# RFC 7628 3.1 as Kafka's Java client checks it; the token is an RFC 6750 b64token.
+_EXTENSION_KEY = re.compile(r"[A-Za-z]+\Z")
+_EXTENSION_VALUE = re.compile(r"[\x21-\x7E \t\r\n]+\Z")
+_BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*\Z")
+_KVSEP = "\x01"
+
+
+def _server_status(server_bytes: bytes) -> str:
+    """The RFC 7628 error document's fields, for the error message (only the fields it defines)."""
+    try:
+        document = json.loads(server_bytes)
+    except ValueError:
+        return f"an unreadable {len(server_bytes)}-byte error message"
+    if not isinstance(document, dict):
+        return f"an unreadable {len(server_bytes)}-byte error message"
+    fields = [f"status {document.get('status')!r}"]
+    fields += [f"{key} {document[key]!r}" for key in ("scope", "openid-configuration") if key in document]
+    return ", ".join(fields)
+
+
+class OAuthBearerMechanism:
+    """SASL/OAUTHBEARER (KIP-255): one message carrying a bearer token and optional extensions.
+
+    ``token_provider`` has kafka-python's AbstractTokenProvider shape: ``token()`` returns the
+    token, ``extensions()`` (optional) a dict of str to str. Both are called in ``initial()``,
+    once per connection, so a reconnect picks up a refreshed token; the token is not kept.
+    """
+
+    name = "OAUTHBEARER"
+    __slots__ = ("_provider", "_state", "_failure")
+
+    def __init__(self, token_provider: Any) -> None:
+        if not callable(getattr(token_provider, "token", None)):
+            raise ValueError("OAUTHBEARER needs a token provider with a token() method")
+        self._provider = token_provider
+        self._state = _State.NEW
+        self._failure: AuthenticationError | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._state is _State.DONE
+
+    @property
+    def failure(self) -> AuthenticationError | None:
+        """Why the server refused the token (its error document), once it did."""
+        return self._failure
+
+    def initial(self) -> bytes:
+        """``n,,^Aauth=Bearer <token>^A<key>=<value>^A...^A`` (^A is 0x01)."""
+        _expect(self._state, _State.NEW, "initial")
+        self._state = _State.FAILED  # until the message is built
+        token = self._call("token")
+        if not isinstance(token, str) or not _BEARER_TOKEN.match(token):
+            # Never quote it: a malformed token may still be a secret.
+            raise AuthenticationError(f"{self.name}: token() returned no RFC 6750 bearer token "
+                                      f"(a {type(token).__name__})")
+        pairs = "".join(f"{key}={value}{_KVSEP}" for key, value in sorted(self._extensions().items()))
+        self._state = _State.AWAIT_SERVER_FINAL
+        return f"n,,{_KVSEP}auth=Bearer {token}{_KVSEP}{pairs}{_KVSEP}".encode()
+
+    def step(self, server_bytes: bytes) -> bytes | None:
+        """Empty: accepted. Otherwise the server's error document: acknowledge it with a lone
+        ``0x01`` as RFC 7628 3.2.3 requires; the exchange then fails (here if the server answers)."""
+        if self._state is _State.AWAIT_SERVER_FAILURE:
+            self._state = _State.FAILED
+            assert self._failure is not None
+            raise self._failure
+        _expect(self._state, _State.AWAIT_SERVER_FINAL, "step")
+        if not server_bytes:
+            self._state = _State.DONE
+            return None
+        self._failure = AuthenticationError(
+            f"{self.name}: the server refused the token: {_server_status(bytes(server_bytes))}")
+        self._state = _State.AWAIT_SERVER_FAILURE
+        return _KVSEP.encode()
+
+    def _call(self, method: str) -> Any:
+        try:
+            return getattr(self._provider, method)()
+        except Exception as exc:  # any provider failure is this connection's authentication failure
+            raise AuthenticationError(f"{self.name}: the token provider's {method}() failed: "
+                                      f"{type(exc).__name__}: {exc}") from exc
+
+    def _extensions(self) -> dict[str, str]:
+        if not callable(getattr(self._provider, "extensions", None)):
+            return {}
+        extensions = self._call("extensions") or {}
+        if not isinstance(extensions, Mapping):
+            raise AuthenticationError(f"{self.name}: extensions() returned a {type(extensions).__name__}, not a dict")
+        for key, value in extensions.items():
+            if not isinstance(key, str) or key == "auth" or not _EXTENSION_KEY.match(key):
+                raise AuthenticationError(f"{self.name}: extension key {key!r} is not allowed "
+                                          "(letters only, and not 'auth')")
+            if not isinstance(value, str) or not _EXTENSION_VALUE.match(value):
+                raise AuthenticationError(f"{self.name}: extension {key!r} has a value that is not "
+                                          "printable ASCII, space, tab, CR or LF")
+        return dict(extensions)
+
+    def __repr__(self) -> str:
+        return f"OAuthBearerMechanism(state={self._state.value!r})"
 
 
 _SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}

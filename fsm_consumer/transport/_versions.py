@@ -134,6 +134,19 @@ class ApiVersionTable:
         """Kafka release the version table looks like, e.g. (3, 9); for logs."""
         return infer_broker_version_from_api_versions(self._broker)
 
+    def capped(self, cap: Mapping[int, tuple[int, int]]) -> ApiVersionTable:
+        """This table narrowed to ``cap`` (a broker release's table, config ``api_version``).
+
+        An API missing from ``cap``, or whose ranges do not overlap, is dropped: that release
+        does not speak it, so pick_version refuses it as the broker not supporting it.
+        """
+        narrowed = {}
+        for key, (lo, hi) in self._broker.items():
+            limit = cap.get(key)
+            if limit is not None and max(lo, limit[0]) <= min(hi, limit[1]):
+                narrowed[key] = (max(lo, limit[0]), min(hi, limit[1]))
+        return ApiVersionTable(narrowed, node_id=self._node_id)
+
     def pick_version(self, api: Api, *, min_version: int = 0, max_version: int | None = None) -> int:
         """Highest version both sides support, within [min_version, max_version].
 

@@ -7,6 +7,7 @@ import time
 from collections import defaultdict
 
 from fsm_consumer.consumer import Consumer, ConsumerRebalanceListener
+from fsm_consumer.errors import RebalanceInProgressError
 
 # follower_sync_delay_ms: Tansu 0.6 fails a follower's SyncGroup that reaches it before the leader's
 # (Apache Kafka holds it for the leader's); one heartbeat interval lets the leader's go first.
@@ -27,6 +28,9 @@ class Member(ConsumerRebalanceListener):
         self.callback_delay = 0.0
         self.assign_delay = 0.0
         self.paused_polling = threading.Event()
+        self.commit_each_poll = False            # commit() after every poll (an application that commits often)
+        self.commits_refused = 0                 # ...refused with RebalanceInProgressError during a rebalance
+        self.commits_done = 0
         self.lock = threading.Lock()
         settings = {**FAST, **config, "bootstrap_servers": bootstrap, "group_id": group, "client_id": name}
         self.faults = None
@@ -78,11 +82,22 @@ class Member(ConsumerRebalanceListener):
             except Exception as exc:  # recorded; the test decides whether it matters
                 self.errors.append(exc)
                 continue
+            if self.commit_each_poll:
+                self._commit()
             now = time.monotonic()
             with self.lock:
                 for tp, records in batch.items():
                     self.consumed.extend((tp.partition, r.offset) for r in records)
                     self.delivery_times[tp.partition].append(now)
+
+    def _commit(self) -> None:
+        try:
+            self.consumer.commit(timeout_ms=5000)
+            self.commits_done += 1
+        except RebalanceInProgressError:  # retriable: the next poll() completes the rebalance
+            self.commits_refused += 1
+        except Exception as exc:
+            self.errors.append(exc)
 
     @property
     def state(self) -> str:

@@ -119,3 +119,29 @@ def test_member_history_as_json_lines(broker, make_topic, produce, tmp_path):
     assert sorted(map(tuple, assigned["partitions"])) == [(topic, 0), (topic, 1)] and assigned["generation"] >= 0
     commits = [e for e in lines if e["event"] == "commit" and e["error"] is None]
     assert any(sum(o[2] for o in e["offsets"]) == 10 for e in commits)
+
+
+def test_commits_during_a_cooperative_rebalance_are_retriable_not_fatal(broker, make_topic, produce, members):
+    """Issue 11, defect 7: a member committing after every poll while a second member joins
+    (cooperative-sticky) sees RebalanceInProgressError while it rejoins (never CommitFailedError), keeps
+    its partitions, and its commits succeed again once the group is stable."""
+    from group_harness import Member  # noqa: F401 (members() builds them)
+
+    topic = make_topic(partitions=4)
+    produce(topic, 400, key=lambda i: b"k%d" % i)
+    group = f"coop-commit-{topic}"
+    first = members(broker.bootstrap_servers, group, topic, "first", partition_assignment_strategy=["cooperative-sticky"])
+    wait_until(lambda: first.state == "stable" and len(first.owned()) == 4, 30, "the first member to own everything")
+    first.commit_each_poll = True
+    wait_until(lambda: first.commits_done > 0, 10, "a first commit")
+    second = members(broker.bootstrap_servers, group, topic, "second",
+                     partition_assignment_strategy=["cooperative-sticky"])
+    wait_until(lambda: first.state == second.state == "stable" and second.owned() and
+               first.owned() | second.owned() == {0, 1, 2, 3}, 40, "the group to settle",
+               lambda: f"first {first.state} {first.owned()}, second {second.state} {second.owned()}")
+    done_before = first.commits_done
+    wait_until(lambda: first.commits_done > done_before, 10, "commits after the rebalance")
+    assert not [e for e in first.errors if isinstance(e, CommitFailedError)], first.errors
+    assert not first.errors, first.errors
+    assert first.commits_refused > 0, "the member committed while rejoining: those commits must be refused"
+    assert len(first.owned()) == 2  # it kept half of its partitions through the rebalance

@@ -103,3 +103,18 @@ def test_tools_run_from_a_checkout():
         args = [sys.executable, str(ROOT / "tools" / tool)] + (["--check"] if tool == "render-diagrams" else [])
         done = subprocess.run(args, capture_output=True, text=True, timeout=60, cwd=ROOT)
         assert done.returncode == 0, done.stderr
+
+
+def test_render_diagrams_without_dot_says_what_to_install(tmp_path):
+    """No Graphviz: no traceback; the tool names the package and still writes .dot and .mmd."""
+    out = tmp_path / "diagrams"
+    env = {"PATH": str(tmp_path / "empty-bin"), "PYTHONPATH": str(ROOT)}  # no `dot` anywhere on PATH
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "render-diagrams"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "apt-get install graphviz" in done.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"{m}{s}" for m in ("background", "connection", "membership") for s in (".dot", ".mmd"))
+    check = subprocess.run([sys.executable, str(ROOT / "tools" / "render-diagrams"), "--check"],
+                           capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert check.returncode == 0 and "up to date" in check.stdout, check.stderr
