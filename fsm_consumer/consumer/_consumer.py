@@ -376,8 +376,8 @@ class Consumer(GroupApi):
 
     def end_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: float | None = None
                     ) -> dict[TopicPartition, int]:
-        """The offset after the last record. With Tansu 0.6 this is the last batch's base offset + 1
-        (a broker quirk), not the high watermark of a multi-record batch."""
+        """The offset after the last record. Tansu 0.6 answers the last batch's base offset + 1 (short
+        of a multi-record batch's end): the end is read from that batch's header (managers/_log_end)."""
         found = self._list_offsets({_tp(p): _LATEST for p in partitions}, timeout_ms, "end_offsets")
         return {tp: v[0] for tp, v in found.items() if v is not None}
 

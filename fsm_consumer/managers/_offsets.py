@@ -2,7 +2,9 @@
 
 Requests go to each partition's leader, one batch per leader. Retriable errors (unknown leader,
 NOT_LEADER_OR_FOLLOWER, ...) refresh metadata and retry after ``retry_backoff_ms`` until the
-event's deadline; a reset keeps retrying for as long as the partition needs it.
+event's deadline; a reset keeps retrying for as long as the partition needs it. A ``latest``
+answer is checked against the last batch's header (``_log_end``: Tansu's answer falls short of the
+end of a multi-record batch).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from kafka.protocol.consumer import ListOffsetsRequest
 from ..events import ListOffsetsEvent
 from ..fetch._records import TopicPartition
 from ._base import FOREVER, Outgoing
+from ._log_end import log_end, probe_request
 
 EARLIEST, LATEST = -2, -1
 _STRATEGY_TS = {"earliest": EARLIEST, "latest": LATEST}
@@ -31,6 +34,7 @@ class OffsetsManager:
         self._resetting: dict[TopicPartition, str] = {}     # in flight
         self._reset_retry_at = 0.0
         self._events: list[_Lookup] = []
+        self._probes: list[_Probe] = []                      # latest answers being checked (_log_end)
 
     def add_event(self, event: ListOffsetsEvent, now: float) -> None:
         self._events.append(_Lookup(event))
@@ -58,6 +62,15 @@ class OffsetsManager:
                         self._resetting[tp] = pending[tp]
                     out.append(Outgoing(self._request(ts), node,
                                         lambda p, n, ts=ts: self._on_reset(p, n, ts), min_version=1))
+        for probe in [p for p in self._probes if not p.in_flight]:
+            node = self._metadata.leader(probe.tp)
+            if node is None:  # no leader to ask: the answer stands as it came
+                self._probes.remove(probe)
+                probe.on_end(probe.reported)
+                continue
+            probe.in_flight = True
+            out.append(Outgoing(probe_request(probe.tp, probe.reported - 1, self._isolation), node,
+                                lambda p, n, pr=probe: self._on_probe(p, n, pr), min_version=4, max_version=12))
         # API lookups
         for lookup in list(self._events):
             if lookup.event.future.done:
@@ -118,7 +131,12 @@ class OffsetsManager:
         for tp, p in self._results(pending.response):
             strategy = "earliest" if timestamps.get(tp) == EARLIEST else "latest"
             if p.error_code == 0 and p.offset >= 0:
-                self._subs.set_reset_position(tp, strategy, p.offset, getattr(p, "leader_epoch", -1))
+                epoch = getattr(p, "leader_epoch", -1)
+                if strategy == "latest" and p.offset > 0:
+                    self._resetting[tp] = strategy  # until the probe answers
+                    self._probes.append(_Probe(tp, p.offset, lambda end, tp=tp, e=epoch: self._reset_to_end(tp, end, e)))
+                else:
+                    self._subs.set_reset_position(tp, strategy, p.offset, epoch)
             else:
                 retry = True
                 if p.error_code in _RETRIABLE_REFRESH:
@@ -139,7 +157,13 @@ class OffsetsManager:
                 # found record always has a timestamp, so that is no match either.
                 queried = lookup.event.timestamps.get(tp, -1)
                 missing = p.offset < 0 or (queried >= 0 and p.timestamp < 0)
-                lookup.results[tp] = None if missing else (p.offset, p.timestamp, getattr(p, "leader_epoch", -1))
+                epoch = getattr(p, "leader_epoch", -1)
+                if queried == LATEST and not missing and p.offset > 0:
+                    lookup.in_flight.add(tp)
+                    self._probes.append(_Probe(tp, p.offset, lambda end, lk=lookup, tp=tp, e=epoch, ts=p.timestamp:
+                                               self._lookup_end(lk, tp, (end, ts, e))))
+                    continue
+                lookup.results[tp] = None if missing else (p.offset, p.timestamp, epoch)
             elif p.error_code in _RETRIABLE_REFRESH:
                 lookup.event.cause = f"the broker answered {ke.for_code(p.error_code).__name__} for {tp}"
                 self._metadata.request_update({tp.topic})
@@ -149,6 +173,32 @@ class OffsetsManager:
                 return
         if set(lookup.results) >= set(lookup.event.timestamps):
             lookup.event.complete(dict(lookup.results))
+
+
+    def _on_probe(self, pending, now: float, probe: "_Probe") -> None:
+        self._probes.remove(probe)
+        probe.on_end(probe.reported if pending.error is not None else
+                     log_end(pending.response, probe.tp, probe.reported))
+
+    def _reset_to_end(self, tp: TopicPartition, end: int, leader_epoch: int) -> None:
+        self._resetting.pop(tp, None)
+        self._subs.set_reset_position(tp, "latest", end, leader_epoch)
+
+    def _lookup_end(self, lookup: "_Lookup", tp: TopicPartition, result) -> None:
+        lookup.in_flight.discard(tp)
+        lookup.results[tp] = result
+        if set(lookup.results) >= set(lookup.event.timestamps):
+            lookup.event.complete(dict(lookup.results))
+
+
+class _Probe:
+    __slots__ = ("tp", "reported", "on_end", "in_flight")
+
+    def __init__(self, tp: TopicPartition, reported: int, on_end) -> None:
+        self.tp = tp
+        self.reported = reported      # the ListOffsets answer
+        self.on_end = on_end          # (log end) -> None
+        self.in_flight = False
 
 
 class _Lookup:
