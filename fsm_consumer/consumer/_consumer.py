@@ -128,10 +128,13 @@ class Consumer(GroupApi):
         return self._clock.now_ms() + ms
 
     def _handle_background_events(self) -> None:
+        """Run every drained callback and acknowledge it (a rebalance waits for its ack), then raise the
+        first error: one raised early would drop the events after it."""
+        first: BaseException | None = None
         for event in self._bg_queue.drain():
             if isinstance(event, ErrorEvent):
-                raise event.error
-            if isinstance(event, CallbackEvent):
+                error = event.error
+            elif isinstance(event, CallbackEvent):
                 error = None
                 try:
                     event.fn(*event.args)
@@ -139,8 +142,16 @@ class Consumer(GroupApi):
                     error = exc
                 if event.ack is not None:
                     event.ack(error)
-                if error is not None:
-                    raise error
+            else:
+                continue
+            if error is None:
+                continue
+            if first is None:
+                first = error
+            else:
+                _log.warning("also failed in the same poll (the first error is raised): %r", error)
+        if first is not None:
+            raise first
 
     def _raise_if_no_offset(self, partitions=None) -> None:
         """auto_offset_reset='none' and no position: raised by every poll()/position() until a seek."""

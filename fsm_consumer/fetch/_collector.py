@@ -168,6 +168,9 @@ class FetchCollector:
             cur.index, cur.pos = end, pos
             if not advance:
                 break  # one fetch at most: the caller moves its position
+        cur = self._current
+        if advance and cur is not None and cur.index == cur.size and not self._settle():
+            released = True  # used up by the last chunk: fetched again now, a fault raised next time
         if released:
             self._wake()
         return taken
