@@ -186,6 +186,8 @@ class ConsumerConfig:
     request_timeout_ms: int = attrs.field(default=30_000, validator=_int(1))
     default_api_timeout_ms: int = attrs.field(default=60_000, validator=_int(0))
     retry_backoff_ms: int = attrs.field(default=100, validator=_int(0))
+    # a failure that repeats backs off exponentially up to this (Kafka's retry.backoff.max.ms)
+    retry_backoff_max_ms: int = attrs.field(default=1000, validator=_int(0))
     reconnect_backoff_ms: int = attrs.field(default=50, validator=_int(0))
     reconnect_backoff_max_ms: int = attrs.field(default=30_000, validator=_int(0))
     socket_connection_setup_timeout_ms: int = attrs.field(default=10_000, validator=_int(1))

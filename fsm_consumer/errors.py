@@ -60,3 +60,9 @@ class ConsumerClosedError(IllegalStateError):
 
 class BackgroundThreadError(FsmConsumerError):
     """The background thread hit an unexpected error; the consumer cannot go on. ``__cause__`` says why."""
+
+
+class AuthenticationFailedError(FsmConsumerError):
+    """TLS or SASL refused the connection (untrusted certificate, wrong credentials or mechanism, TLS
+    against a plaintext listener). Held and raised by every call until a connection succeeds; the
+    message says what failed and how to fix it, ``__cause__`` is the transport's error."""

@@ -27,7 +27,7 @@ from ..fetch._buffer import FetchBuffer
 from ..fetch._collector import FetchCollector
 from ..managers import FetchManager, MetadataManager, OffsetsManager, SelfAssignManager
 from ..spec import MonotonicClock, SpecMachine, shipped_spec
-from ..state import SubscriptionState
+from ..state import HeldErrors, SubscriptionState
 from ..transport._kafka import KafkaTransport
 from ._group import GroupParts
 from ._group_api import GroupApi, check_subscription
@@ -62,31 +62,32 @@ class Consumer(GroupApi):
         self._iterator: Iterator[ConsumerRecord] | None = None
         self._metrics = metrics = Metrics()
         self._subs = subs = SubscriptionState(config.auto_offset_reset, notify=self._signal.set)
+        self._held = held = HeldErrors()   # what the user must act on: raised by poll() and blocking calls
         self._app_queue = ApplicationEventQueue()
         self._bg_queue = bg = BackgroundEventQueue(self._signal)
         self._buffer = buffer = FetchBuffer(config.fetch_buffer_max_bytes, on_data=self._signal.set)
         self._transport = transport = transport or KafkaTransport(config, clock=clock)
         self._app_queue.bind_waker(transport.wakeup)
-        self._metadata = metadata = MetadataManager(config, subs.topics_needed)
+        self._metadata = metadata = MetadataManager(config, subs.topics_needed, held)
         offsets = OffsetsManager(config, subs, metadata, bg)
-        fetch = FetchManager(config, subs, metadata, buffer, bg, metrics)
+        fetch = FetchManager(config, subs, metadata, buffer, held, metrics)
         self._lifecycle = lifecycle = BackgroundLifecycle(clock)
         machine = SpecMachine(shipped_spec("background"), lifecycle, clock=clock, config=config,
                               instance=config.client_id)
         lifecycle.machine = self._background_machine = machine
         processor = ApplicationEventProcessor(metadata=metadata, offsets=offsets, lifecycle=lifecycle,
                                               machine=machine, subscription=subs)
-        self._collector = FetchCollector(config, subs, buffer, transport.wakeup, metrics)
+        self._collector = FetchCollector(config, subs, buffer, transport.wakeup, metrics, clock)
         self._group = group = GroupParts(
             config, clock=clock, subscription=subs, metadata=metadata, lifecycle=lifecycle,
             background_machine=machine, background_events=bg, app_queue=self._app_queue, processor=processor,
-            metrics=metrics) if config.group_id else None
+            metrics=metrics, held=held) if config.group_id else None
         own = [SelfAssignManager(config, subs, metadata)] if group is None else []
         self._thread = NetworkThread(
             name=f"fsm-consumer-network-{config.client_id}", clock=clock, transport=transport,
             managers=[metadata, *own, *(group.managers if group else ()), offsets, fetch], processor=processor,
             machine=machine, lifecycle=lifecycle, app_queue=self._app_queue, background_queue=bg,
-            metadata=metadata, metrics=metrics,
+            metadata=metadata, metrics=metrics, held=held,
             extra_machines=[group.membership.machine] if group else (),
             broker_sources=[group.coordinator] if group else ())
         self._thread.start()
@@ -179,6 +180,7 @@ class Consumer(GroupApi):
             if event.future.wait(max(0.0, min(remaining, 100.0)) / 1000.0):
                 return event.future.result()
             self._check_wakeup()
+            self._held.raise_first()  # a failure the user must act on ends the wait (credentials, ACLs)
             if remaining <= 0:
                 raise event.timeout_error()
 
@@ -203,6 +205,8 @@ class Consumer(GroupApi):
         # with a group, starting positions come from the group's committed offsets
         self._subs.assign(wanted, awaiting_committed=self._group is not None)
         assigned = set(wanted)
+        self._held.release_where(lambda key: key[0] == "partition" and key[1] not in assigned
+                                 or key[0] == "topic" and all(tp.topic != key[1] for tp in assigned))
         self._collector.drop_partitions(lambda tp: tp in assigned)
         self._wake_background()
 
@@ -220,12 +224,15 @@ class Consumer(GroupApi):
             raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
         tp = _tp(partition)
         self._subs.seek(tp, offset, leader_epoch)
+        self._held.release(("partition", tp))  # the user moved past what was held for it
         self._wake_background()
 
     def _seek_to(self, partitions, strategy: str) -> None:
         self._ensure_open()
         tps = [_tp(p) for p in partitions] if partitions else list(self._subs.assignment())
         self._subs.request_reset(tps, strategy)
+        for tp in tps:
+            self._held.release(("partition", tp))
         self._wake_background()
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
@@ -319,6 +326,7 @@ class Consumer(GroupApi):
         while True:
             self._signal.clear()
             self._handle_background_events()
+            self._held.raise_first()
             self._raise_if_no_offset()
             records = collect(limit)
             if len(records):

@@ -11,15 +11,15 @@ class GroupParts:
     """The group's managers for one consumer, and how application events reach them."""
 
     def __init__(self, config, *, clock, subscription, metadata, lifecycle, background_machine, background_events,
-                 app_queue, processor, metrics) -> None:
-        self.coordinator = CoordinatorManager(config, background_machine, background_events)
+                 app_queue, processor, metrics, held) -> None:
+        self.coordinator = CoordinatorManager(config, background_machine, held)
         lifecycle.coordinator = self.coordinator
         self.commits = CommitManager(config, subscription=subscription, coordinator=self.coordinator,
                                      background_events=background_events, clock=clock, metrics=metrics)
         self.membership = MembershipManager(
             config, subscription=subscription, metadata=metadata, coordinator=self.coordinator,
             commits=self.commits, background_events=background_events, post_app_event=app_queue.put,
-            clock=clock, metrics=metrics)
+            clock=clock, metrics=metrics, held=held)
         self.commits.membership = self.membership
         lifecycle.closers.extend([self.membership, self.commits])
         self._unsubscribes: list[UnsubscribeEvent] = []
@@ -37,6 +37,7 @@ class GroupParts:
         last_poll = m._last_poll
         return {
             "member-state": m.machine.state,
+            "session-expiries": m.session_expiries,
             "coordinator-state": self.coordinator._machine.state,
             "generation": m.generation,
             "rebalance-total": m.rebalances,

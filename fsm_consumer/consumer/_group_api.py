@@ -100,6 +100,7 @@ class GroupApi:
         if self._subs.kind in ("topics", "pattern") and self._group is not None:
             self._wait_running_callbacks(UnsubscribeEvent(), timeout_ms, "unsubscribe() (leaving the group)")
         self._subs.unsubscribe()
+        self._held.release_where(lambda key: key[0] in ("partition", "topic"))  # given up with them
         self._collector.drop_partitions(lambda tp: False)
 
     def commit(self, offsets: dict | None = None, timeout_ms: float | None = None) -> None:

@@ -12,7 +12,7 @@ import logging
 import math
 import threading
 
-from ..errors import BackgroundThreadError
+from ..errors import AuthenticationFailedError, BackgroundThreadError
 from ..events import ErrorEvent
 
 log = logging.getLogger("fsm_consumer.engine")
@@ -22,7 +22,8 @@ _MAX_WAIT_MS = 5000.0  # even an idle loop wakes now and then (metadata age, dea
 
 class NetworkThread:
     def __init__(self, *, name: str, clock, transport, managers, processor, machine, lifecycle,
-                 app_queue, background_queue, metadata, metrics, extra_machines=(), broker_sources=()) -> None:
+                 app_queue, background_queue, metadata, metrics, held=None, extra_machines=(),
+                 broker_sources=()) -> None:
         self._clock = clock
         self._transport = transport
         self._managers = list(managers)
@@ -34,6 +35,8 @@ class NetworkThread:
         self._bg = background_queue
         self._metadata = metadata
         self._metrics = metrics
+        self._held = held
+        self._auth_failure = None
         self._waiting = []
         self._broker_sources = [metadata, *broker_sources]   # each has .brokers and .version
         self._brokers_version: tuple = ()
@@ -69,6 +72,7 @@ class NetworkThread:
             if self._machine.may("crash"):
                 self._machine.fire("crash")
             self._bg.put(ErrorEvent(error))
+            self._app_queue.close(error)  # events put from now on fail at once, not at their deadline
             for ev in self._app_queue.drain() + self._waiting:
                 ev.fail(error)
         finally:
@@ -116,6 +120,21 @@ class NetworkThread:
         wait = min(wait, self._expire(now))
         for pending in self._transport.poll(max(0.0, wait)):
             pending.tag(pending, clock.now_ms())
+        self._watch_authentication()
+
+    def _watch_authentication(self) -> None:
+        """A TLS or SASL failure is the user's to fix: held (raised by poll() and blocking calls) while
+        the transport reports it, released once a connection authenticates again."""
+        failure = getattr(self._transport, "auth_failure", None)
+        if failure is self._auth_failure or self._held is None:
+            return
+        self._auth_failure = failure
+        if failure is None:
+            self._held.release(("auth",))
+        else:
+            error = AuthenticationFailedError(str(failure))
+            error.__cause__ = failure
+            self._held.hold(("auth",), error)
 
     def _expire(self, now: float) -> float:
         """Fail events past their deadline; return ms until the next deadline."""

@@ -55,14 +55,27 @@ class ApplicationEventQueue(_EventDeque):
     def __init__(self, wake_background: Callable[[], None] | None = None) -> None:
         super().__init__()
         self._wake = wake_background
+        self._closed_by: BaseException | None = None
 
     def bind_waker(self, wake: Callable[[], None]) -> None:
         self._wake = wake
 
     def put(self, event: ApplicationEvent) -> None:
+        if self._closed_by is not None:  # nobody would ever take it: its caller learns why now
+            if event.future is not None:
+                event.fail(self._closed_by)
+            return
         self._queue.append(event)
+        if self._closed_by is not None:  # closed between the check and the append: fail what is left
+            for ev in self.drain():
+                if ev.future is not None:
+                    ev.fail(self._closed_by)
         if self._wake is not None:
             self._wake()
+
+    def close(self, error: BaseException) -> None:
+        """The background thread died of ``error``: later events fail at once."""
+        self._closed_by = error
 
 
 class BackgroundEventQueue(_EventDeque):

@@ -21,6 +21,7 @@ from ._decode import decode_partition
 from ._records import TopicPartition
 
 _OFFSET = operator.attrgetter("offset")
+_FOREVER = float("inf")
 
 
 class _Draining:
@@ -61,8 +62,9 @@ class _Draining:
 
 class FetchCollector:
     def __init__(self, config, subscription, buffer: FetchBuffer, wake_background: Callable[[], None],
-                 metrics) -> None:
+                 metrics, clock=None) -> None:
         self._subs = subscription
+        self._clock = clock
         self._buffer = buffer
         self._wake = wake_background
         self._metrics = metrics
@@ -123,6 +125,11 @@ class FetchCollector:
         taken = 0
         released = False
         subs = self._subs
+        if subs.lease_until != _FOREVER and self._clock is not None and self._clock.now_ms() >= subs.lease_until:
+            # the member's session ran out (frozen, cut off): the group may have given these partitions
+            # to another member; nothing is handed out until the background thread has settled it
+            self._wake()
+            return 0
         while taken < max_records:
             if self._current is None:
                 fetch = self._buffer.pop()

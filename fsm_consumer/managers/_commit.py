@@ -102,7 +102,7 @@ class CommitManager:
             return RebalanceInProgressError(
                 f"commit refused: group {group!r} is rebalancing and this member is rejoining (state {state}); "
                 "call poll() to complete the rebalance, then commit again")
-        if state in ("fenced", "stale"):
+        if state in ("fenced", "stale", "lost_then_leave", "leave_lost"):
             return CommitFailedError(
                 f"commit refused: this member's membership of group {group!r} is gone ({state}: its session "
                 "ran out or it stopped polling); its partitions are lost and poll() rejoins")

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from ..events import ErrorEvent
-from ._base import FOREVER, Outgoing, error_of
+from ..policy import Action, classify, public_error
+from ._base import FOREVER, Outgoing
 
-_RETRIABLE = {14, 15, 16}      # load in progress, not available, not coordinator
 _COORDINATOR_ID_BASE = 2**31 - 1
 
 
 class CoordinatorManager:
-    def __init__(self, config, machine, background_events) -> None:
+    def __init__(self, config, machine, held) -> None:
         self._config = config
         self._group_id = config.group_id
         self._machine = machine          # the background SpecMachine
-        self._bg = background_events
+        self._held = held
         self._send = False
         self.node: int | None = None     # the synthetic node id while the coordinator is usable
         self.brokers: dict[int, tuple[str, int]] = {}
@@ -85,9 +84,10 @@ class CoordinatorManager:
         else:
             code, node_id, host, port = r.error_code, r.node_id, r.host, r.port
         if code == 0 and node_id >= 0:
+            self._held.release(("group", "discovery"))
             self._found = (node_id, host, port)
             self._machine.fire("coordinator_found")
             return
-        if code not in _RETRIABLE:
-            self._bg.put(ErrorEvent(error_of(code)(f"FindCoordinator for group {self._group_id!r}")))
+        if classify(code) is Action.FATAL:  # GROUP_AUTHORIZATION_FAILED...: held, raised by every call
+            self._held.hold(("group", "discovery"), public_error(code, f"FindCoordinator for group {self._group_id!r}"))
         self._machine.fire("discovery_failed")

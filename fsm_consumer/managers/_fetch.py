@@ -14,32 +14,33 @@ names topics instead of topic ids; sessions need 7.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 
-import kafka.errors as ke
 from kafka.protocol.consumer import FetchRequest
 
-from ..events import ErrorEvent
 from ..fetch._buffer import CompletedFetch, FetchBuffer
 from ..fetch._records import TopicPartition
+from ..policy import Action, Backoffs, classify, public_error
 from ._base import FOREVER, Outgoing
 from ._fetch_session import SESSION_ERRORS, FetchPlan, FetchSession, PartitionData
 
-_REFRESH = {3, 5, 6, 74, 75, 100}   # unknown tp, no leader, not leader, fenced/unknown leader epoch, unknown topic id
-_OUT_OF_RANGE = 1
+log = logging.getLogger("fsm_consumer.fetch")
 
 
 class FetchManager:
-    def __init__(self, config, subscription, metadata, buffer: FetchBuffer, background_events, metrics) -> None:
+    def __init__(self, config, subscription, metadata, buffer: FetchBuffer, held, metrics) -> None:
         self._config = config
         self._subs = subscription
         self._metadata = metadata
         self._buffer = buffer
-        self._bg = background_events
+        self._held = held
         self._metrics = metrics
         self._isolation = 1 if config.isolation_level == "read_committed" else 0
         self._in_flight: set[int] = set()
-        self._node_retry_at: dict[int, float] = {}
+        # a failing node or partition is retried a few times a second at most (the error policy)
+        self._nodes = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)
+        self._partitions = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)
         self._sessions: dict[int, FetchSession] | None = {} if config.enable_incremental_fetch_sessions else None
 
     def poll(self, now: float) -> tuple[float, list[Outgoing]]:
@@ -48,16 +49,23 @@ class FetchManager:
             return FOREVER, []
         by_node: dict[int, list] = defaultdict(list)
         wait = FOREVER
+        held = self._held
         for tp, position, leader_epoch, epoch in fetchable:
+            if held and held.holds(("partition", tp)):
+                continue  # raised by poll() until the user seeks it or gives it up
+            later = self._partitions.wait(tp, now)
+            if later:
+                wait = min(wait, later)
+                continue
             node = self._metadata.leader(tp)
             if node is None:
-                self._metadata.request_update({tp.topic})
+                self._metadata.request_update({tp.topic})  # the metadata manager paces itself
                 continue
             if node in self._in_flight:
                 continue
-            retry = self._node_retry_at.get(node, 0.0)
-            if now < retry:
-                wait = min(wait, retry - now)
+            later = self._nodes.wait(node, now)
+            if later:
+                wait = min(wait, later)
                 continue
             by_node[node].append((tp, position, leader_epoch, epoch))
         out = []
@@ -126,7 +134,7 @@ class FetchManager:
             self._buffer.release_reservation(reserved)
             for tp, (_, epoch) in sent.items():
                 self._subs.release_fetch(tp, epoch)
-            self._node_retry_at[node] = now + self._config.retry_backoff_ms
+            self._nodes.failed(node, now)
             self._metadata.request_update()  # the leader may have moved
             return
         response = pending.response
@@ -137,10 +145,11 @@ class FetchManager:
                 self._subs.release_fetch(tp, epoch)
             if response.error_code and response.error_code not in SESSION_ERRORS:
                 # session errors need no backoff: the session was reset, the next fetch is full
-                self._node_retry_at[node] = now + self._config.retry_backoff_ms
-            if response.error_code in _REFRESH:  # the whole answer says the leader moved
+                self._nodes.failed(node, now)
+            if response.error_code and classify(response.error_code) is Action.REFRESH_METADATA:
                 self._metadata.request_update({tp.topic for tp in sent})
             return
+        self._nodes.succeeded(node)
         completed: list[CompletedFetch] = []
         for topic in response.responses:
             for p in topic.partitions:
@@ -152,36 +161,47 @@ class FetchManager:
                 records = p.records
                 size = len(records) if records is not None else 0
                 if p.error_code == 0 and size:
+                    self._partitions.succeeded(tp)
+                    self._release_topic(tp.topic)
                     completed.append(CompletedFetch(tp, offset, epoch, records, p.high_watermark,
                                                     p.last_stable_offset, p.log_start_offset,
                                                     p.aborted_transactions, size))
                     continue
                 self._subs.release_fetch(tp, epoch)
                 if p.error_code == 0:
+                    self._partitions.succeeded(tp)
+                    self._release_topic(tp.topic)
                     continue
-                if p.error_code in _REFRESH:
-                    self._metadata.request_update({tp.topic})
-                    self._node_retry_at[node] = now + self._config.retry_backoff_ms
-                elif p.error_code == _OUT_OF_RANGE:
-                    self._on_out_of_range(tp, offset)
-                else:
-                    self._bg.put(ErrorEvent(ke.for_code(p.error_code)(f"Fetch of {tp} at offset {offset}")))
+                self._on_partition_error(tp, offset, p.error_code, now)
         # not in the answer (an incremental answer omits partitions with nothing new): fetch again
         for tp, (_, epoch) in sent.items():
             self._subs.release_fetch(tp, epoch)
         self._metrics.fetch_completed(now, sum(c.size for c in completed))
         self._buffer.add(completed, reserved)
 
-    def _on_out_of_range(self, tp: TopicPartition, offset: int) -> None:
-        strategy = self._subs.default_reset
-        try:
-            state = self._subs.state(tp)
-        except Exception:
-            return
-        if state.position != offset:
-            return  # sought elsewhere meanwhile
-        if strategy == "none":
-            self._bg.put(ErrorEvent(ke.OffsetOutOfRangeError(f"offset {offset} of {tp} is out of range and "
-                                                             f"auto_offset_reset is 'none'")))
-            return
-        self._subs.request_reset([tp], strategy)
+    def _on_partition_error(self, tp: TopicPartition, offset: int, code: int, now: float) -> None:
+        """One partition's error in a Fetch answer, as the error policy says; the partition backs off
+        either way, so an error that repeats costs a few requests a second, not thousands."""
+        self._partitions.failed(tp, now)
+        action = classify(code)
+        if action is Action.REFRESH_METADATA:
+            self._metadata.request_update({tp.topic})
+        elif action is Action.RESET:
+            strategy = self._subs.default_reset
+            if strategy == "none":
+                error = public_error(code, f"Fetch at offset {offset} (auto_offset_reset='none')", partitions=[tp])
+                if self._subs.position_is(tp, offset) and self._held.hold(("partition", tp), error):
+                    log.warning("%s", error)
+            elif not self._subs.reset_if_at(tp, offset, strategy):
+                pass  # sought, reset or unassigned meanwhile: the answer is about an old position
+        elif action is Action.FATAL:
+            key = ("topic", tp.topic) if code == 29 else ("partition", tp)
+            error = public_error(code, f"Fetch at offset {offset}", partitions=None if code == 29 else [tp])
+            if code == 29:
+                error = public_error(code, f"Fetch of topic {tp.topic!r}")
+            if self._held.hold(key, error):
+                log.warning("%s", error)
+
+    def _release_topic(self, topic: str) -> None:
+        if self._held:
+            self._held.release(("topic", topic))

@@ -16,8 +16,9 @@ from kafka.protocol.consumer import (HeartbeatRequest, JoinGroupRequest, LeaveGr
 
 from ..assignors import (Assignment, ConsumerProtocolError, RebalanceProtocol, Subscription, decode_assignment,
                          decode_subscription, encode_assignment, encode_subscription, resolve)
-from ..events import CallbackAckEvent, CallbackEvent, ErrorEvent
+from ..events import CallbackAckEvent, CallbackEvent
 from ..fetch._records import TopicPartition
+from ..policy import public_error
 from ..spec import SpecMachine, shipped_spec
 from ._base import FOREVER, Outgoing
 from ._heartbeat import HeartbeatTimer
@@ -32,15 +33,18 @@ _MEMBER_ID_REQUIRED = 79
 _FATAL = {23, 24, 26, 30, 81, 82}      # inconsistent protocol, invalid group id, invalid session timeout,
                                        # group authorization, group max size, fenced instance id
 # heartbeats go on while SyncGroup is answered (Kafka accepts them in CompletingRebalance, and Java's
-# heartbeat thread sends them) and while callbacks run on the application thread
-_HEARTBEAT_STATES = {"syncing", "stable", "assigning_partitions", "revoking_partitions"}
-# the poll timer is suspended while a callback is awaited: that wait has its own timeout (spec)
-_POLL_TIMER_STATES = {"joining", "join_backoff", "syncing", "stable"}
+# heartbeat thread sends them), while callbacks run on the application thread, and while leaving
+# until LeaveGroup goes out: the states of the spec's session timer
+_HEARTBEAT_STATES = frozenset({"syncing", "stable", "assigning_partitions", "revoking_partitions",
+                               "partitions_revoked", "revoking_then_leave", "committing_then_leave",
+                               "assigning_then_leave", "leave_revoking", "leave_committing"})
+# states whose request goes out once per visit (SpecMachine.visit tells visits apart)
+_REQUEST_OF_STATE = {"joining": "join", "syncing": "sync", "leaving": "leave", "stale": "leave"}
 
 
 class MembershipManager:
     def __init__(self, config, *, subscription, metadata, coordinator, commits, background_events,
-                 post_app_event, clock, metrics) -> None:
+                 post_app_event, clock, metrics, held) -> None:
         self._config = config
         self._subs = subscription
         self._metadata = metadata
@@ -50,6 +54,7 @@ class MembershipManager:
         self._post = post_app_event
         self._clock = clock
         self._metrics = metrics
+        self._held = held
         self.assignors = [resolve(s) for s in config.partition_assignment_strategy]
         common = set.intersection(*(set(a.protocols) for a in self.assignors))
         self.protocol = (RebalanceProtocol.COOPERATIVE if RebalanceProtocol.COOPERATIVE in common
@@ -65,12 +70,12 @@ class MembershipManager:
         self._added: frozenset[TopicPartition] = frozenset()
         self._lost: frozenset[TopicPartition] = frozenset()
         self._revoked_this_round = False
-        self.leaving = False
         self._commit_on_revoke = True             # False once close(autocommit=False) began
-        self._rejoin_pending = False
-        self._send_join = self._send_sync = self._send_leave = False
+        self._closing = False                     # close() began: a completed leave does not rejoin
         self._sync_waits_for_metadata = False
-        self._request_in_flight = False
+        self._request_in_flight = False           # a JoinGroup or SyncGroup
+        self._leave_in_flight = False
+        self._sent_visit = -1                     # the machine visit whose request went out
         self._sync_not_before = 0.0
         self._join_not_before = 0.0
         self._joined_at = 0.0  # when this round's JoinGroup was answered
@@ -91,37 +96,36 @@ class MembershipManager:
                              if config.debug_history_path else None)
         self.machine = SpecMachine(shipped_spec("membership"), self, clock=clock, config=config,
                                    instance=config.client_id)
+        self.session_expiries = 0
 
     # -- what the application asks (through events) ---------------------------------------------
+    # Every one of these fires a trigger the spec declares as an event: legal (or declared
+    # ignorable) in every state, so an intent is never dropped by a state check here.
     def on_subscription_changed(self, now: float) -> None:
-        self.leaving = False
         self._last_poll = now
-        self._request_rejoin("subscription changed")
+        self.machine.restart_timer("poll", now)
+        self.machine.fire("join_requested", now)
 
     def on_unsubscribe(self, now: float) -> None:
-        self.leaving = True
-        if self.machine.may("leave_requested"):
-            self.machine.fire("leave_requested")
+        self.machine.fire("leave_requested", now)
 
     def begin_close(self, autocommit: bool) -> None:
         self._commit_on_revoke = autocommit
-        if self.machine.state not in ("unjoined", "fatal"):
-            self.leaving = True
-            if self.machine.may("leave_requested"):
-                self.machine.fire("leave_requested")
+        self._closing = True
+        self.machine.fire("leave_requested")
 
     @property
     def close_done(self) -> bool:
         if self._coordinator.gone_for_close:
             return True
-        return self.machine.state in ("unjoined", "fatal") and not self._request_in_flight
+        return self.machine.state in ("unjoined", "fatal") and not self._leave_in_flight
 
     def on_app_poll(self, now: float) -> None:
         self._last_poll = now
         if self.history_file is not None:
             self.history_file.write("poll", self.member_id, self.generation)
-        if self.machine.state == "stale":
-            self.machine.fire("poll_resumed")
+        self.machine.restart_timer("poll", now)
+        self.machine.fire("poll_resumed", now)
 
     def on_callback_ack(self, event: CallbackAckEvent, now: float) -> None:
         event.complete(None)
@@ -129,23 +133,14 @@ class MembershipManager:
             return  # an abandoned callback finished late: nothing waits for it any more
         kind, self._awaiting = self._awaiting, None
         self._record(f"{kind}_done", ())
-        if kind == "revoke" and self.machine.state == "revoking_partitions":
-            self.machine.fire("revoke_acked")
-        elif kind == "assign" and self.machine.state == "assigning_partitions":
-            self.machine.fire("assign_acked")
-        elif kind == "lost" and self.machine.state == "fenced":
+        if kind == "lost":
             self._forget_lost()
-            self.machine.fire("lost_acked")
+        self.machine.fire({"revoke": "revoke_acked", "assign": "assign_acked", "lost": "lost_acked"}[kind], now)
 
     def _request_rejoin(self, why: str) -> None:
-        state = self.machine.state
-        if state == "unjoined":
-            self.machine.fire("join_requested")
-        elif state == "stable":
+        if self.machine.state == "stable":
             log.info("rejoining group %s: %s", self._config.group_id, why)
-            self.machine.fire("rejoin_needed")
-        elif state != "fatal":
-            self._rejoin_pending = True
+        self.machine.fire("rejoin_needed")
 
     # -- conditions named in the spec -----------------------------------------------------------
     def must_revoke(self) -> bool:
@@ -157,16 +152,17 @@ class MembershipManager:
     def owns_partitions(self) -> bool:
         return bool(self.owned)
 
-    def is_leaving(self) -> bool:
-        return self.leaving
-
     def rejoin_after_assign(self) -> bool:
-        return self._revoked_this_round or self._rejoin_pending
+        return self._revoked_this_round
+
+    def wants_membership(self) -> bool:
+        """Subscribed again after leaving (unsubscribe() then subscribe()), and not closing."""
+        return not self._closing and self._subs.kind in ("topics", "pattern")
 
     # -- actions named in the spec ---------------------------------------------------------------
     def send_join_group(self) -> None:
         if self.rebalance_started is None:
-            self.rebalance_started = self._clock.now_ms()
+            self.rebalance_started = self.machine.now
         # a new round: whether it revokes anything is decided afresh (a cooperative round may go
         # from assigning_partitions straight back to joining, without passing through stable)
         if self._revoked_this_round:
@@ -175,15 +171,13 @@ class MembershipManager:
             # little later than ours) would miss this generation's assignment and cost more rounds.
             self._join_not_before = self._joined_at + 2 * self._config.follower_sync_delay_ms
         self._revoked_this_round = False
-        self._send_join = True
 
     def send_sync_group(self) -> None:
-        self._send_sync = True
         if self.leader_id != self.member_id:  # see follower_sync_delay_ms
-            self._sync_not_before = self._clock.now_ms() + self._config.follower_sync_delay_ms
+            self._sync_not_before = self.machine.now + self._config.follower_sync_delay_ms
 
     def pause_partitions_to_revoke(self) -> None:
-        if self.leaving or self.protocol is RebalanceProtocol.EAGER:
+        if self.protocol is RebalanceProtocol.EAGER:
             self._to_revoke = self.owned
         else:
             self._to_revoke = self.owned - self._new
@@ -193,21 +187,27 @@ class MembershipManager:
     def request_revoke_callback(self) -> None:
         self._ask_application("revoke", "on_partitions_revoked", self._to_revoke, skip_if_empty=True)
 
+    def request_leave_revoke(self) -> None:
+        """Leaving: every partition still owned is revoked (the callback, then the commit)."""
+        self._to_revoke = self.owned
+        self._subs.set_revoking(self._to_revoke, True)
+        self._ask_application("revoke", "on_partitions_revoked", self._to_revoke, skip_if_empty=True)
+
     def finish_revocation(self) -> None:
         revoked = self._to_revoke
         positions = {tp: off for tp, off in self._subs.positions().items() if tp in revoked}
         self.owned = self.owned - revoked
         self._subs.set_group_assignment(self.owned)
         self._record("revoked", revoked)
-        self._revoked_this_round = bool(revoked) and not self.leaving and \
-            self.protocol is RebalanceProtocol.COOPERATIVE
+        self._revoked_this_round = bool(revoked) and self.protocol is RebalanceProtocol.COOPERATIVE
         if positions and self._config.enable_auto_commit and self._commit_on_revoke and self.generation >= 0:
             self._commits.commit_positions(positions, on_done=self._revocation_committed)
         else:
             self.machine.fire("revocation_completed")
 
     def _revocation_committed(self, error) -> None:
-        if self.machine.state == "partitions_revoked":
+        # the commit outlived its state when revocation_commit_timeout fired first: nothing waits for it
+        if self.machine.state in ("partitions_revoked", "committing_then_leave", "leave_committing"):
             self.machine.fire("revocation_completed")
 
     def install_assignment(self) -> None:
@@ -222,7 +222,7 @@ class MembershipManager:
         self._ask_application("assign", "on_partitions_assigned", self._added, skip_if_empty=skip)
 
     def rebalance_done(self) -> None:
-        now = self._clock.now_ms()
+        now = self.machine.now
         if self.rebalance_started is not None:
             took = now - self.rebalance_started
             self.rebalances += 1
@@ -231,17 +231,18 @@ class MembershipManager:
             self.rebalance_started = None
         self._revoked_this_round = False
         self._joined_counts = self._partition_counts(self._joined_topics)
-        if self._rejoin_pending:
-            self._rejoin_pending = False
-            self.machine.fire("rejoin_needed")
+        # a subscription change or a new matching topic during the round is seen here, from data
+        # (the topics this round joined with), not from a remembered request
+        if self._subscribed_topics() != self._joined_topics:
+            self._request_rejoin("the subscription changed during the rebalance")
 
     def drop_membership(self) -> None:
+        self._awaiting = None  # a callback still running is abandoned: its late ack is ignored
         self._lost = self._lost | self.owned
         self._subs.set_revoking(self._lost, True)
         self.generation = -1
         if self._config.group_instance_id is None:
             self.member_id = ""
-        self._rejoin_pending = False
         self._revoked_this_round = False
         self._new = frozenset()
 
@@ -257,23 +258,47 @@ class MembershipManager:
         self._lost = frozenset()
 
     def leave_as_stale(self) -> None:
+        """LeaveGroup (best effort, sent by poll() once for this visit) so the group rebalances now."""
         self._awaiting = None  # a callback still running is abandoned
         self._lost = self.owned
         self._subs.set_revoking(self.owned, True)
-        if self._config.group_instance_id is None and self.member_id:
-            self._send_leave = True
         self.rebalance_started = None
 
     def send_leave_group(self) -> None:
-        if self._config.group_instance_id is not None or not self.member_id:
-            # static members keep their place across restarts: no LeaveGroup (KIP-345)
-            self._reset_after_leave()
+        if not self._leave_needed():
+            # static members keep their place across restarts: no LeaveGroup (KIP-345); a member
+            # that never got an id, or lost it, has nothing to leave
             self.machine.fire("left")
-            return
-        self._send_leave = True
+
+    def _leave_needed(self) -> bool:
+        return self._config.group_instance_id is None and bool(self.member_id)
+
+    def note_session_expired(self) -> None:
+        self.session_expiries += 1
+        log.warning("group %s: no successful heartbeat for %d ms (session_timeout_ms): the group has moved on "
+                    "without member %s; its partitions %s are lost and it rejoins", self._config.group_id,
+                    self._config.session_timeout_ms, self.member_id, sorted(self.owned))
+        self._record("session_expired", self.owned)
+
+    def note_poll_timer_expired(self) -> None:
+        log.warning("group %s: no poll() for %d ms (max_poll_interval_ms): leaving the group",
+                    self._config.group_id, self._config.max_poll_interval_ms)
+
+    def abandon_partitions(self) -> None:
+        """Leaving and a callback did not return in time: the partitions go without it."""
+        self._awaiting = None
+        self._record("abandoned", self.owned)
+        self.owned = frozenset()
+        self._subs.set_group_assignment(())
+
+    def forget_membership(self) -> None:
+        self._awaiting = None
+        self._lost = frozenset()
+        self._reset_after_leave()
 
     def record_fatal_error(self) -> None:
-        self._bg.put(ErrorEvent(self.fatal))
+        log.error("group %s: %s", self._config.group_id, self.fatal)
+        self._held.hold(("group",), self.fatal)  # raised by every call until close()
 
     # -- the application thread does the callbacks -----------------------------------------------
     def _ask_application(self, kind: str, method: str, partitions, *, skip_if_empty: bool, fire: bool = True) -> bool:
@@ -299,42 +324,44 @@ class MembershipManager:
 
     # -- the manager loop ---------------------------------------------------------------------------
     def poll(self, now: float) -> tuple[float, list[Outgoing]]:
+        # the collector hands out records only within the session (see SubscriptionState.lease_until)
+        lease = self.machine.timer_deadline("session")
+        self._subs.lease_until = FOREVER if lease is None else lease
         state = self.machine.state
         if state in ("unjoined", "fatal"):
             return FOREVER, []
         wait = FOREVER
         self._watch_metadata()
-        # the application's poll-interval contract (a timer across states, not a state timeout)
-        if state in _POLL_TIMER_STATES and self._last_poll is not None:
-            expires = self._last_poll + self._config.max_poll_interval_ms
-            if now >= expires:
-                log.warning("group %s: no poll() for %d ms (max_poll_interval_ms): leaving the group",
-                            self._config.group_id, now - self._last_poll)
-                self.machine.fire("poll_timer_expired")
-                return 0.0, []
-            wait = min(wait, expires - now)
+        state = self.machine.state
+        request = _REQUEST_OF_STATE.get(state)
+        if request is not None and self._sent_visit == self.machine.visit:
+            request = None  # this visit's request went out already
+        if request == "leave" and not self._leave_needed():
+            request = None
         node = self._coordinator.node
         out: list[Outgoing] = []
-        needs_coordinator = self._send_join or self._send_sync or self._send_leave or state in _HEARTBEAT_STATES
         if node is None:
-            if needs_coordinator:
+            if request is not None or state in _HEARTBEAT_STATES:
                 self._coordinator.needed()
-                if self._send_leave and state == "stale":
-                    self._send_leave = False  # best effort only: no coordinator, no leave
+                if request == "leave" and state == "stale":
+                    self._sent_visit = self.machine.visit  # best effort only: no coordinator, no leave
             return wait, out
-        join_held = self._send_join and now < self._join_not_before
-        if join_held:
-            wait = min(wait, self._join_not_before - now)
-        if self._send_join and not join_held and not self._request_in_flight:
-            self._send_join = False
-            out.append(self._join_request(node))
-        elif self._send_sync and not self._request_in_flight:
+        if request == "join":
+            if now < self._join_not_before:
+                wait = min(wait, self._join_not_before - now)
+            elif not self._request_in_flight:
+                self._sent_visit = self.machine.visit
+                out.append(self._join_request(node))
+        elif request == "sync" and not self._request_in_flight:
             if now < self._sync_not_before:
                 wait = min(wait, self._sync_not_before - now)
             else:
                 out.extend(self._sync_request(node))
-        elif self._send_leave and not self._request_in_flight:
-            self._send_leave = False
+                if out:
+                    self._sent_visit = self.machine.visit
+        elif request == "leave":
+            # not held behind a JoinGroup in flight: leaving must not wait out a rebalance
+            self._sent_visit = self.machine.visit
             out.append(self._leave_request(node))
         if state in _HEARTBEAT_STATES and self.generation >= 0:
             if self.heartbeat.due(now):
@@ -357,7 +384,7 @@ class MembershipManager:
 
     def _watch_metadata(self) -> None:
         """A new topic matching the pattern, or a partition count change, means a new assignment."""
-        if self._metadata.version == self._metadata_version:
+        if self._metadata.version == self._metadata_version or self.machine.state == "leaving":
             return
         self._metadata_version = self._metadata.version
         if self._subs.pattern is not None:
@@ -418,10 +445,10 @@ class MembershipManager:
             log.info("group %s: joined generation %d as %s (leader %s, %d members)", self._config.group_id,
                      self.generation, self.member_id, self.leader_id, len(self._members))
             self._record("joined", ())
-            self.machine.fire("joined")
+            self.machine.fire("joined", now)
         elif code == _MEMBER_ID_REQUIRED:
             self.member_id = r.member_id
-            self.machine.fire("member_id_required")
+            self.machine.fire("member_id_required", now)
         else:
             self._round_failed(code, "JoinGroup")
 
@@ -433,7 +460,6 @@ class MembershipManager:
                 return []  # waiting for metadata of topics other members subscribe to
             assignments = [SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=encode_assignment(a))
                            for m, a in sorted(assignment.items())]
-        self._send_sync = False
         self._request_in_flight = True
         request = SyncGroupRequest(
             group_id=self._config.group_id, generation_id=self.generation, member_id=self.member_id,
@@ -481,7 +507,7 @@ class MembershipManager:
             for a in self.assignors:
                 if a.name == self.group_protocol:
                     a.on_assignment(assignment, self.generation)
-            self.machine.fire("synced")
+            self.machine.fire("synced", now)
         else:
             self._round_failed(code, "SyncGroup")
 
@@ -505,16 +531,16 @@ class MembershipManager:
             return
         code = pending.response.error_code
         self.heartbeat.answered(now, ok=code == 0)
+        if code in (0, _REBALANCE_IN_PROGRESS):
+            # the coordinator holds this member's session (Java counts a rebalance answer too)
+            self.machine.restart_timer("session", now)
         if code == 0:
             return
         if code == _REBALANCE_IN_PROGRESS:
             log.info("group %s: heartbeat says the group rebalances (state %s)", self._config.group_id, state)
-            if state == "stable":
-                self.machine.fire("rejoin_needed")
-            elif state == "assigning_partitions":
-                self._rejoin_pending = True
-        elif code in _FENCED and self.machine.may("fenced_error"):
-            self.machine.fire("fenced_error")
+            self.machine.fire("rejoin_needed", now)  # ignored mid-round: the next heartbeat says it again
+        elif code in _FENCED:
+            self.machine.fire("fenced_error", now)
         elif code in _FATAL:
             self._fail(code, "Heartbeat")
         elif code in _COORDINATOR_ERRORS:
@@ -526,18 +552,17 @@ class MembershipManager:
             members=[LeaveGroupRequest.MemberIdentity(member_id=self.member_id,
                                                       group_instance_id=self._config.group_instance_id,
                                                       reason="the consumer is leaving")])
-        self._request_in_flight = True
+        self._leave_in_flight = True
         log.info("group %s: LeaveGroup as %s (state %s)", self._config.group_id, self.member_id, self.machine.state)
-        return Outgoing(request, node, self._on_leave)
+        return Outgoing(request, node, lambda pending, now, visit=self.machine.visit: self._on_leave(pending, now, visit))
 
-    def _on_leave(self, pending, now: float) -> None:
-        self._request_in_flight = False
+    def _on_leave(self, pending, now: float, visit: int) -> None:
+        self._leave_in_flight = False
         code = pending.response.error_code if pending.error is None else None
         log.info("group %s: LeaveGroup answered: %s", self._config.group_id,
                  pending.error or ke.for_code(code).__name__)
-        if self.machine.state == "leaving":
-            self._reset_after_leave()
-            self.machine.fire("left")
+        if self.machine.state == "leaving" and self.machine.visit == visit:
+            self.machine.fire("left", now)
 
     def _reset_after_leave(self) -> None:
         self.generation = -1
@@ -547,11 +572,11 @@ class MembershipManager:
         self._subs.set_group_assignment(())
 
     def _fail(self, code: int, what: str) -> None:
-        self.fatal = ke.for_code(code)(f"{what} for group {self._config.group_id!r}")
+        self.fatal = public_error(code, f"{what} for group {self._config.group_id!r}")
         self.machine.fire("fatal_error")
 
     def _record(self, what: str, partitions) -> None:
-        self.history.append((what, tuple(sorted(partitions)), self._clock.now_ms(), self.generation))
+        self.history.append((what, tuple(sorted(partitions)), self.machine.now, self.generation))
         if self.history_file is not None:
             self.history_file.write(what, self.member_id, self.generation,
                                     partitions=[[tp.topic, tp.partition] for tp in sorted(partitions)])

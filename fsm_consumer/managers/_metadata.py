@@ -2,7 +2,9 @@
 
 Refreshed every ``metadata_max_age_ms``, on request (an unknown leader, NOT_LEADER_OR_FOLLOWER,
 a new subscription), and for TopicMetadataEvent callers. One Metadata request at a time; a failed
-one is retried after ``retry_backoff_ms``.
+one is retried after a backoff; so is an answer that lacks a topic this consumer needs (unknown,
+deleted, still being created): exponential up to ``retry_backoff_max_ms``, never a tight loop.
+TOPIC_AUTHORIZATION_FAILED is held for the topic (raised by poll()) until an answer includes it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import attrs
 from kafka.protocol.metadata import MetadataRequest
 
 from ..fetch._records import TopicPartition
+from ..policy import Action, Backoffs, classify, public_error
 from ._base import FOREVER, Outgoing
 
 
@@ -25,9 +28,11 @@ class TopicInfo:
 
 
 class MetadataManager:
-    def __init__(self, config, topics_needed: Callable[[], set[str]]) -> None:
+    def __init__(self, config, topics_needed: Callable[[], set[str]], held=None) -> None:
         self._config = config
         self._topics_needed = topics_needed
+        self._held = held
+        self._backoff = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.cluster_id: str | None = None
@@ -111,7 +116,7 @@ class MetadataManager:
         self._in_flight = False
         if pending.error is not None:
             self._need = True
-            self._retry_at = now + self._config.retry_backoff_ms
+            self._retry_at = self._backoff.failed("metadata", now)
             return
         r = pending.response
         brokers = {b.node_id: (b.host, b.port) for b in r.brokers}
@@ -131,6 +136,11 @@ class MetadataManager:
             if t.error_code == 3:  # UNKNOWN_TOPIC_OR_PARTITION
                 self.topics.pop(t.name, None)
                 continue
+            if self._held is not None:
+                if t.error_code and classify(t.error_code) is Action.FATAL:
+                    self._held.hold(("topic", t.name), public_error(t.error_code, f"Metadata of topic {t.name!r}"))
+                elif t.error_code == 0:
+                    self._held.release(("topic", t.name))
             self.topics[t.name] = TopicInfo(leaders, epochs, t.error_code, bool(getattr(t, "is_internal", False)))
         if self._sent_all:
             returned = {t.name for t in r.topics}
@@ -142,9 +152,13 @@ class MetadataManager:
         if changed:
             self.version += 1
         self._last_ok = now
-        if retry:
+        missing = {t for t in self._topics_needed() if t not in self.topics}
+        if retry or missing:
+            # asked again, paced: a topic that does not exist (yet) costs a request a second at most
             self._need = True
-            self._retry_at = now + self._config.retry_backoff_ms
+            self._retry_at = self._backoff.failed("metadata", now)
+        else:
+            self._backoff.succeeded("metadata")
         # callers waiting for topic metadata: answer those whose wait began before this request
         still = []
         for event, since in self._waiters:

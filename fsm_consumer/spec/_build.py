@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 
 from ._errors import SpecError
-from ._model import Duration, Spec, State, Timeout, Transition
+from ._model import Duration, Event, Ignore, Spec, State, Timeout, Timer, Transition
 from ._yaml import Located
 
 
@@ -77,14 +77,85 @@ def build_spec(doc: Located, expected_name: str | None = None) -> Spec:
             before=_hooks(raw.get("before")), after=_hooks(raw.get("after")),
             description=raw.get("description", ""), line=doc.line_of(path)))
 
+    timers = _build_timers(doc, data, states, durations)
+    events = {trig: Event(trigger=trig, arrives_in=_states_of(doc, ("events", trig, "arrives_in"), body["arrives_in"],
+                                                              states, tuple(states)),
+                          line=doc.line_of(("events", trig), key=True), description=body.get("description", ""))
+              for trig, body in (data.get("events") or {}).items()}
+    ignores = []
+    for i, raw in enumerate(data.get("ignore") or ()):
+        path = ("ignore", i)
+        if raw["source"] == "*":  # every state the trigger has no transition from
+            sources = tuple(s for s in states if not any(raw["trigger"] == t.trigger and s in t.sources
+                                                         for t in transitions))
+        else:
+            sources = _states_of(doc, path + ("source",), raw["source"], states, ())
+        ignores.append(Ignore(trigger=raw["trigger"], sources=sources, line=doc.line_of(path),
+                              description=raw["description"]))
     spec = Spec(machine=name, file=doc.file, initial=data["initial"], states=states,
                 transitions=tuple(transitions), terminal=terminal, durations=durations,
-                description=data.get("description", ""))
+                description=data.get("description", ""), timers=timers, events=events, ignores=tuple(ignores))
     _check_ambiguity(spec, doc)
     _check_timeouts(spec, doc)
+    _check_ignores(spec, doc)
+    _check_arrivals(spec, doc)
     _check_reachability(spec, doc)
     _check_exits(spec, doc)
     return spec
+
+
+def _states_of(doc: Located, path: tuple, value, states, everything: tuple[str, ...]) -> tuple[str, ...]:
+    if value == "*":
+        return everything
+    names = (value,) if isinstance(value, str) else tuple(value)
+    for j, s in enumerate(names):
+        if s not in states:
+            raise doc.error(path if isinstance(value, str) else path + (j,), f"{s!r} is not a declared state")
+    return names
+
+
+def _build_timers(doc: Located, data: dict, states, durations) -> dict[str, Timer]:
+    timers = {}
+    for tname, body in (data.get("timers") or {}).items():
+        path = ("timers", tname)
+        if body["after"] not in durations:
+            raise doc.error(path + ("after",), f"timer {tname!r}: after {body['after']!r} names no declared duration "
+                                               f"(declared: {', '.join(durations) or 'none'})")
+        covered = _states_of(doc, path + ("states",), body["states"], states, ())
+        timers[tname] = Timer(name=tname, after=body["after"], trigger=body["trigger"], states=frozenset(covered),
+                              line=doc.line_of(path, key=True), description=body.get("description", ""))
+    return timers
+
+
+def _handles(spec: Spec, trigger: str, state: str, ignored: dict[str, frozenset[str]]) -> bool:
+    return state in ignored.get(trigger, ()) or any(trigger == t.trigger and state in t.sources
+                                                    for t in spec.transitions)
+
+
+def _check_ignores(spec: Spec, doc: Located) -> None:
+    """An ignore entry must not shadow a transition: the trigger would mean two things in one state."""
+    for ig in spec.ignores:
+        for s in ig.sources:
+            for t in spec.transitions:
+                if t.trigger == ig.trigger and s in t.sources:
+                    raise _at(doc, ig.line, f"trigger {ig.trigger!r} is ignored in {s!r} but has a transition from "
+                                            f"it on line {t.line}")
+
+
+def _check_arrivals(spec: Spec, doc: Located) -> None:
+    """Every trigger that can arrive in a state (an event from outside, a timer) is handled there:
+    by a transition or a declared ignore. Nothing is skipped silently at run time."""
+    ignored = spec.ignored()
+    for ev in spec.events.values():
+        for s in ev.arrives_in:
+            if not _handles(spec, ev.trigger, s, ignored):
+                raise _at(doc, ev.line, f"event {ev.trigger!r} can arrive in state {s!r} (events.{ev.trigger}."
+                                        f"arrives_in), which has no transition and no ignore entry for it")
+    for tm in spec.timers.values():
+        for s in sorted(tm.states):
+            if not _handles(spec, tm.trigger, s, ignored):
+                raise _at(doc, tm.line, f"timer {tm.name!r} runs in state {s!r} but its trigger {tm.trigger!r} "
+                                        f"has no transition from it")
 
 
 def _check_ambiguity(spec: Spec, doc: Located) -> None:

@@ -24,6 +24,9 @@ def _guard(t: Transition) -> str:
 def _edges(spec: Spec):
     """(source, dest, trigger, guard, timeout_duration_or_None) in spec order, '*' folded."""
     timeouts = {(s.name, to.trigger): to.after for s in spec.states.values() for to in s.timeouts}
+    for tm in spec.timers.values():  # a timer's edges are drawn like timeouts, named for the timer
+        for st in tm.states:
+            timeouts.setdefault((st, tm.trigger), f"{tm.after} (timer {tm.name})")
     for t in spec.transitions:
         if t.wildcard:
             yield _ANY, t.dest or _ANY, t.trigger, _guard(t), None

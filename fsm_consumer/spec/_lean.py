@@ -74,6 +74,8 @@ class LeanEvent(Event):
         state = getattr(event_data.model, "state")
         candidates = self.transitions.get(state)
         if not candidates:
+            if state in self.machine.fsm_ignored.get(self.name, ()):
+                return False  # declared a no-op here by the spec (a queued trigger lands here too)
             raise IllegalTransition(self.machine.name.rstrip(": "), state, self.name)
         for trans in candidates:
             if trans.execute(event_data):

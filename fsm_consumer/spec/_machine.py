@@ -1,8 +1,13 @@
 """A Spec compiled into a transitions.Machine bound to a model, with deadline timeouts.
 
 Timeouts are deadlines, never threads: entering a state arms ``now + duration`` for each of its
-timeouts (``now`` from the injected clock); ``tick(now)`` fires the due ones in deadline order.
-Leaving the state disarms them, so a deadline from an earlier visit can never fire.
+timeouts; ``tick(now)`` fires the due ones in deadline order. Leaving the state disarms them, so a
+deadline from an earlier visit can never fire. Timers span several states (a session): armed on
+entering their states from elsewhere, re-armed by ``restart_timer(name, now)``, disarmed on leaving.
+
+``now`` comes from the caller (``fire(trigger, now)``, ``tick(now)``: the engine owns the clock);
+a machine built with a ``clock`` reads it when no ``now`` is given (tests, standalone use).
+A trigger the spec declares ignorable in the current state is a no-op (``fire`` returns False).
 """
 
 from __future__ import annotations
@@ -70,9 +75,9 @@ def _bind(spec: Spec, model: Any) -> dict[str, Any]:
 class SpecMachine:
     """One running machine: ``fire(trigger)``, ``tick(now)``, ``state``, ``log``, ``next_deadline``."""
 
-    def __init__(self, spec: Spec, model: Any, *, clock: Clock, config: Any = None,
+    def __init__(self, spec: Spec, model: Any, *, clock: Clock | None = None, config: Any = None,
                  durations: Mapping[str, float] | None = None, log_size: int = 256,
-                 instance: str = "") -> None:
+                 instance: str = "", now: float | None = None) -> None:
         self.spec = spec
         self.name = spec.machine
         self.instance = instance
@@ -86,6 +91,10 @@ class SpecMachine:
         self._pending: list[tuple[float, int, str]] = []
         self.next_deadline: float | None = None
         self._timeouts = {s.name: tuple((t.after, t.trigger) for t in s.timeouts) for s in spec.states.values()}
+        self._ignored = spec.ignored()
+        self._timers = spec.timers
+        self._timer_due: dict[str, float] = {}     # running timers: name -> deadline
+        self._now = now if now is not None else (clock.now_ms() if clock is not None else 0.0)
         self._computed = {d.name: hooks[d.computed_by] for d in spec.durations.values() if d.computed_by}
 
         def fns(names):
@@ -105,45 +114,96 @@ class SpecMachine:
                 compiled = self._machine.events[t.trigger].transitions[source][-1]
                 compiled.owner, compiled.index, compiled.checks = self, t.index, checks
                 compiled.trigger_name = t.trigger
+        self._machine.fsm_ignored = self._ignored
         self._events = dict(self._machine.events)
-        self._arm(spec.initial, clock.now_ms())
+        self._arm(spec.initial, self._now)
+        for name, timer in self._timers.items():
+            if spec.initial in timer.states:
+                self._timer_due[name] = self._now + self.durations[timer.after]
+        self._update_next()
 
     # -- driving -------------------------------------------------------------------------
     @property
     def state(self) -> str:
         return self._carrier.state
 
-    def fire(self, trigger: str) -> bool:
-        """Fire ``trigger``. Returns True if a transition was taken (or, when called from a hook
-        of this machine, queued: it runs after the current transition). Raises IllegalTransition
-        if the current state has no transition for it; the state is then unchanged."""
+    def fire(self, trigger: str, now: float | None = None) -> bool:
+        """Fire ``trigger`` at ``now``. Returns True if a transition was taken (or, when called from a
+        hook of this machine, queued: it runs after the current transition); False if no condition
+        held or the spec declares the trigger ignorable here. Raises IllegalTransition if the current
+        state has no transition for it; the state is then unchanged."""
+        if now is not None:
+            self._now = now
+        elif self._clock is not None and not self._machine._transition_queue:
+            self._now = self._clock.now_ms()
         event = self._events.get(trigger)
         if event is None:
+            if self.state in self._ignored.get(trigger, ()):
+                return False
             raise IllegalTransition(self.name, self.state, trigger, known=False)
-        before = self._changes
         if self._machine._transition_queue:
             return event.trigger(self._carrier)
+        if self.state not in event.transitions and self.state in self._ignored.get(trigger, ()):
+            if logger.isEnabledFor(_DEBUG):
+                logger.debug("%s%s: %s ignored in %s", self.name, "/" + self.instance if self.instance else "",
+                             trigger, self.state)
+            return False
+        before = self._changes
         event.trigger(self._carrier)
         return self._changes != before
 
     def tick(self, now: float) -> int:
-        """Fire the timeouts of the current state that are due at ``now``; return how many fired."""
+        """Fire the timeouts and timers that are due at ``now``, in deadline order; return how many fired."""
+        self._now = now
         nxt = self.next_deadline
         if nxt is None or now < nxt:
             return 0
         fired, visit = 0, self._visit
-        while self._pending and self._visit == visit and self._pending[0][0] <= now:
-            _, _, trigger = self._pending.pop(0)
-            self.next_deadline = self._pending[0][0] if self._pending else None
+        while True:
+            # a state's timeouts fire only for the visit that armed them (no chains in one tick)
+            if self._pending and self._visit == visit and self._pending[0][0] <= now:
+                _, _, trigger = self._pending.pop(0)
+            else:
+                due = [(at, name) for name, at in self._timer_due.items() if at <= now]
+                if not due:
+                    break
+                _, name = min(due)
+                del self._timer_due[name]
+                trigger = self._timers[name].trigger
+            self._update_next()
             self.fire(trigger)
             fired += 1
         return fired
+
+    def restart_timer(self, name: str, now: float) -> None:
+        """Re-arm timer ``name`` at ``now`` (a heartbeat answered): only while it runs."""
+        if name in self._timer_due:
+            self._timer_due[name] = now + self.durations[self._timers[name].after]
+            self._update_next()
+
+    def timer_deadline(self, name: str) -> float | None:
+        """When timer ``name`` fires, None while it is not running."""
+        return self._timer_due.get(name)
+
+    @property
+    def visit(self) -> int:
+        """Counts state entries: a request sent 'once per visit of a state' remembers this."""
+        return self._visit
+
+    @property
+    def now(self) -> float:
+        """The time of the last fire or tick."""
+        return self._now
 
     # -- queries -------------------------------------------------------------------------
     def may(self, trigger: str) -> bool:
         """Whether the current state has a transition for ``trigger`` (conditions not evaluated)."""
         event = self._events.get(trigger)
         return event is not None and self.state in event.transitions
+
+    def handles(self, trigger: str) -> bool:
+        """Whether firing ``trigger`` now is legal: a transition, or an ignore entry of the spec."""
+        return self.may(trigger) or self.state in self._ignored.get(trigger, ())
 
     def legal_triggers(self) -> list[str]:
         return [name for name, ev in self._events.items() if self.state in ev.transitions]
@@ -157,7 +217,7 @@ class SpecMachine:
 
     # -- called by LeanTransition between exit and enter ---------------------------------
     def _entered(self, transition: LeanTransition) -> float:
-        now = self._clock.now_ms()
+        now = self._now
         self._changes += 1
         rec = TransitionRecord(self.name, transition.source, transition.trigger_name,
                                transition.dest, now, transition.index, self.instance)
@@ -169,17 +229,30 @@ class SpecMachine:
             fn(rec)
         self._visit += 1  # from here on, the old visit's deadlines are void
         self._pending = []
-        self.next_deadline = None
+        for name, timer in self._timers.items():
+            inside = rec.dest in timer.states
+            if not inside:
+                self._timer_due.pop(name, None)
+            elif rec.source not in timer.states:
+                self._timer_due[name] = now + self.durations[timer.after]
+        self._update_next()
         return now
 
     def _arm(self, state: str, now: float) -> None:
         timeouts = self._timeouts[state]
         if not timeouts:
             self._pending = []
-            self.next_deadline = None
-            return
-        self._pending = sorted((now + self.duration_ms(name), i, trig) for i, (name, trig) in enumerate(timeouts))
-        self.next_deadline = self._pending[0][0]
+        else:
+            self._pending = sorted((now + self.duration_ms(name), i, trig)
+                                   for i, (name, trig) in enumerate(timeouts))
+        self._update_next()
+
+    def _update_next(self) -> None:
+        nxt = self._pending[0][0] if self._pending else None
+        for at in self._timer_due.values():
+            if nxt is None or at < nxt:
+                nxt = at
+        self.next_deadline = nxt
 
     def duration_ms(self, name: str) -> float:
         """The duration for a visit starting now: configured, or as the model computes it."""

@@ -56,6 +56,39 @@ class Transition:
 
 
 @attrs.frozen
+class Timer:
+    """A deadline spanning ``states``: armed on entering them from elsewhere, re-armed by the model
+    (``SpecMachine.restart_timer``), disarmed on leaving them; fires ``trigger`` from ``tick``."""
+
+    name: str
+    after: str       # duration name
+    trigger: str
+    states: frozenset[str]
+    line: int = 0
+    description: str = ""
+
+
+@attrs.frozen
+class Event:
+    """A trigger fired from outside the machine's own hooks, and the states it can arrive in."""
+
+    trigger: str
+    arrives_in: tuple[str, ...]
+    line: int = 0
+    description: str = ""
+
+
+@attrs.frozen
+class Ignore:
+    """A trigger that is a deliberate no-op in ``sources``."""
+
+    trigger: str
+    sources: tuple[str, ...]
+    line: int = 0
+    description: str = ""
+
+
+@attrs.frozen
 class Spec:
     machine: str
     file: str
@@ -65,6 +98,16 @@ class Spec:
     terminal: tuple[str, ...] = ()
     durations: dict[str, Duration] = attrs.field(factory=dict)
     description: str = ""
+    timers: dict[str, Timer] = attrs.field(factory=dict)
+    events: dict[str, Event] = attrs.field(factory=dict)
+    ignores: tuple[Ignore, ...] = ()
+
+    def ignored(self) -> dict[str, frozenset[str]]:
+        """trigger -> the states where firing it is a no-op."""
+        out: dict[str, set[str]] = {}
+        for ig in self.ignores:
+            out.setdefault(ig.trigger, set()).update(ig.sources)
+        return {t: frozenset(s) for t, s in out.items()}
 
     @property
     def triggers(self) -> tuple[str, ...]:

@@ -28,6 +28,10 @@ class SubscriptionState:
         self.pattern: re.Pattern[str] | None = None
         self.listener: Any = None
         self.changes = 0                          # bumps on every assignment change (for the engine)
+        # records are handed out only before this time (engine clock ms): the group member's session
+        # deadline, so a member frozen past it hands out nothing before its background thread has
+        # declared the partitions lost (a plain float store, read without the lock)
+        self.lease_until = float("inf")
 
     # -- subscription kind ---------------------------------------------------------------
     def _claim(self, kind: str) -> None:
@@ -182,6 +186,22 @@ class SubscriptionState:
             s.position, s.leader_epoch = offset, leader_epoch
             s.reset_strategy, s.awaiting_committed = None, False
             s.invalidate()
+
+    def position_is(self, tp: TopicPartition, offset: int) -> bool:
+        with self._lock:
+            s = self._parts.get(tp)
+            return s is not None and s.position == offset
+
+    def reset_if_at(self, tp: TopicPartition, offset: int, strategy: str) -> bool:
+        """The background thread's reset after OFFSET_OUT_OF_RANGE: only if ``tp`` is still assigned
+        and still at ``offset`` (the application may have sought or unassigned it meanwhile)."""
+        with self._lock:
+            s = self._parts.get(tp)
+            if s is None or s.position != offset:
+                return False
+            s.position, s.reset_strategy, s.awaiting_committed = None, strategy, False
+            s.invalidate()
+            return True
 
     def request_reset(self, partitions: Iterable[TopicPartition], strategy: str) -> None:
         with self._lock:

@@ -23,8 +23,9 @@ from ._errors import (
 )
 from ._faulty import FaultyTransport
 from ._framing import DEFAULT_RECEIVE_BUFFER_MAX, FrameReader, encode_frame
-from ._kafka import KafkaSettings, KafkaTransport, parse_servers
+from ._kafka import KafkaTransport
 from ._sasl import OAuthBearerMechanism, PlainMechanism, SaslMechanism, ScramMechanism
+from ._settings import KafkaSettings, parse_servers
 from ._tls import SslHandshakeError, build_ssl_context
 from ._versions import Api, ApiVersionTable, client_version_range, request_class
 from ._waker import Waker

@@ -15,6 +15,8 @@ from typing import Any
 import attrs
 from kafka.protocol.api_message import ApiMessage
 
+from ._errors import AuthenticationError
+
 __all__ = ["Pending", "Transport"]
 
 
@@ -87,6 +89,19 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Close every connection; outstanding requests fail with ConnectionLost. Idempotent."""
+
+    # Health, for the layers above (not abstract: a transport without connections has none to report).
+    @property
+    def auth_failure(self) -> AuthenticationError | None:
+        """The newest authentication failure (TLS or SASL) of any node that has not been ready
+        since: a setting is wrong and reconnecting will not fix it. None when there is none."""
+        return None
+
+    def node_states(self) -> dict[int, dict[str, Any]]:
+        """Per node id: ``address`` ("host:port"), ``state`` (its connection machine's),
+        ``failures`` (in a row since it was last ready) and ``last_error`` (str or None).
+        Any thread may call it; the answer is a snapshot."""
+        return {}
 
     def __enter__(self) -> Transport:
         return self

@@ -38,14 +38,14 @@ from ._errors import (
     UnsupportedVersion,
 )
 from ._framing import FrameReader
+from ._health import NodeHealth
 from ._sasl import SaslMechanism
-from ._tls import SslHandshakeError, handshake_step
+from ._settings import KafkaSettings
+from ._tls import SslHandshakeError, handshake_failure, handshake_step, silent_listener
 from ._versions import ApiVersionTable
 
 if TYPE_CHECKING:
     import random
-
-    from ._kafka import KafkaSettings
 
 __all__ = ["Connection", "clone_error"]
 
@@ -67,6 +67,9 @@ _HANDSHAKE_STATES = frozenset({"connecting", "tls_handshake", "api_versions", "a
 _SOFTWARE_NAME = "fsm-consumer"
 
 _Handler = Callable[[ApiMessage], None]
+# What a handshake_timed_out interrupted, for its message.
+_HANDSHAKE_STEPS = {"tls_handshake": "the TLS handshake", "api_versions": "the ApiVersions handshake",
+                    "authenticating": "SASL authentication"}
 
 
 def clone_error(exc: Exception) -> Exception:
@@ -93,15 +96,18 @@ class Connection:
         rng: random.Random,
         complete: Callable[[Pending], None],
         versions_known: Callable[[tuple[int, ...]], None] | None = None,
+        auth_verdict: Callable[[int, AuthenticationError | None], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.host = host
         self.port = port
         self._settings = settings
+        self._clock = clock
         self._selector = selector
         self._read_buffer = read_buffer  # shared by the transport's connections: reads never overlap
         self._complete = complete
         self._versions_known = versions_known  # told the broker's release after each handshake
+        self._auth_verdict = auth_verdict  # told each authentication failure, and None once ready
         self.sock: socket.socket | None = None
         self._events = 0  # selector interest currently registered for sock
         self._out: deque[memoryview] = deque()
@@ -117,6 +123,9 @@ class Connection:
         self.auth_error: AuthenticationError | None = None  # set while backing off after one
         self._auth_failed = False  # the next backoff is the maximum
         self._closing = False
+        self._not_a_failure = False  # the next backoff follows a deliberate or idle close
+        self._tls_heard = False  # the peer sent something during this TLS handshake
+        self.health = NodeHealth()
         self.machine = SpecMachine(shipped_spec("connection"), self, clock=clock, config=settings,
                                    instance=f"node {node_id}")
         self._backoff = ReconnectBackoff(self.machine.durations["reconnect_backoff"],
@@ -139,6 +148,10 @@ class Connection:
     @property
     def has_output(self) -> bool:
         return bool(self._out)
+
+    @property
+    def where(self) -> str:
+        return f"node {self.node_id} ({self.host}:{self.port})"
 
     def __repr__(self) -> str:
         return (f"<Connection node={self.node_id} {self.host}:{self.port} {self.state} "
@@ -177,6 +190,10 @@ class Connection:
         if state == "connecting":
             self._finish_connect()
         elif state == "tls_handshake":
+            # Evidence that the peer answered the ClientHello. Bytes that arrive while the first
+            # do_handshake() is still running are read unseen; only a loopback peer is that fast.
+            if mask & _READ:
+                self._tls_heard = True
             self._advance_tls()
         else:
             if mask & _READ:
@@ -215,6 +232,7 @@ class Connection:
 
     def disconnect(self, reason: str = "disconnected by the client") -> None:
         if self.machine.may("io_error"):
+            self._not_a_failure = True  # the client's choice: no warning, not counted
             self._io_failed(ConnectionLost(reason))
 
     def relocate(self, host: str, port: int) -> None:
@@ -280,12 +298,16 @@ class Connection:
         raw = self.sock
         assert raw is not None and self._settings.ssl_context is not None
         self._set_interest(0)  # the wrapped socket is registered anew
+        self._tls_heard = False
         try:
             self.sock = self._settings.ssl_context.wrap_socket(
                 raw, server_hostname=self.host, do_handshake_on_connect=False)
         except (ssl.SSLError, ValueError) as exc:
             self.sock = raw
-            self._tls_failed(SslHandshakeError(f"cannot start TLS: {exc}", node_id=self.node_id))
+            error = SslHandshakeError(f"cannot start TLS with {self.host}:{self.port}: {exc}: check the ssl_* "
+                                      f"settings or the ssl_context", node_id=self.node_id)
+            error.__cause__ = exc
+            self._tls_failed(error)
             return
         except OSError as exc:
             self.sock = raw
@@ -309,7 +331,9 @@ class Connection:
             # v0 would mean raw SASL tokens without SaslAuthenticate framing: not spoken here.
             version = self.versions.pick_version(SaslHandshakeRequest, min_version=1)
         except UnsupportedVersion as exc:
-            self._authentication_failed(AuthenticationError(f"SASL is not available: {exc}"))
+            self._authentication_failed(AuthenticationError(
+                f"SASL is not available: {exc.args[0]}: the listener does not speak SASL: use "
+                f"security_protocol={self._without('sasl')!r} or the broker's SASL port"))
             return
         self._send_internal(SaslHandshakeRequest(version=version, mechanism=self._sasl.name),
                             self._on_sasl_handshake)
@@ -317,6 +341,11 @@ class Connection:
     def connection_ready(self) -> None:
         self._backoff.reset()
         self._attempt = 0
+        recovered = self.health.ready(self.where)
+        if recovered is not None:
+            logger.info("%s", recovered)
+        if self._auth_verdict is not None:
+            self._auth_verdict(self.node_id, None)
         queued, self.queued = self.queued, deque()
         for pending in queued:
             if not pending.done:
@@ -346,14 +375,11 @@ class Connection:
             pass
 
     def fail_in_flight(self) -> None:
-        cause = self._cause or ConnectionLost("connection closed", node_id=self.node_id)
+        cause = self._cause or self._timed_out()
         self._cause = None
         if cause.node_id is None:
             cause.node_id = self.node_id
-        if isinstance(cause, AuthenticationError):
-            logger.warning("node %s (%s:%s): %s", self.node_id, self.host, self.port, cause)
-        else:
-            logger.debug("node %s (%s:%s): %s", self.node_id, self.host, self.port, cause)
+        self._report(cause)
         self._codec.drain()
         in_flight, self._in_flight = self._in_flight, deque()
         for entry in in_flight:
@@ -397,7 +423,8 @@ class Connection:
     def _advance_tls(self) -> None:
         assert isinstance(self.sock, ssl.SSLSocket)
         try:
-            step = handshake_step(self.sock, node_id=self.node_id)
+            step = handshake_step(self.sock, node_id=self.node_id, peer=f"{self.host}:{self.port}",
+                                  plaintext=self._without("tls"))
         except SslHandshakeError as exc:
             self._tls_failed(exc)
             return
@@ -423,11 +450,25 @@ class Connection:
                 n = sock.recv_into(room if direct else buf)
             except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return
+            except ssl.SSLError as exc:
+                if self.state == "api_versions" and not isinstance(exc, (ssl.SSLEOFError, ssl.SSLSyscallError)):
+                    # TLS 1.3 finishes the client's handshake before the broker checks the client
+                    # certificate: its refusal arrives as an alert on the first read.
+                    error = handshake_failure(exc, peer=f"{self.host}:{self.port}", plaintext=self._without("tls"),
+                                              node_id=self.node_id)
+                    error.__cause__ = exc
+                    self._tls_failed(error)
+                else:
+                    self._io_failed(ConnectionLost(f"read from {self.host}:{self.port} failed: {exc}"))
+                return
             except OSError as exc:
                 self._io_failed(ConnectionLost(f"read from {self.host}:{self.port} failed: {exc}"))
                 return
             if n == 0:
                 midway = " in the middle of a response" if self._reader.partial else ""
+                # Brokers close idle connections (connections.max.idle.ms): the next request
+                # reconnects, and only a failure to do so is worth reporting.
+                self._not_a_failure = self.state == "ready" and not self._in_flight and not self.queued
                 self._io_failed(ConnectionLost(f"{self.host}:{self.port} closed the connection{midway}"))
                 return
             try:
@@ -512,15 +553,23 @@ class Connection:
     def _on_sasl_handshake(self, response: ApiMessage) -> None:
         assert self._sasl is not None
         if response.error_code:
-            offered = ", ".join(response.mechanisms or ()) or "none"
-            self._authentication_failed(AuthenticationError(
-                f"the broker does not enable SASL mechanism {self._sasl.name} "
-                f"({for_code(response.error_code).__name__}; it lists: {offered})"))
+            listed = list(response.mechanisms or ())
+            offered = ", ".join(listed) or "none"
+            error = for_code(response.error_code).__name__
+            name = self._sasl.name
+            if name in listed:  # then the mechanism is not what the broker objects to
+                message = (f"the broker answered SaslHandshake for {name} with {error} although it lists {name}: "
+                           f"check that SASL is enabled on this listener (security_protocol="
+                           f"{self._without('sasl')!r} if it is not)")
+            else:
+                message = (f"the broker does not enable SASL mechanism {name} ({error}; it lists: {offered}): "
+                           f"set sasl_mechanism to one it lists")
+            self._authentication_failed(AuthenticationError(message))
             return
         try:
             token = self._sasl.initial()
         except AuthenticationError as exc:
-            self._authentication_failed(exc)
+            self._sasl_failed(exc)
             return
         self._send_sasl_token(token)
 
@@ -541,14 +590,14 @@ class Connection:
             detail = f": {response.error_message}" if response.error_message else ""
             failure = getattr(self._sasl, "failure", None)  # OAUTHBEARER: the server's error document
             detail += f" ({failure})" if failure is not None else ""
-            self._authentication_failed(AuthenticationError(
+            self._sasl_failed(AuthenticationError(
                 f"SASL {self._sasl.name} authentication failed "
                 f"({for_code(response.error_code).__name__}){detail}"))
             return
         try:
             token = self._sasl.step(bytes(response.auth_bytes or b""))
         except AuthenticationError as exc:
-            self._authentication_failed(exc)
+            self._sasl_failed(exc)
             return
         if token is None:
             self.machine.fire("authenticated")
@@ -556,6 +605,60 @@ class Connection:
             self._send_sasl_token(token)
 
     # -- failures and completion ----------------------------------------------------------------
+    def _without(self, layer: str) -> str:
+        """The security_protocol minus ``layer`` ("tls" or "sasl"): what to suggest when the
+        listener does not speak it."""
+        tls = self.uses_tls() and layer != "tls"
+        sasl = self.uses_sasl() and layer != "sasl"
+        return ("SASL_SSL" if tls else "SASL_PLAINTEXT") if sasl else ("SSL" if tls else "PLAINTEXT")
+
+    def _timed_out(self) -> TransportError:
+        """Why the machine entered backoff when no I/O outcome said why: one of its timeouts
+        (the transition just taken says which)."""
+        record = self.machine.log[-1] if self.machine.log else None
+        peer = f"{self.host}:{self.port}"
+        if record is not None and record.trigger == "connect_timed_out":
+            waited = self.machine.durations["connect_timeout"]
+            return ConnectionLost(f"connect to {peer} timed out after {waited:g} ms")
+        if record is not None and record.trigger == "handshake_timed_out":
+            waited = self.machine.durations["handshake_timeout"]
+            if record.source == "tls_handshake" and not self._tls_heard:
+                # Not a word back to the ClientHello: a plaintext listener waiting for the rest of
+                # what it took for a huge frame. Reconnecting will not change that.
+                error = silent_listener(peer=peer, waited_ms=waited, plaintext=self._without("tls"),
+                                        node_id=self.node_id)
+                self.auth_error = error
+                self._auth_failed = True
+                return error
+            step = _HANDSHAKE_STEPS.get(record.source, record.source)
+            return ConnectionLost(f"{peer} did not finish {step} within {waited:g} ms")
+        return ConnectionLost("connection closed")
+
+    def _report(self, cause: TransportError) -> None:
+        """Tell the transport and the log about the failure that closed the connection."""
+        if isinstance(cause, AuthenticationError) and self._auth_verdict is not None:
+            self._auth_verdict(self.node_id, cause)
+        reason = cause.args[0] if cause.args else type(cause).__name__
+        if self._closing or self._not_a_failure:
+            self._not_a_failure = False
+            logger.debug("%s: %s", self.where, reason)
+            return
+        warning = self.health.failed(self.where, reason, self._clock.now_ms())
+        if warning is not None:
+            logger.warning("%s", warning)
+        else:
+            logger.debug("connection to %s failed: %s", self.where, reason)
+
+    def _sasl_failed(self, exc: AuthenticationError) -> None:
+        """A refused exchange: add the settings to check to the mechanism's or broker's words."""
+        if self._settings.sasl_mechanism == "OAUTHBEARER":
+            fix = "check the token that sasl_oauth_token_provider returns"
+        else:
+            fix = "check sasl_plain_username / sasl_plain_password"
+        error = AuthenticationError(f"{exc.args[0] if exc.args else exc}: {fix}", node_id=self.node_id)
+        error.__cause__ = exc.__cause__
+        self._authentication_failed(error)
+
     def _io_failed(self, exc: TransportError) -> None:
         if exc.node_id is None:
             exc.node_id = self.node_id

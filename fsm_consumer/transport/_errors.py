@@ -87,7 +87,8 @@ class UnsupportedVersion(TransportError):
 
 
 class AuthenticationError(TransportError):
-    """SASL authentication failed. Messages never include the password."""
+    """SASL or TLS (SslHandshakeError) authentication failed: a setting is wrong, and reconnecting
+    will not fix it. The message says which setting to check; it never includes the password."""
 
 
 class ConnectionLost(TransportError):

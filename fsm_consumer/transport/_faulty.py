@@ -19,7 +19,7 @@ from kafka.protocol.api_message import ApiMessage
 from ..spec import Clock, MonotonicClock
 from ._base import Pending, Transport
 from ._codec import _decoders
-from ._errors import ConnectionLost, ProtocolDecodeError, RequestTimedOut
+from ._errors import AuthenticationError, ConnectionLost, ProtocolDecodeError, RequestTimedOut
 
 __all__ = ["FaultyTransport"]
 
@@ -206,6 +206,14 @@ class FaultyTransport(Transport):
         for pending in [entry.pending for _, _, entry in held] + list(live.values()):
             pending.response, pending.error = None, ConnectionLost("the transport is closed")
             pending.done = True
+
+    # The wrapped transport's real connections: injected faults are not connection failures.
+    @property
+    def auth_failure(self) -> AuthenticationError | None:
+        return self.inner.auth_failure
+
+    def node_states(self) -> dict[int, dict[str, Any]]:
+        return self.inner.node_states()
 
     def __getattr__(self, name: str) -> Any:
         # Extras of the wrapped transport (io_thread, connection_state...) stay reachable.

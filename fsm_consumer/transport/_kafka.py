@@ -6,183 +6,21 @@ import heapq
 import itertools
 import random
 import selectors
-import ssl
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping
-from types import MappingProxyType
+from collections.abc import Mapping
 from typing import Any
 
-import attrs
-from kafka.errors import KafkaConfigurationError, UnrecognizedBrokerVersion
-from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.broker_version_data import BrokerVersionData
 
 from ..spec import Clock, MonotonicClock
 from ._base import Pending, Transport
 from ._connection import _HANDSHAKE_STATES, Connection, clone_error
 from ._errors import AuthenticationError, ConnectionLost, NodeNotReady, RequestTimedOut
-from ._framing import DEFAULT_RECEIVE_BUFFER_MAX
-from ._sasl import OAuthBearerMechanism, PlainMechanism, SaslMechanism, ScramMechanism
-from ._tls import build_ssl_context
+from ._settings import KafkaSettings
 from ._waker import Waker
 
-__all__ = ["KafkaSettings", "KafkaTransport"]
-
-_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-_READ_CHUNK = 256 * 1024  # default sock_chunk_bytes: one recv_into buffer for the whole transport
-_MISSING = object()
-
-
-def _lookup(config: Any, key: str) -> Any:
-    """``key`` from a mapping (kafka-python or dotted Java name) or an object's attribute."""
-    if config is None:
-        return None
-    if isinstance(config, Mapping):
-        if key in config:
-            return config[key]
-        return config.get(key.replace("_", "."))
-    value = getattr(config, key, _MISSING)
-    return None if value is _MISSING else value
-
-
-def parse_servers(value: str | Iterable[str]) -> tuple[tuple[str, int], ...]:
-    """``"h1:9092,h2"`` or a list of them -> ((host, port), ...); ``[::1]:9092`` for IPv6."""
-    items = value.split(",") if isinstance(value, str) else list(value)
-    servers = []
-    for item in items:
-        item = item.strip()
-        if not item:
-            continue
-        if item.startswith("["):  # [v6-address]:port
-            host, _, rest = item[1:].partition("]")
-            port = rest.lstrip(":") or "9092"
-        elif item.count(":") == 1:
-            host, port = item.split(":")
-        else:
-            host, port = item, "9092"
-        if not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"bootstrap server {item!r}: bad port")
-        servers.append((host, int(port)))
-    if not servers:
-        raise ValueError("bootstrap_servers names no server")
-    return tuple(servers)
-
-
-def parse_api_version(value: Any) -> tuple[int, ...] | None:
-    """kafka-python's ``api_version``: None or "auto" (infer), a tuple/list or "3.9" -> (3, 9)."""
-    if value is None or value == "auto":
-        return None
-    parts = value.split(".") if isinstance(value, str) else value
-    if isinstance(value, str) and all(p.isdigit() for p in parts):
-        parts = [int(p) for p in parts]
-    if not isinstance(parts, (tuple, list)) or not parts or not all(
-            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in parts):
-        raise ValueError(f"api_version {value!r} is not None or a broker release such as (3, 9)")
-    return tuple(parts)
-
-
-def _release_table(release: tuple[int, ...] | None) -> Mapping[int, tuple[int, int]] | None:
-    """The API versions broker ``release`` supports (kafka-python's data), None for no cap."""
-    if release is None:
-        return None
-    try:
-        table = BrokerVersionData(broker_version=release).api_versions
-    except (KafkaConfigurationError, UnrecognizedBrokerVersion):
-        table = {}
-    if ApiKey.ApiVersions not in table:  # releases before 0.10 cannot answer the handshake
-        raise ValueError(f"api_version {release!r}: not a broker release from (0, 10) on")
-    return MappingProxyType(table)  # kafka-python's module-level dict: never to be changed through us
-
-
-@attrs.frozen(kw_only=True)
-class KafkaSettings:
-    """What KafkaTransport reads from its config (kafka-python key names and defaults).
-
-    The machine reads its durations from this object too, by the same key names.
-    """
-
-    bootstrap_servers: tuple[tuple[str, int], ...]
-    client_id: str = "fsm-consumer"
-    request_timeout_ms: float = 30_000
-    socket_connection_setup_timeout_ms: float = 10_000
-    reconnect_backoff_ms: float = 50
-    reconnect_backoff_max_ms: float = 1000
-    receive_buffer_max: int = DEFAULT_RECEIVE_BUFFER_MAX
-    send_buffer_bytes: int | None = None
-    receive_buffer_bytes: int | None = None
-    security_protocol: str = "PLAINTEXT"
-    ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
-    sasl_mechanism: str | None = None
-    sasl_plain_username: str | None = None
-    sasl_plain_password: str | None = attrs.field(default=None, repr=False)
-    sasl_oauth_token_provider: Any = attrs.field(default=None, repr=False)
-    api_version: tuple[int, ...] | None = attrs.field(default=None, converter=parse_api_version)
-    # the cap every connection applies to its broker's ApiVersions answer (None: no cap)
-    api_version_table: Mapping[int, tuple[int, int]] | None = attrs.field(init=False, repr=False)
-    sock_chunk_bytes: int = _READ_CHUNK
-
-    @api_version_table.default
-    def _api_version_table(self) -> Mapping[int, tuple[int, int]] | None:
-        return _release_table(self.api_version)
-
-    @classmethod
-    def from_config(cls, config: Any) -> KafkaSettings:
-        def get(key: str, default: Any = None) -> Any:
-            value = _lookup(config, key)
-            return default if value is None else value
-
-        protocol = str(get("security_protocol", "PLAINTEXT")).upper()
-        if protocol not in _SECURITY_PROTOCOLS:
-            raise ValueError(f"security_protocol {protocol!r} is not one of {', '.join(_SECURITY_PROTOCOLS)}")
-        mechanism = get("sasl_mechanism")
-        if protocol.startswith("SASL"):
-            if mechanism not in _SASL_MECHANISMS:
-                raise ValueError(f"sasl_mechanism {mechanism!r} is not one of {', '.join(_SASL_MECHANISMS)}")
-            if mechanism == "OAUTHBEARER":
-                if not callable(getattr(get("sasl_oauth_token_provider"), "token", None)):
-                    raise ValueError("sasl_mechanism OAUTHBEARER needs a sasl_oauth_token_provider with token()")
-            elif get("sasl_plain_username") is None or get("sasl_plain_password") is None:
-                raise ValueError(f"sasl_mechanism {mechanism} needs sasl_plain_username and sasl_plain_password")
-        chunk = get("sock_chunk_bytes", _READ_CHUNK)
-        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-            raise ValueError(f"sock_chunk_bytes {chunk!r} is not a positive integer")
-        context = None
-        if protocol in ("SSL", "SASL_SSL"):
-            context = build_ssl_context(
-                ssl_context=get("ssl_context"), ssl_cafile=get("ssl_cafile"), ssl_certfile=get("ssl_certfile"),
-                ssl_keyfile=get("ssl_keyfile"), ssl_password=get("ssl_password"),
-                ssl_check_hostname=bool(get("ssl_check_hostname", True)))
-        return cls(
-            bootstrap_servers=parse_servers(get("bootstrap_servers", "localhost:9092")),
-            client_id=str(get("client_id", "fsm-consumer")),
-            request_timeout_ms=get("request_timeout_ms", 30_000),
-            socket_connection_setup_timeout_ms=get("socket_connection_setup_timeout_ms", 10_000),
-            reconnect_backoff_ms=get("reconnect_backoff_ms", 50),
-            reconnect_backoff_max_ms=get("reconnect_backoff_max_ms", 1000),
-            receive_buffer_max=int(get("receive_buffer_max", DEFAULT_RECEIVE_BUFFER_MAX)),
-            send_buffer_bytes=get("send_buffer_bytes"),
-            receive_buffer_bytes=get("receive_buffer_bytes"),
-            security_protocol=protocol,
-            ssl_context=context,
-            sasl_mechanism=mechanism if protocol.startswith("SASL") else None,
-            sasl_plain_username=get("sasl_plain_username"),
-            sasl_plain_password=get("sasl_plain_password"),
-            sasl_oauth_token_provider=get("sasl_oauth_token_provider"),
-            api_version=get("api_version"),
-            sock_chunk_bytes=chunk,
-        )
-
-    def new_sasl_mechanism(self) -> SaslMechanism:
-        """A fresh exchange per connection attempt (mechanisms drop the password once used)."""
-        if self.sasl_mechanism == "OAUTHBEARER":
-            return OAuthBearerMechanism(self.sasl_oauth_token_provider)
-        assert self.sasl_plain_username is not None and self.sasl_plain_password is not None
-        if self.sasl_mechanism == "PLAIN":
-            return PlainMechanism(self.sasl_plain_username, self.sasl_plain_password)
-        return ScramMechanism(self.sasl_plain_username, self.sasl_plain_password, str(self.sasl_mechanism))
+__all__ = ["KafkaTransport"]
 
 
 class KafkaTransport(Transport):
@@ -198,6 +36,9 @@ class KafkaTransport(Transport):
 
     ``broker_release`` is the Kafka release the last handshake's ApiVersions answer looks like,
     e.g. (3, 9), or None before any; a plain attribute, so any thread may read it.
+
+    ``auth_failure`` and ``node_states()`` tell the layers above how the connections fare (see
+    Transport); a failing node is logged as a WARNING at most every 30 s, its recovery as INFO.
     """
 
     def __init__(self, config: Any = None, *, clock: Clock | None = None,
@@ -217,6 +58,9 @@ class KafkaTransport(Transport):
             self._addresses[-(index + 1)] = address
             self._bootstrap_ids.append(-(index + 1))
         self._broker_ids: list[int] = []
+        # node -> its latest authentication failure, oldest first; cleared when the node is ready
+        self._auth_failures: dict[int, AuthenticationError] = {}
+        self._auth_failure: AuthenticationError | None = None  # the newest of them
         self._unassigned: deque[Pending] = deque()
         self._deadlines: list[tuple[float, int, Pending]] = []
         self._seq = itertools.count()
@@ -294,6 +138,7 @@ class KafkaTransport(Transport):
             if conn is not None:
                 conn.close(f"node {node} is no longer in the cluster metadata")
             del self._addresses[node]
+            self._auth_verdict(node, None)  # a node that is gone fails nobody's requests
         self._broker_ids = sorted(fresh)
         self._retire_bootstrap()
 
@@ -354,6 +199,32 @@ class KafkaTransport(Transport):
         self._selector.close()
         self._waker.close()
 
+    @property
+    def auth_failure(self) -> AuthenticationError | None:
+        """See Transport.auth_failure; any thread may read it."""
+        return self._auth_failure
+
+    def node_states(self) -> dict[int, dict[str, Any]]:
+        """See Transport.node_states: the nodes requests may go to (the brokers once known, else
+        the bootstrap servers, negative ids) and any other node that has a connection."""
+        nodes = dict.fromkeys(self._broker_ids or self._bootstrap_ids)
+        conns = dict(list(self._conns.items()))  # a copy in one step: other threads may call this
+        nodes.update(dict.fromkeys(conns))
+        states = {}
+        for node in sorted(nodes):
+            conn = conns.get(node)
+            address = self._addresses.get(node)
+            if conn is not None:
+                host, port = conn.host, conn.port
+                state, failures, last_error = conn.state, conn.health.failures, conn.health.last_error
+            elif address is not None:
+                (host, port), state, failures, last_error = address, "disconnected", 0, None
+            else:
+                continue
+            states[node] = {"address": f"{host}:{port}", "state": state, "failures": failures,
+                            "last_error": last_error}
+        return states
+
     # -- extras ---------------------------------------------------------------------------------
     @property
     def io_thread(self) -> int | None:
@@ -391,12 +262,21 @@ class KafkaTransport(Transport):
             host, port = self._addresses[node]
             conn = Connection(node, host, port, settings=self.settings, clock=self.clock,
                               selector=self._selector, read_buffer=self._read_buffer, rng=self._rng,
-                              complete=self._completed_one, versions_known=self._versions_known)
+                              complete=self._completed_one, versions_known=self._versions_known,
+                              auth_verdict=self._auth_verdict)
             self._conns[node] = conn
         return conn
 
     def _versions_known(self, release: tuple[int, ...]) -> None:
         self.broker_release = release  # one assignment: readers on other threads see old or new
+
+    def _auth_verdict(self, node: int, error: AuthenticationError | None) -> None:
+        """``node`` failed authentication (``error``) or got ready (None)."""
+        self._auth_failures.pop(node, None)
+        if error is not None:
+            self._auth_failures[node] = error  # the newest goes last
+        # One assignment, as broker_release: auth_failure is read from other threads.
+        self._auth_failure = next(reversed(self._auth_failures.values()), None)
 
     def _completed_one(self, pending: Pending) -> None:
         self._outstanding -= 1
@@ -476,3 +356,4 @@ class KafkaTransport(Transport):
             if conn is not None and conn.idle:
                 conn.close("bootstrap connection retired: the brokers are known")
                 del self._conns[node]
+                self._auth_verdict(node, None)

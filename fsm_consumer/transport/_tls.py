@@ -1,4 +1,5 @@
-"""TLS: the client SSLContext from config keys, and one non-blocking handshake step."""
+"""TLS: the client SSLContext from config keys, one non-blocking handshake step, and what a
+failed handshake means for the user (what failed, and which setting fixes it)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,28 @@ from typing import Literal
 
 from ._errors import AuthenticationError, ConnectionLost
 
-__all__ = ["SslHandshakeError", "build_ssl_context", "handshake_step"]
+__all__ = ["SslHandshakeError", "build_ssl_context", "handshake_failure", "handshake_step", "silent_listener"]
+
+# OpenSSL's reasons when the peer's bytes are not TLS records at all (a plaintext listener).
+_NOT_TLS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST",
+                      "HTTPS_PROXY_REQUEST", "UNKNOWN_PROTOCOL", "RECORD_TOO_LONG", "BAD_PACKET_LENGTH"})
+# ... when the broker refused the client's certificate (or the lack of one).
+_CLIENT_CERT_REFUSED = frozenset({"TLSV1_ALERT_UNKNOWN_CA", "SSLV3_ALERT_BAD_CERTIFICATE",
+                                  "SSLV3_ALERT_CERTIFICATE_UNKNOWN", "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+                                  "SSLV3_ALERT_CERTIFICATE_EXPIRED", "SSLV3_ALERT_CERTIFICATE_REVOKED",
+                                  "TLSV1_ALERT_ACCESS_DENIED", "PEER_DID_NOT_RETURN_A_CERTIFICATE"})
+# ... when the two sides share no protocol version or cipher suite.
+_NOTHING_IN_COMMON = frozenset({"SSLV3_ALERT_HANDSHAKE_FAILURE", "NO_PROTOCOLS_AVAILABLE", "UNSUPPORTED_PROTOCOL",
+                                "TLSV1_ALERT_PROTOCOL_VERSION", "NO_SHARED_CIPHER", "NO_CIPHERS_AVAILABLE",
+                                "TLSV1_ALERT_INSUFFICIENT_SECURITY"})
+# X509_V_ERR_* codes of SSLCertVerificationError.verify_code
+_NAME_MISMATCH = {62, 64}  # HOSTNAME_MISMATCH, IP_ADDRESS_MISMATCH
+_NOT_VALID_NOW = {9, 10}  # CERT_NOT_YET_VALID, CERT_HAS_EXPIRED
 
 
 class SslHandshakeError(AuthenticationError):
-    """The TLS handshake failed: untrusted certificate, wrong host name, no common protocol.
+    """The TLS handshake failed: untrusted certificate, wrong host name, no common protocol, or
+    a listener that does not speak TLS (the message says which, and the setting that fixes it).
 
     An AuthenticationError, as Java's SslAuthenticationException: retrying soon cannot fix it,
     so waiting requests fail at once and the node backs off the maximum. ``__cause__`` is the
@@ -48,11 +66,13 @@ def build_ssl_context(
     return context
 
 
-def handshake_step(sock: ssl.SSLSocket, *, node_id: int | None) -> Literal["done", "read", "write"]:
+def handshake_step(sock: ssl.SSLSocket, *, node_id: int | None, peer: str,
+                   plaintext: str = "PLAINTEXT") -> Literal["done", "read", "write"]:
     """Advance a non-blocking handshake: "done", or which readiness to wait for before retrying.
 
-    Raises SslHandshakeError when the peer or its certificate is refused, ConnectionLost when
-    the connection broke mid-handshake.
+    Raises SslHandshakeError when the handshake failed in a way reconnecting will not fix (see
+    ``handshake_failure``), ConnectionLost when the network failed under it. ``peer`` is
+    "host:port" and ``plaintext`` the security_protocol to suggest if the listener is not TLS.
     """
     try:
         sock.do_handshake()
@@ -60,10 +80,60 @@ def handshake_step(sock: ssl.SSLSocket, *, node_id: int | None) -> Literal["done
         return "read"
     except ssl.SSLWantWriteError:
         return "write"
-    except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError) as exc:
-        raise ConnectionLost(f"connection closed during the TLS handshake: {exc}", node_id=node_id) from exc
-    except ssl.SSLError as exc:  # verification failures (SSLCertVerificationError) included
-        raise SslHandshakeError(f"TLS handshake failed: {exc}", node_id=node_id) from exc
-    except OSError as exc:
-        raise ConnectionLost(f"connection failed during the TLS handshake: {exc}", node_id=node_id) from exc
+    except (ssl.SSLError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
+        raise handshake_failure(exc, peer=peer, plaintext=plaintext, node_id=node_id) from exc
+    except OSError as exc:  # unreachable, timed out: the network, which a reconnect may get past
+        raise ConnectionLost(f"connection to {peer} failed during the TLS handshake: {exc}", node_id=node_id) from exc
     return "done"
+
+
+def handshake_failure(exc: BaseException, *, peer: str, plaintext: str = "PLAINTEXT",
+                      node_id: int | None = None) -> SslHandshakeError:
+    """The SslHandshakeError for ``exc`` (raised by the handshake or the first TLS read): what
+    failed, and the setting that fixes it. The caller chains ``exc`` as its cause."""
+    reason = getattr(exc, "reason", None) or ""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        what = f"certificate verify failed ({str(exc.verify_message).rstrip('.')})"
+        if exc.verify_code in _NAME_MISMATCH:
+            fix = ("connect by a name the broker's certificate lists (its advertised listener), "
+                   "or set ssl_check_hostname=False")
+        elif exc.verify_code in _NOT_VALID_NOW:
+            fix = "renew the broker's certificate (or fix this host's clock)"
+        else:
+            fix = ("set ssl_cafile to the CA that signed the broker's certificate (or pass an ssl_context "
+                   "that trusts it)")
+    elif reason in _NOT_TLS:
+        what = f"the answer is not TLS ({reason.lower().replace('_', ' ')})"
+        fix = _not_tls(plaintext, certain=True)
+    elif isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError, ConnectionResetError,
+                          ConnectionAbortedError, BrokenPipeError)):
+        # A plaintext Kafka listener reads the ClientHello as a frame of ~370 MB and hangs up.
+        what = "the broker closed the connection"
+        fix = (f"{_not_tls(plaintext, certain=False)}; if it wants a client certificate, "
+               f"set ssl_certfile and ssl_keyfile")
+    elif reason in _CLIENT_CERT_REFUSED:
+        what = f"the broker refused the client certificate ({reason.lower().replace('_', ' ')})"
+        fix = "set ssl_certfile and ssl_keyfile to a certificate the broker trusts"
+    elif reason in _NOTHING_IN_COMMON:
+        what = f"no TLS version or cipher in common ({reason.lower().replace('_', ' ')})"
+        # TLS 1.2 brokers also answer a missing client certificate with handshake_failure.
+        fix = ("check the broker's ssl.enabled.protocols and cipher suites (or pass an ssl_context that allows "
+               "them), and whether it wants a client certificate (ssl_certfile, ssl_keyfile)")
+    else:
+        what = str(exc) or type(exc).__name__
+        fix = "check the broker's TLS listener and the ssl_* settings"
+    return SslHandshakeError(f"TLS handshake with {peer} failed: {what}: {fix}", node_id=node_id)
+
+
+def silent_listener(*, peer: str, waited_ms: float, plaintext: str = "PLAINTEXT",
+                    node_id: int | None = None) -> SslHandshakeError:
+    """The peer accepted the connection and then said nothing to our ClientHello: what a
+    plaintext listener does when it takes the ClientHello for the start of a large frame."""
+    return SslHandshakeError(
+        f"TLS handshake with {peer} failed: no answer to the ClientHello within {waited_ms:g} ms: "
+        f"{_not_tls(plaintext, certain=False)}", node_id=node_id)
+
+
+def _not_tls(plaintext: str, *, certain: bool) -> str:
+    return (f"the listener {'does' if certain else 'probably does'} not speak TLS: "
+            f"use security_protocol={plaintext!r} or the broker's SSL port")

@@ -114,9 +114,11 @@ class SaslProxy(LoopbackServer):
     """Authenticates clients itself, then relays their connection to ``upstream`` byte for byte."""
 
     def __init__(self, upstream: tuple[str, int], *, mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256",
-                                                                                     "SCRAM-SHA-512")) -> None:
+                                                                                     "SCRAM-SHA-512"),
+                 users: dict[str, str] | None = None) -> None:
         self.upstream = upstream
         self.mechanisms = mechanisms
+        self.users = dict(USERS if users is None else users)  # a test may change them meanwhile
         self.verdicts: list[tuple[str, str, bool]] = []  # (mechanism, user, accepted)
         super().__init__("sasl-proxy")
 
@@ -162,10 +164,10 @@ class SaslProxy(LoopbackServer):
                 done = False
                 if mechanism == "PLAIN":
                     _, user, password = token.decode().split("\0")
-                    answer, done = (b"" if USERS.get(user) == password else None), True
+                    answer, done = (b"" if self.users.get(user) == password else None), True
                     self.verdicts.append((mechanism, user, answer is not None))
                 elif scram is None:
-                    scram = ScramServer(mechanism, USERS)
+                    scram = ScramServer(mechanism, self.users)
                     answer = scram.first(token)
                 else:
                     answer, done = scram.final(token), True
@@ -336,3 +338,56 @@ def test_mechanism_the_broker_does_not_enable(broker, sasl_transport):
         assert only_512.verdicts == []
     finally:
         only_512.close()
+
+
+# -- what the layers above learn ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_wrong_credentials_are_an_auth_failure_until_the_node_authenticates(broker, mechanism, caplog):
+    caplog.set_level(logging.INFO, logger="fsm_consumer.transport")
+    host, port = broker.bootstrap_servers.split(":")
+    proxy = SaslProxy((host, int(port)))
+    t = KafkaTransport({"bootstrap_servers": f"127.0.0.1:{proxy.port}", "security_protocol": "SASL_PLAINTEXT",
+                        "sasl_mechanism": mechanism, "sasl_plain_username": "alice",
+                        "sasl_plain_password": "alice-typo-pw", "reconnect_backoff_max_ms": 200})
+    try:
+        p = t.send(metadata(), timeout_ms=30_000)
+        assert wait(t, p) < 2.0
+        assert isinstance(p.error, AuthenticationError)
+        assert str(p.error).endswith(": check sasl_plain_username / sasl_plain_password")
+        assert t.auth_failure is not None and str(t.auth_failure) == str(p.error)
+        assert t.node_states()[-1]["failures"] == 1
+        assert f"connection to node -1 (127.0.0.1:{proxy.port}) failed: " in caplog.text
+
+        proxy.users["alice"] = "alice-typo-pw"  # the broker's side is changed to match
+        end = time.monotonic() + 5
+        while t.connection_state(-1) == "backoff":  # the maximum backoff: 200 ms
+            assert time.monotonic() < end
+            t.poll(20)
+        assert t.auth_failure is not None, "set until the node has authenticated"
+        ok = t.send(metadata())
+        wait(t, ok)
+        assert ok.error is None and ok.response.brokers  # the real broker's answer
+        assert t.auth_failure is None
+        assert t.node_states()[-1] == {"address": f"127.0.0.1:{proxy.port}", "state": "ready", "failures": 0,
+                                       "last_error": None}
+        assert f"node -1 (127.0.0.1:{proxy.port}) is reachable again after 1 failure" in caplog.text
+        assert "alice-typo-pw" not in caplog.text
+    finally:
+        t.close()
+        proxy.close()
+
+
+def test_sasl_against_a_listener_without_sasl_does_not_blame_the_mechanism(broker, sasl_transport, caplog):
+    # Tansu without --authentication answers SaslHandshake with UnsupportedSaslMechanism yet lists
+    # the very mechanism asked for: the message says what happened, not "not enabled".
+    caplog.set_level(logging.WARNING, logger="fsm_consumer.transport")
+    t = sasl_transport(broker.bootstrap_servers, "SCRAM-SHA-256")
+    p = t.send(metadata(), timeout_ms=30_000)
+    assert wait(t, p) < 2.0
+    assert isinstance(p.error, AuthenticationError)
+    assert str(p.error) == ("[node -1] the broker answered SaslHandshake for SCRAM-SHA-256 with "
+                            "UnsupportedSaslMechanismError although it lists SCRAM-SHA-256: check that SASL is "
+                            "enabled on this listener (security_protocol='PLAINTEXT' if it is not)")
+    assert "does not enable" not in caplog.text
+    assert t.auth_failure is not None

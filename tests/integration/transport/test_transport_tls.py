@@ -8,6 +8,7 @@ a loopback forwarder in front: TLS from the client, plaintext to the broker.
 from __future__ import annotations
 
 import datetime
+import logging
 import select
 import socket
 import ssl
@@ -214,3 +215,69 @@ def test_hostname_is_checked(pki, forwarder, tls_transport):
     accepted = lax.send(ApiVersionsRequest())
     wait(lax, accepted)
     assert accepted.error is None  # the chain is still verified, only the name is not
+
+
+# -- failures that reconnecting cannot fix: AuthenticationErrors that say what to change ------------
+
+def test_ssl_against_the_plaintext_listener_says_it_does_not_speak_tls(broker, tls_transport, caplog):
+    # Tansu's plaintext listener takes the ClientHello for the start of a ~370 MB frame and waits
+    # for the rest: the handshake times out (request_timeout_ms) without a word back.
+    caplog.set_level(logging.WARNING, logger="fsm_consumer.transport")
+    t = tls_transport(bootstrap_servers=broker.bootstrap_servers, request_timeout_ms=1000)
+    p = t.send(ApiVersionsRequest(), timeout_ms=30_000)
+    assert wait(t, p) < 2.0
+    assert isinstance(p.error, SslHandshakeError) and isinstance(p.error, AuthenticationError)
+    message = str(p.error)
+    assert f"TLS handshake with {broker.bootstrap_servers} failed" in message
+    assert "the listener probably does not speak TLS: use security_protocol='PLAINTEXT'" in message
+    assert t.auth_failure is not None and str(t.auth_failure) == message
+    assert triggers(t) == ["connect", "connected", "handshake_timed_out"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"connection to node -1 ({broker.bootstrap_servers}) failed: {message.removeprefix('[node -1] ')}"]
+
+
+def test_an_untrusted_certificate_says_to_set_ssl_cafile(pki, forwarder, tls_transport):
+    t = tls_transport(bootstrap_servers=f"localhost:{forwarder.port}", ssl_cafile=str(pki["other_ca"]))
+    p = t.send(ApiVersionsRequest(), timeout_ms=30_000)
+    assert wait(t, p) < 2.0
+    assert isinstance(p.error, SslHandshakeError)
+    assert str(p.error).startswith(f"[node -1] TLS handshake with localhost:{forwarder.port} failed: "
+                                   f"certificate verify failed (")
+    assert str(p.error).endswith(": set ssl_cafile to the CA that signed the broker's certificate "
+                                 "(or pass an ssl_context that trusts it)")
+    assert t.auth_failure is not None and t.auth_failure.node_id == -1
+    state = t.node_states()[-1]
+    assert state["state"] == "backoff" and state["failures"] == 1 and "set ssl_cafile" in state["last_error"]
+
+
+def test_a_wrong_host_name_says_how_to_connect(pki, forwarder, tls_transport):
+    t = tls_transport(bootstrap_servers=f"127.0.0.1:{forwarder.port}", ssl_cafile=str(pki["ca"]))
+    p = t.send(ApiVersionsRequest())
+    wait(t, p)
+    assert isinstance(p.error, SslHandshakeError)
+    assert "certificate is not valid for '127.0.0.1'" in str(p.error)
+    assert str(p.error).endswith("connect by a name the broker's certificate lists (its advertised listener), "
+                                 "or set ssl_check_hostname=False")
+
+
+def test_a_broker_that_wants_a_client_certificate_says_so(pki, broker, tls_transport):
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki["cert"], pki["key"])
+    context.load_verify_locations(cafile=pki["ca"])
+    context.verify_mode = ssl.CERT_REQUIRED  # mutual TLS; the client below has no certificate
+    host, port = broker.bootstrap_servers.split(":")
+    mutual = TlsForwarder(context, (host, int(port)))
+    try:
+        t = tls_transport(bootstrap_servers=f"localhost:{mutual.port}", ssl_cafile=str(pki["ca"]))
+        p = t.send(ApiVersionsRequest(), timeout_ms=30_000)
+        assert wait(t, p) < 2.0
+        assert isinstance(p.error, SslHandshakeError), repr(p.error)
+        assert "the broker refused the client certificate" in str(p.error)
+        assert str(p.error).endswith("set ssl_certfile and ssl_keyfile to a certificate the broker trusts")
+        end = time.monotonic() + 2  # the forwarder's thread notes the refusal after sending it
+        while not mutual.handshake_errors and time.monotonic() < end:
+            time.sleep(0.01)
+        assert mutual.handshake_errors and mutual.handshakes_ok == 0
+        assert t.auth_failure is not None
+    finally:
+        mutual.close()

@@ -18,7 +18,7 @@ from fsm_consumer.fetch import TopicPartition
 from fsm_consumer.fetch._buffer import FetchBuffer
 from fsm_consumer.managers._fetch import FetchManager
 from fsm_consumer.managers._fetch_session import FetchSession, PartitionData, next_epoch
-from fsm_consumer.state import SubscriptionState
+from fsm_consumer.state import HeldErrors, SubscriptionState
 
 T0, T1, T2 = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)
 PMAX = 1_048_576
@@ -173,9 +173,9 @@ class Rig:
             self.subs.seek(tp, offset)
         self.metadata = Metadata(leaders or {tp: 1 for tp in positions})
         self.buffer = FetchBuffer(self.config.fetch_buffer_max_bytes, lambda: None)
-        self.events: queue.Queue = queue.Queue()
+        self.held = HeldErrors()
         self.metrics = Metrics()
-        self.manager = FetchManager(self.config, self.subs, self.metadata, self.buffer, self.events, self.metrics)
+        self.manager = FetchManager(self.config, self.subs, self.metadata, self.buffer, self.held, self.metrics)
         self.now = 1_000.0
 
     def poll(self) -> dict:

@@ -17,7 +17,7 @@ from fsm_consumer.assignors import Assignment, encode_assignment
 from fsm_consumer.fetch import TopicPartition
 from fsm_consumer.managers import MembershipManager
 from fsm_consumer.spec import FakeClock
-from fsm_consumer.state import SubscriptionState
+from fsm_consumer.state import HeldErrors, SubscriptionState
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
@@ -45,7 +45,7 @@ def make(delay_ms: int):
                                topics={"t": SimpleNamespace(leaders={0: 7, 1: 7}, internal=False)})
     manager = MembershipManager(config, subscription=subs, metadata=metadata, coordinator=Coordinator(),
                                 commits=None, background_events=queue.Queue(), post_app_event=lambda e: None,
-                                clock=clock, metrics=Metrics())
+                                clock=clock, metrics=Metrics(), held=HeldErrors())
     return manager, clock
 
 

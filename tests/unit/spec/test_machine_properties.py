@@ -65,8 +65,9 @@ def test_random_walks(name):
             nonlocal entered_at, fired_this_visit
             if ticking[0]:
                 key = (m.state, trigger)
-                assert key in timeout_ms, f"tick fired {trigger} which is no timeout of {m.state}"
-                assert trigger not in fired_this_visit, f"{trigger} fired twice in one visit of {m.state}"
+                timer = any(t.trigger == trigger and m.state in t.states for t in spec.timers.values())
+                assert key in timeout_ms or timer, f"tick fired {trigger} which is no timeout or timer of {m.state}"
+                assert timer or trigger not in fired_this_visit, f"{trigger} fired twice in one visit of {m.state}"
                 fired_this_visit.add(trigger)
                 # a computed duration may differ from the configured one: check against the armed deadline
                 assert clock.now_ms() >= entered_at, "timeout before the visit began"
@@ -102,7 +103,8 @@ def test_random_walks(name):
                     assert exc.trigger == arg
                     assert not m.may(arg)
                 else:
-                    assert m.may(arg) or m.state != before or len(m.log) > n
+                    # taken, refused by a condition, or declared ignorable in this state by the spec
+                    assert m.handles(arg) or m.state != before or len(m.log) > n
             assert m.state in spec.states
             for deadline, _, trig in m._pending:
                 assert (m.state, trig) in timeout_ms
@@ -126,6 +128,18 @@ def test_timeouts_never_early(name):
         m = SpecMachine(spec, model, clock=clock, durations=durs)
         timeout_ms = {(s.name, t.trigger): durs[t.after] for s in spec.states.values() for t in s.timeouts}
         entered = 0.0
+        timers = {t.trigger: t for t in spec.timers.values()}
+        started = {t.name: 0.0 for t in spec.timers.values() if spec.initial in t.states}  # timer -> armed at
+        seen = 0
+
+        def note_timers():  # a timer is armed when its states are entered from elsewhere
+            nonlocal seen
+            for rec in list(m.log)[seen:]:
+                for t in spec.timers.values():
+                    if rec.dest in t.states and rec.source not in t.states:
+                        started[t.name] = rec.time
+            seen = len(m.log)
+
         for kind, arg in steps:
             if kind == "advance":
                 state = m.state
@@ -135,12 +149,18 @@ def test_timeouts_never_early(name):
                 if len(m.log) > n:
                     rec = m.log[n]
                     assert rec.source == state
-                    assert rec.time >= entered + timeout_ms[(state, rec.trigger)]
+                    if (state, rec.trigger) in timeout_ms:
+                        assert rec.time >= entered + timeout_ms[(state, rec.trigger)]
+                    else:  # a timer (no restart_timer in this walk): due from when its states were entered
+                        timer = timers[rec.trigger]
+                        assert state in timer.states
+                        assert rec.time >= started[timer.name] + durs[timer.after]
             else:
                 try:
                     m.fire(arg)
                 except IllegalTransition:
                     pass
+            note_timers()
             if m.log:
                 entered = m.log[-1].time
 

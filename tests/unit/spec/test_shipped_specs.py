@@ -22,10 +22,13 @@ def step(m, double, clock, trigger, flags):
     timeouts = {t.trigger: t.after for t in m.spec.states[m.state].timeouts}
     if trigger in timeouts:
         before = len(m.log)
+        target = max(p[0] for p in m._pending if p[2] == trigger)
+        for name in list(m._timer_due):  # timers spanning states (a session) kept alive, as heartbeats do
+            m.restart_timer(name, target)
         deadline = m.next_deadline
         clock.set(deadline - 1)
         assert m.tick(clock.now_ms()) == 0
-        clock.set(max(p[0] for p in m._pending if p[2] == trigger))
+        clock.set(target)
         m.tick(clock.now_ms())
         assert len(m.log) == before + 1, f"timeout {trigger} did not fire"
     else:
@@ -199,14 +202,65 @@ def test_membership_leave_with_partitions_revokes_first():
     _, d, m, _ = machine("membership")
     for trig in ["join_requested", "joined", "synced", "assign_acked"]:
         m.fire(trig)
-    d.flags.update(owns_partitions=True, is_leaving=True)
+    d.flags.update(owns_partitions=True)
     m.fire("leave_requested")
-    m.fire("revocation_prepared")
+    assert m.state == "leave_revoking" and d.calls[-1] == "request_leave_revoke"
     m.fire("revoke_acked")
+    assert m.state == "leave_committing" and d.calls[-1] == "finish_revocation"
+    d.flags.update(owns_partitions=False)
     m.fire("revocation_completed")
     assert m.state == "leaving" and d.calls[-1] == "send_leave_group"
     m.fire("left")
     assert m.state == "unjoined"
+
+
+@pytest.mark.parametrize("waiting, ack", [("revoking_partitions", "revoke_acked"),
+                                          ("assigning_partitions", "assign_acked"),
+                                          ("partitions_revoked", "revocation_completed"),
+                                          ("fenced", "lost_acked")])
+def test_membership_leave_during_a_callback_is_never_lost(waiting, ack):
+    """close()/unsubscribe() while a callback or commit is awaited: the wait finishes, then the leave."""
+    _, d, m, _ = machine("membership")
+    routes = {"revoking_partitions": ["join_requested", "joined", "synced", "assign_acked", "rejoin_needed",
+                                      "revocation_prepared"],
+              "assigning_partitions": ["join_requested", "joined", "synced"],
+              "partitions_revoked": ["join_requested", "joined", "synced", "assign_acked", "rejoin_needed",
+                                     "revocation_prepared", "revoke_acked"],
+              "fenced": ["join_requested", "fenced_error"]}
+    d.flags.update(eager_protocol=True)
+    for trig in routes[waiting]:
+        m.fire(trig)
+    assert m.state == waiting
+    d.flags.update(owns_partitions=False)
+    m.fire("leave_requested")
+    assert m.state.endswith("_then_leave")
+    m.fire("rejoin_needed")  # declared ignorable while leaving: no error, no change
+    m.fire("join_requested")
+    assert m.state.endswith("_then_leave")
+    m.fire(ack)
+    if waiting == "revoking_partitions":  # the rebalance's revoked partitions are committed first
+        assert m.state == "leave_committing" and d.calls[-1] == "finish_revocation"
+        m.fire("revocation_completed")
+    assert m.state == "leaving" and d.calls[-1] == "send_leave_group"
+
+
+def test_membership_session_timer_spans_states_and_restarts():
+    _, d, m, clock = machine("membership", config={"session_timeout_ms": 6000, "max_poll_interval_ms": 600000})
+    for trig in ["join_requested", "joined"]:
+        m.fire(trig)
+    assert m.timer_deadline("session") is None  # JoinGroup/SyncGroup may be held by the coordinator
+    m.fire("synced")
+    assert m.timer_deadline("session") == clock.now_ms() + 6000  # armed by the SyncGroup answer
+    clock.advance(4000)
+    m.fire("assign_acked")
+    assert m.state == "stable" and m.timer_deadline("session") == clock.now_ms() + 2000  # not re-armed
+    m.restart_timer("session", clock.now_ms())  # a heartbeat answered
+    clock.advance(5999)
+    assert m.tick(clock.now_ms()) == 0
+    clock.advance(1)
+    m.tick(clock.now_ms())
+    assert m.state == "fenced" and "note_session_expired" in d.calls
+    assert m.timer_deadline("session") is None  # fenced is outside the session: disarmed
 
 
 def test_membership_fatal_from_anywhere():

@@ -9,7 +9,7 @@ from kafka.protocol.metadata import MetadataRequest
 
 from fsm_consumer._config import ConsumerConfig
 from fsm_consumer.transport import ApiVersionTable, KafkaSettings, KafkaTransport, UnsupportedVersion
-from fsm_consumer.transport._kafka import _READ_CHUNK
+from fsm_consumer.transport._settings import _READ_CHUNK
 
 METADATA, FETCH, API_VERSIONS = int(ApiKey.Metadata), int(ApiKey.Fetch), int(ApiKey.ApiVersions)
 

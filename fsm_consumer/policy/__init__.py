@@ -1,0 +1,7 @@
+"""One error policy: how every failure is handled (the table), how long to wait before trying again
+(per-key backoff), and what the user is told (the public exception, cause chained)."""
+
+from ._backoff import Backoffs
+from ._table import Action, classify, describe, public_error
+
+__all__ = ["Action", "Backoffs", "classify", "describe", "public_error"]

@@ -1,0 +1,174 @@
+"""One cooperative-sticky group member in its own process (so it can be frozen with SIGSTOP), logging
+its history as JSON lines for ``_group_history``'s checker:
+
+    python -m fsm_consumer.testing._member_process --bootstrap HOST:PORT --group G --topic T --name m0 \
+        --out m0.jsonl [--session-timeout-ms N --heartbeat-interval-ms N --max-poll-records N \
+        --commit every-poll|auto]
+
+SIGTERM (or SIGINT) ends the poll loop; the consumer is closed and a last "closed" line written. The
+library's own member history goes to ``OUT.lib`` (``debug_history_path``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from kafka.errors import KafkaError
+
+from ..consumer import Consumer, ConsumerRebalanceListener
+
+__all__ = ["main"]
+
+
+class History:
+    """The member's JSON lines; line-buffered, so a kill or a freeze loses at most the line being written."""
+
+    def __init__(self, path: str, name: str) -> None:
+        self._file = open(path, "a", encoding="utf-8", buffering=1)
+        self._name = name
+
+    def write(self, event: str, t: float | None = None, **fields: Any) -> None:
+        line = {"t": round(time.monotonic() * 1000 if t is None else t, 3), "member": self._name, "event": event}
+        line.update(fields)
+        self._file.write(json.dumps(line) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _now_ms() -> float:
+    return round(time.monotonic() * 1000, 3)
+
+
+def _runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """Contiguous [first, last] runs of ascending offsets (a plain producer's are one run)."""
+    runs: list[tuple[int, int]] = []
+    for o in offsets:
+        if runs and o == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], o)
+        else:
+            runs.append((o, o))
+    return runs
+
+
+class Listener(ConsumerRebalanceListener):
+    def __init__(self, history: History) -> None:
+        self.history = history
+        self.consumer: Consumer | None = None
+
+    def _log(self, event: str, partitions) -> None:
+        generation = self.consumer.group_metadata().generation_id if self.consumer is not None else None
+        self.history.write(event, partitions=sorted([tp.topic, tp.partition] for tp in partitions),
+                           generation=generation)
+
+    def on_partitions_assigned(self, assigned):
+        self._log("assigned", assigned)
+
+    def on_partitions_revoked(self, revoked):
+        self._log("revoked", revoked)
+
+    def on_partitions_lost(self, lost):  # overridden: the default would log it as "revoked"
+        self._log("lost", lost)
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m fsm_consumer.testing._member_process", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--group", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--name", required=True, help="the member's name in the history (and its client_id)")
+    p.add_argument("--out", required=True, help="the JSON lines file (appended to)")
+    p.add_argument("--session-timeout-ms", type=int, default=6000)
+    p.add_argument("--heartbeat-interval-ms", type=int, default=None, help="default: a tenth of the session")
+    p.add_argument("--max-poll-records", type=int, default=None)
+    p.add_argument("--request-timeout-ms", type=int, default=30000,
+                   help="the library's default; one shorter than a freeze drops every answer in flight at the "
+                        "thaw, hiding a fetch answered during the freeze")
+    p.add_argument("--commit", choices=["every-poll", "auto"], default="every-poll",
+                   help="every-poll: commit() after each non-empty poll, logged; auto: the library's "
+                        "auto-commit (not logged here, only in OUT.lib)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    history = History(args.out, args.name)
+    stop = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.append(True))  # the loop notices within one poll timeout
+    every_poll = args.commit == "every-poll"
+    config: dict[str, Any] = dict(
+        bootstrap_servers=args.bootstrap, group_id=args.group, client_id=args.name,
+        partition_assignment_strategy=["cooperative-sticky"], auto_offset_reset="earliest",
+        enable_auto_commit=not every_poll, session_timeout_ms=args.session_timeout_ms,
+        heartbeat_interval_ms=args.heartbeat_interval_ms or max(100, args.session_timeout_ms // 10),
+        request_timeout_ms=args.request_timeout_ms,
+        # Tansu 0.6 fails a follower's SyncGroup that reaches it before the leader's (group_harness.FAST)
+        follower_sync_delay_ms=400,
+        debug_history_path=args.out + ".lib")
+    if args.max_poll_records is not None:
+        config["max_poll_records"] = args.max_poll_records
+    history.write("started", pid=os.getpid(), config=config)
+    listener = Listener(history)
+    consumer = Consumer(**config)
+    listener.consumer = consumer
+    consumer.subscribe([args.topic], listener=listener)
+    try:
+        while not stop:
+            started = _now_ms()
+            try:
+                batch = consumer.poll(timeout_ms=100)
+            except KafkaError as exc:  # logged; the run judges by the history, not by a crash
+                history.write("poll_error", error=repr(exc))
+                time.sleep(0.05)
+                continue
+            # The generation at poll return. The one under which the records were fetched is not
+            # visible; but a rebalance's callbacks run inside poll() before records are collected, so
+            # this is the generation whose assignment the records were handed out under (a frozen
+            # member that has not heard of its expiry still logs its old generation: R3 catches it).
+            meta = consumer.group_metadata()
+            returned = _now_ms()
+            for tp, records in batch.items():
+                for first, last in _runs([r.offset for r in records]):
+                    history.write("read", t=returned, t_poll_start=started, generation=meta.generation_id,
+                                  member_id=meta.member_id, tp=[tp.topic, tp.partition], offsets=[first, last],
+                                  count=last - first + 1)
+            if batch and every_poll:
+                _commit(consumer, history)
+    finally:
+        try:
+            # every handed-out record was committed after its poll; a close-time commit would not be logged
+            consumer.close(autocommit=not every_poll, timeout_ms=5000)
+        finally:
+            history.write("closed")
+            history.close()
+    return 0
+
+
+def _commit(consumer: Consumer, history: History) -> None:
+    """commit() of everything handed out, logged per partition only once it returned without error."""
+    t_start = _now_ms()
+    # what commit() without offsets commits: it takes this same snapshot first thing on this thread
+    # (commit() returns nothing, so there is no public way to learn what it committed)
+    offsets = consumer._subs.consumed_offsets()
+    generation = consumer.group_metadata().generation_id
+    try:
+        consumer.commit(timeout_ms=5000)
+    except KafkaError as exc:  # CommitFailedError, RebalanceInProgressError, KafkaTimeoutError...
+        history.write("commit_failed", t_start=t_start, error=repr(exc), generation=generation)
+        return
+    t = _now_ms()
+    for tp, om in sorted(offsets.items()):
+        history.write("commit", t=t, t_start=t_start, tp=[tp.topic, tp.partition], offset=om.offset,
+                      generation=generation)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

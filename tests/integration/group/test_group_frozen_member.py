@@ -1,0 +1,28 @@
+"""Issue 12's acceptance point, short: three member processes in one cooperative-sticky group, one frozen
+(SIGSTOP) for twice the session timeout again and again while records flow; the checker over their logged
+histories finds no record read by two members of one generation, no commit moving backwards and no
+record read again below a commit. tools/group-freeze-check is the long run."""
+
+import time
+
+import pytest
+
+from fsm_consumer.testing._freeze_run import run
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.timeout(120)
+def test_a_member_frozen_past_its_session_again_and_again(broker, make_topic, tmp_path):
+    topic = make_topic(partitions=6)  # run() accepts an existing topic
+    began = time.monotonic()
+    # steady 3 s, frozen 6 s, steady 3 s and until m0 owns partitions again, frozen 6 s: two freezes in 30 s
+    result = run(broker.bootstrap_servers, topic, 6, duration_s=30, session_timeout_ms=3000, freeze_every_s=3,
+                 out_dir=tmp_path, produce_rate=300, members=3, heartbeat_interval_ms=300, drain_timeout_s=10)
+    report = result.format()
+    print(report, f"\nrun took {time.monotonic() - began:.1f} s")
+    s = result.summary
+    assert s["context"]["freezes_owning"] >= 2, report  # each a member with partitions to lose
+    assert result.violations == [], report
+    assert all(s["members"][f"m{i}"]["records_read"] > 0 for i in range(3)), report
+    assert s["produced"] > 0 and s["never_read"] == 0, report

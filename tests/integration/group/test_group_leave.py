@@ -1,0 +1,133 @@
+"""close() in each rebalance state sends LeaveGroup and returns well within its timeout (issue 12, defect 2).
+
+The member under test never polls on its own: the test holds it in a state (a callback awaited
+and not yet run, a JoinGroup held by the coordinator, a SyncGroup held back, a JoinGroup failing
+into backoff), then calls close(timeout_ms=8000) on the application thread. Leaving is legal from
+every state of the membership spec, so the leave is never lost: the callback runs inside close(),
+then on_partitions_revoked for what is still owned, then LeaveGroup.
+"""
+
+import time
+from collections import Counter
+
+import pytest
+
+from fsm_consumer import Consumer, ConsumerRebalanceListener
+from fsm_consumer._config import ConsumerConfig
+from fsm_consumer.transport import FaultyTransport, KafkaTransport
+from group_harness import FAST, wait_until
+
+pytestmark = pytest.mark.integration
+CLOSE_MS = 8000
+
+
+class Recorder(ConsumerRebalanceListener):
+    def __init__(self):
+        self.calls = []
+
+    def on_partitions_assigned(self, assigned):
+        self.calls.append(("assigned", sorted(tp.partition for tp in assigned)))
+
+    def on_partitions_revoked(self, revoked):
+        self.calls.append(("revoked", sorted(tp.partition for tp in revoked)))
+
+
+def _member(bootstrap, group, topic, strategy, **extra):
+    """A consumer whose transport counts every request it sends, by API."""
+    settings = {**FAST, "bootstrap_servers": bootstrap, "group_id": group, "client_id": "under-test",
+                "partition_assignment_strategy": [strategy], **extra}
+    faults = FaultyTransport(KafkaTransport(ConsumerConfig.from_kwargs(**settings)))
+    sent = Counter()
+    real_send = faults.send
+
+    def send(request, *args, **kw):
+        sent[type(request).__name__.removesuffix("Request")] += 1
+        return real_send(request, *args, **kw)
+
+    faults.send = send
+    consumer = Consumer(transport=faults, **settings)
+    listener = Recorder()
+    consumer.subscribe([topic], listener=listener)
+    return consumer, faults, sent, listener
+
+
+def _state(consumer):
+    return consumer._group.membership.machine.state
+
+
+def _poll_until_stable(consumer, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        consumer.poll(timeout_ms=50)
+        if _state(consumer) == "stable" and consumer.assignment():
+            return
+    raise AssertionError(f"not stable: {_state(consumer)}")
+
+
+def _close_and_check(consumer, sent, listener, state):
+    assert _state(consumer) == state
+    leaves = sent["LeaveGroup"]
+    started = time.monotonic()
+    consumer.close(timeout_ms=CLOSE_MS)
+    took = time.monotonic() - started
+    log = [r.trigger for r in consumer._group.membership.machine.log]
+    assert sent["LeaveGroup"] == leaves + 1, (state, log)
+    assert consumer._group.membership.machine.state == "unjoined", log
+    assert took < CLOSE_MS / 2000, f"close() in {state} took {took:.1f} s: {log}"
+    return log
+
+
+def test_close_in_assigning_partitions(broker, make_topic):
+    topic = make_topic(partitions=2)
+    c, _, sent, listener = _member(broker.bootstrap_servers, f"g-{topic}", topic, "range")
+    wait_until(lambda: _state(c) == "assigning_partitions", 20, "the assignment callback to be awaited")
+    log = _close_and_check(c, sent, listener, "assigning_partitions")
+    # the awaited callback ran inside close(), then everything owned was revoked before leaving
+    assert listener.calls == [("assigned", [0, 1]), ("revoked", [0, 1])]
+    assert "leave_requested" in log and log[log.index("leave_requested"):][:2] == ["leave_requested", "assign_acked"]
+
+
+def test_close_in_revoking_partitions(broker, make_topic, members):
+    topic = make_topic(partitions=2)
+    group = f"g-{topic}"
+    c, _, sent, listener = _member(broker.bootstrap_servers, group, topic, "range")
+    _poll_until_stable(c)
+    members(broker.bootstrap_servers, group, topic, "other", partition_assignment_strategy=["range"])
+    wait_until(lambda: _state(c) == "revoking_partitions", 20, "the revocation callback to be awaited")
+    _close_and_check(c, sent, listener, "revoking_partitions")
+    assert listener.calls[-1] == ("revoked", [0, 1])
+
+
+def test_close_in_joining_keeps_no_partition(broker, make_topic, members):
+    topic = make_topic(partitions=2)
+    group = f"g-{topic}"
+    c, _, sent, listener = _member(broker.bootstrap_servers, group, topic, "cooperative-sticky")
+    _poll_until_stable(c)
+    members(broker.bootstrap_servers, group, topic, "other", partition_assignment_strategy=["cooperative-sticky"])
+    wait_until(lambda: _state(c) == "joining", 20, "a cooperative rejoin")
+    _close_and_check(c, sent, listener, "joining")
+    assert listener.calls[-1] == ("revoked", [0, 1])  # cooperative: kept while joining, revoked to leave
+
+
+def test_close_in_syncing(broker, make_topic, members):
+    topic = make_topic(partitions=2)
+    group = f"g-{topic}"
+    members(broker.bootstrap_servers, group, topic, "leader", partition_assignment_strategy=["range"])
+    time.sleep(0.5)
+    # a follower holding its SyncGroup back far longer than the test waits
+    c, _, sent, listener = _member(broker.bootstrap_servers, group, topic, "range", follower_sync_delay_ms=60000)
+    wait_until(lambda: _state(c) == "syncing", 30, "the follower to hold its SyncGroup")
+    _close_and_check(c, sent, listener, "syncing")
+    assert listener.calls == []  # never owned anything
+
+
+def test_close_in_join_backoff(broker, make_topic):
+    topic = make_topic(partitions=2)
+    c, faults, sent, listener = _member(broker.bootstrap_servers, f"g-{topic}", topic, "range", retry_backoff_ms=60000)
+    _poll_until_stable(c)
+    faults.fail("Heartbeat", 27, times=1)   # REBALANCE_IN_PROGRESS: rejoin
+    faults.fail("JoinGroup", 15, times=1)   # COORDINATOR_NOT_AVAILABLE: back off (a minute)
+    deadline = time.monotonic() + 20
+    while _state(c) != "join_backoff" and time.monotonic() < deadline:
+        c.poll(timeout_ms=20)  # the eager revocation callback runs here
+    _close_and_check(c, sent, listener, "join_backoff")
