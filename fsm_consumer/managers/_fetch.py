@@ -188,17 +188,17 @@ class FetchManager:
             self._metadata.request_update({tp.topic})
         elif action is Action.RESET:
             strategy = self._subs.default_reset
-            if strategy == "none":
-                error = public_error(code, f"Fetch at offset {offset} (auto_offset_reset='none')", partitions=[tp])
-                if self._subs.position_is(tp, offset) and self._held.hold(("partition", tp), error):
-                    log.warning("%s", error)
-            elif not self._subs.reset_if_at(tp, offset, strategy):
-                pass  # sought, reset or unassigned meanwhile: the answer is about an old position
+            if strategy != "none":
+                self._subs.reset_if_at(tp, offset, strategy)  # False: sought or unassigned meanwhile
+                return
+            error = public_error(code, f"Fetch at offset {offset} (auto_offset_reset='none')", partitions=[tp])
+            if self._subs.position_is(tp, offset) and self._held.hold(("partition", tp), error):
+                log.warning("%s", error)
         elif action is Action.FATAL:
-            key = ("topic", tp.topic) if code == 29 else ("partition", tp)
-            error = public_error(code, f"Fetch at offset {offset}", partitions=None if code == 29 else [tp])
-            if code == 29:
-                error = public_error(code, f"Fetch of topic {tp.topic!r}")
+            if code == 29:  # an ACL on the topic: held for the topic, not per partition
+                key, error = ("topic", tp.topic), public_error(code, f"Fetch of topic {tp.topic!r}")
+            else:
+                key, error = ("partition", tp), public_error(code, f"Fetch at offset {offset}", partitions=[tp])
             if self._held.hold(key, error):
                 log.warning("%s", error)
 
