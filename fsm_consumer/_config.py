@@ -191,6 +191,9 @@ class ConsumerConfig:
     reconnect_backoff_ms: int = attrs.field(default=50, validator=_int(0))
     reconnect_backoff_max_ms: int = attrs.field(default=30_000, validator=_int(0))
     socket_connection_setup_timeout_ms: int = attrs.field(default=10_000, validator=_int(1))
+    # no answer to the TLS ClientHello within this: the listener is taken for a plaintext one (raised
+    # at once, not after request_timeout_ms); raise it only for a broker that is that slow to answer
+    tls_silence_timeout_ms: int = attrs.field(default=1500, validator=_int(1))
     metadata_max_age_ms: int = attrs.field(default=300_000, validator=_int(0))
     connections_max_idle_ms: int = attrs.field(default=540_000, validator=_int(0))
     close_timeout_ms: int = attrs.field(default=30_000, validator=_int(0))

@@ -1,11 +1,15 @@
 """Consumer metrics: plain counters, each written by one thread only (no locks on the hot path).
 
-Rates are computed when metrics() is read, from totals and the consumer's age.
+Rates are computed when metrics() is read, from totals and the consumer's age. Connection and
+held-error states are not counted here: metrics() passes in snapshots taken for it (the transport's
+node_states() and HeldErrors.describe(), both safe to take from the application thread).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 
 class Metrics:
@@ -44,9 +48,14 @@ class Metrics:
             self.fetch_latency_total_ms += latency
             self.fetch_latency_max_ms = max(self.fetch_latency_max_ms, latency)
 
-    def snapshot(self, *, lag: dict, buffer_bytes: int, buffer_peak: int, app_events: int, bg_events: int) -> dict:
+    def snapshot(self, *, lag: dict, buffer_bytes: int, buffer_peak: int, app_events: int, bg_events: int,
+                 nodes: Mapping[int, Mapping[str, Any]] | None = None,
+                 held: Mapping[str, str] | None = None) -> dict:
+        """``nodes``: the transport's node_states() snapshot; ``held``: HeldErrors.describe()."""
         age = max(time.monotonic() - self.started, 1e-9)
         max_lag = max(lag.values()) if lag else 0
+        nodes = nodes or {}
+        held = dict(held or {})
         return {
             "records-consumed-total": self.records_total,
             "records-consumed-rate": self.records_total / age,
@@ -63,4 +72,11 @@ class Metrics:
             "application-events-queued": app_events,
             "background-events-queued": bg_events,
             "poll-count": self.polls,
+            "connection-states": {str(node): {"address": n.get("address"), "state": n.get("state"),
+                                              "failures": n.get("failures", 0), "last-error": n.get("last_error")}
+                                  for node, n in nodes.items()},
+            "connections-ready": sum(1 for n in nodes.values() if n.get("state") == "ready"),
+            "connections-failing": sum(1 for n in nodes.values() if n.get("failures", 0) > 0),
+            "errors-held": held,
+            "errors-held-count": len(held),
         }

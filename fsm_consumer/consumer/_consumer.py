@@ -69,17 +69,18 @@ class Consumer(GroupApi):
         self._transport = transport = transport or KafkaTransport(config, clock=clock)
         self._app_queue.bind_waker(transport.wakeup)
         self._metadata = metadata = MetadataManager(config, subs.topics_needed, held)
-        offsets = OffsetsManager(config, subs, metadata, bg)
+        offsets = OffsetsManager(config, subs, metadata, bg, held)
         fetch = FetchManager(config, subs, metadata, buffer, held, metrics)
-        self._lifecycle = lifecycle = BackgroundLifecycle(clock)
-        machine = SpecMachine(shipped_spec("background"), lifecycle, clock=clock, config=config,
-                              instance=config.client_id)
+        self._lifecycle = lifecycle = BackgroundLifecycle()
+        # no clock: the loop ticks it with its `now` before anything fires (only the engine reads time)
+        machine = SpecMachine(shipped_spec("background"), lifecycle, config=config, instance=config.client_id,
+                              now=clock.now_ms())
         lifecycle.machine = self._background_machine = machine
         processor = ApplicationEventProcessor(metadata=metadata, offsets=offsets, lifecycle=lifecycle,
                                               machine=machine, subscription=subs)
         self._collector = FetchCollector(config, subs, buffer, transport.wakeup, metrics, clock)
         self._group = group = GroupParts(
-            config, clock=clock, subscription=subs, metadata=metadata, lifecycle=lifecycle,
+            config, subscription=subs, metadata=metadata, lifecycle=lifecycle,
             background_machine=machine, background_events=bg, app_queue=self._app_queue, processor=processor,
             metrics=metrics, held=held) if config.group_id else None
         own = [SelfAssignManager(config, subs, metadata)] if group is None else []
@@ -249,7 +250,7 @@ class Consumer(GroupApi):
         deadline = self._clock.now_ms() + ms
         while True:
             self._signal.clear()
-            position = self._subs.state(tp).position
+            position = self._subs.position(tp)
             if position is not None:
                 return position
             self._raise_if_no_offset([tp])
@@ -359,7 +360,7 @@ class Consumer(GroupApi):
     def _records(self) -> Iterator[ConsumerRecord]:
         timeout = self.config.consumer_timeout_ms
         idle_since = self._clock.now_ms()
-        subs, collector = self._subs, self._collector
+        collector = self._collector
         while True:
             wait = 1000.0 if math.isinf(timeout) else max(0.0, min(1000.0, idle_since + timeout - self._clock.now_ms()))
             batch = self.poll(timeout_ms=wait, update_offsets=False)  # one partition's fetch at most
@@ -368,11 +369,11 @@ class Consumer(GroupApi):
                     return
                 continue
             for tp, records in batch.items():
-                epoch = collector.epoch_of(tp)
                 last = records[-1]
                 for record in records:
-                    # the partition was sought, paused or revoked meanwhile: the rest is not handed out
-                    if epoch is None or not subs.advance(tp, epoch, record.offset + 1, record.leader_epoch):
+                    # taken atomically (position checked and moved, lease checked); the partition was
+                    # sought, paused or revoked meanwhile: the rest is not handed out
+                    if not collector.take_record(tp, record):
                         break
                     if record is last:
                         collector.settle()  # its fetch is used up: the next one is fetched meanwhile
@@ -433,8 +434,15 @@ class Consumer(GroupApi):
         """Figures by name (flat; see the README). ``raw`` is accepted for kafka-python's signature: there
         are no KafkaMetric objects here, so both forms give the values."""
         lag = self._subs.lag()
+        # snapshots: the transport is the background thread's, node_states() copies what it reads
+        node_states = getattr(self._transport, "node_states", None)
         out = self._metrics.snapshot(lag=lag, buffer_bytes=self._buffer.bytes, buffer_peak=self._buffer.peak_bytes,
-                                     app_events=len(self._app_queue), bg_events=len(self._bg_queue))
+                                     app_events=len(self._app_queue), bg_events=len(self._bg_queue),
+                                     nodes=node_states() if node_states is not None else {},
+                                     held=self._held.describe())
+        # fetched data not handed out because its partition was sought, paused or revoked meanwhile
+        out["fetches-dropped-stale"] = self._collector.stale_fetches
+        out["records-dropped-stale"] = self._collector.stale_records
         if self._group is not None:
             out.update(self._group.metrics(self._clock.now_ms()))
         return out
@@ -447,7 +455,8 @@ class Consumer(GroupApi):
     def close(self, autocommit: bool = True, timeout_ms: float | None = None) -> None:
         """Leave the group (rebalance callbacks run here and may still commit), auto-commit unless
         ``autocommit`` is False, stop the background thread and close every connection within
-        ``timeout_ms`` (default ``close_timeout_ms``). kafka-python's argument order."""
+        ``timeout_ms`` (default ``close_timeout_ms``). kafka-python's argument order. Connections are
+        closed by the background thread as it stops; if it does not stop in time, a WARNING says so."""
         if self._closed or self._closing:
             return
         self._closing = True
@@ -465,8 +474,10 @@ class Consumer(GroupApi):
                         _log.warning("during close: %r", exc)
                     self._signal.wait(min(50.0, max(0.0, deadline - self._clock.now_ms())) / 1000.0)
                 if not self._thread.join(max(0.0, deadline - self._clock.now_ms()) / 1000.0 + 0.05):
-                    # the loop did not stop in time: close the sockets from here so nothing stays open
-                    self._transport.close()
+                    # Never closed from here: the transport is the background thread's alone, and its
+                    # finally closes every connection when the loop stops (the thread is a daemon).
+                    _log.warning("close(): the background thread of consumer %r did not stop within %g ms; "
+                                 "it closes its connections when it finishes", self.config.client_id, budget)
             self._collector.drop_partitions(lambda tp: False)
         finally:
             self._closed = True

@@ -10,19 +10,19 @@ from ..managers import CommitManager, CoordinatorManager, MembershipManager
 class GroupParts:
     """The group's managers for one consumer, and how application events reach them."""
 
-    def __init__(self, config, *, clock, subscription, metadata, lifecycle, background_machine, background_events,
+    def __init__(self, config, *, subscription, metadata, lifecycle, background_machine, background_events,
                  app_queue, processor, metrics, held) -> None:
         self.coordinator = CoordinatorManager(config, background_machine, held)
         lifecycle.coordinator = self.coordinator
         self.commits = CommitManager(config, subscription=subscription, coordinator=self.coordinator,
-                                     background_events=background_events, clock=clock, metrics=metrics)
+                                     background_events=background_events, metrics=metrics, held=held)
         self.membership = MembershipManager(
             config, subscription=subscription, metadata=metadata, coordinator=self.coordinator,
             commits=self.commits, background_events=background_events, post_app_event=app_queue.put,
-            clock=clock, metrics=metrics, held=held)
+            metrics=metrics, held=held)
         self.commits.membership = self.membership
         lifecycle.closers.extend([self.membership, self.commits])
-        self._unsubscribes: list[UnsubscribeEvent] = []
+        self.unsubscribes: list[UnsubscribeEvent] = []  # waiting for the member to have left
         processor.register(SubscriptionChangedEvent, self._subscription_changed)
         processor.register(UnsubscribeEvent, self._unsubscribe)
         processor.register(CallbackAckEvent, self.membership.on_callback_ack)
@@ -34,11 +34,11 @@ class GroupParts:
     def metrics(self, now: float) -> dict:
         """Group figures for Consumer.metrics() (read from the application thread: plain values)."""
         m, c = self.membership, self.commits
-        last_poll = m._last_poll
+        last_poll = m.last_poll
         return {
             "member-state": m.machine.state,
             "session-expiries": m.session_expiries,
-            "coordinator-state": self.coordinator._machine.state,
+            "coordinator-state": self.coordinator.state,
             "generation": m.generation,
             "rebalance-total": m.rebalances,
             "rebalance-latency-avg": m.rebalance_total_ms / m.rebalances if m.rebalances else 0.0,
@@ -62,7 +62,7 @@ class GroupParts:
 
     def _unsubscribe(self, event, now: float) -> None:
         self.membership.on_unsubscribe(now)
-        self._unsubscribes.append(event)
+        self.unsubscribes.append(event)
 
 
 class _UnsubscribeWatch:
@@ -73,8 +73,8 @@ class _UnsubscribeWatch:
 
     def poll(self, now: float):
         parts = self._parts
-        if parts._unsubscribes and parts.membership.close_done:
-            for event in parts._unsubscribes:
+        if parts.unsubscribes and parts.membership.close_done:
+            for event in parts.unsubscribes:
                 event.complete(None)
-            parts._unsubscribes.clear()
+            parts.unsubscribes.clear()
         return float("inf"), []

@@ -90,7 +90,7 @@ class GroupApi:
     def subscription(self) -> set[str] | None:
         if self._subs.kind == "pattern":
             if self._group is not None:
-                return set(self._group.membership._joined_topics)
+                return set(self._group.membership.joined_topics)
             return {tp.topic for tp in self._subs.assignment()}
         return set(self._subs.topics) if self._subs.kind == "topics" else None
 

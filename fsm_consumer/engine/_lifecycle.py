@@ -19,8 +19,7 @@ class Closer(Protocol):
 
 
 class BackgroundLifecycle:
-    def __init__(self, clock) -> None:
-        self._clock = clock
+    def __init__(self) -> None:
         self.coordinator: Any = None          # set by group consumers
         self.closers: list[Closer] = []
         self.close_deadline_ms = math.inf
@@ -42,8 +41,13 @@ class BackgroundLifecycle:
         if self.coordinator is not None:
             self.coordinator.on_unusable()
 
+    def discovery_backoff_ms(self, configured: float) -> float:
+        if self.coordinator is None:
+            return configured
+        return self.coordinator.next_backoff_ms(self.machine.now)
+
     def close_budget_ms(self, configured: float) -> float:
-        left = self.close_deadline_ms - self._clock.now_ms()
+        left = self.close_deadline_ms - self.machine.now  # the loop's `now`: this model reads no clock
         return max(0.0, min(configured, left)) if math.isfinite(left) else configured
 
     def begin_close(self) -> None:

@@ -69,8 +69,7 @@ class NetworkThread:
             error = BackgroundThreadError(f"the consumer's background thread failed: {exc!r}")
             error.__cause__ = exc
             self._lifecycle.failure = error
-            if self._machine.may("crash"):
-                self._machine.fire("crash")
+            self._machine.fire("crash")  # a no-op once closed or failed (see background.yaml)
             self._bg.put(ErrorEvent(error))
             self._app_queue.close(error)  # events put from now on fail at once, not at their deadline
             for ev in self._app_queue.drain() + self._waiting:

@@ -63,7 +63,5 @@ class ApplicationEventProcessor:
         self._lifecycle.close_deadline_ms = event.deadline_ms
         self._lifecycle.close_event = event
         self._lifecycle.close_autocommit = event.autocommit
-        if self._machine.may("close"):
-            self._machine.fire("close")
-        else:
+        if not self._machine.fire("close"):  # ignored (closing already, or the loop ended): done at once
             event.complete(None)

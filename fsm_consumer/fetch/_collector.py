@@ -3,8 +3,15 @@
 Takes completed fetches from the buffer, decodes each one whole, and hands out up to
 ``max_poll_records`` per poll, advancing positions as it goes: as records (``collect``, for
 ``poll()``) or as Arrow columns (``collect_batch``, for ``poll_batch()``; see ``_columns``), with the
-same bookkeeping (``_drain``); a fetch handed out partly in one form goes on in the other. Data fetched under an older
-partition epoch (the partition was unassigned, sought, reset or paused since) is dropped.
+same bookkeeping (``_drain``); a fetch handed out partly in one form goes on in the other.
+
+Every hand-out goes through ``SubscriptionState.take``, which checks the partition and moves its
+position in one step under the subscription's lock: records reach the caller only if their partition
+is still assigned under the epoch they were fetched with (not unassigned, revoked, sought, reset or
+paused since), its position is where they start, and the member's lease holds. Data that fails this
+is dropped and counted (``stale_fetches``, ``stale_records``); past the lease nothing is handed out and
+the data is kept. The iterator (records lent by ``collect(advance=False)``) takes each record with
+``take_record``.
 A decoding fault is raised for its partition only: records before it are returned first, the
 error comes from the next poll (and again for as long as the partition is read from that offset).
 """
@@ -13,15 +20,17 @@ from __future__ import annotations
 
 import bisect
 import gc
+import logging
 import operator
 from collections.abc import Callable
 
+from ..state._subscription import Take
 from ._buffer import CompletedFetch, FetchBuffer
 from ._decode import decode_partition
 from ._records import TopicPartition
 
 _OFFSET = operator.attrgetter("offset")
-_FOREVER = float("inf")
+log = logging.getLogger("fsm_consumer.fetch")
 
 
 class _Draining:
@@ -74,6 +83,14 @@ class FetchCollector:
         self._value_des = config.value_deserializer
         self._current: _Draining | None = None
         self._error: Exception | None = None
+        # what collect(advance=False) lent last, for take_record: [tp, epoch, next position, records left]
+        self._lent: list | None = None
+        # dropped because their partition changed after they were fetched (application thread only)
+        self.stale_fetches = 0     # fetches, or what was left of them
+        self.stale_records = 0     # decoded records among them never handed out
+
+    def _now(self) -> float | None:
+        return self._clock.now_ms() if self._clock is not None else None
 
     def has_data(self) -> bool:
         return self._current is not None or len(self._buffer) > 0 or self._error is not None
@@ -82,8 +99,9 @@ class FetchCollector:
         """Up to ``max_records`` records by partition; raises a pending decoding error first.
 
         ``advance=False`` (kafka-python's ``poll(update_offsets=False)``, and the iterator): the
-        records of one fetch at most, positions left where they are for the caller to move; a
-        later call goes back to the position if the caller did not move it past them."""
+        records of one fetch at most, checked like any hand-out but positions left where they are
+        for the caller to move (the iterator: ``take_record``); a later call goes back to the
+        position if the caller did not move it past them."""
         out: dict[TopicPartition, list] = {}
         taken = self._drain(max_records, False, out, advance)
         if taken:
@@ -109,6 +127,26 @@ class FetchCollector:
         cur = self._current
         return cur.fetch.epoch if cur is not None and cur.fetch.tp == tp else None
 
+    def take_record(self, tp: TopicPartition, record) -> bool:
+        """The iterator hands out ``record``, one of those the last ``collect(advance=False)`` lent,
+        in order: the position moves past it atomically (``SubscriptionState.take``). False: do not
+        hand it out (nor the rest of what was lent); stale records are counted, and the next collect
+        goes on from the position."""
+        lent = self._lent
+        if lent is None or lent[0] != tp:
+            return False  # collected again since, or not lent at all
+        _, epoch, start, left = lent
+        outcome = self._subs.take(tp, epoch, start, record.offset + 1, record.leader_epoch, self._now())
+        if outcome:
+            lent[2], lent[3] = record.offset + 1, left - 1
+            return True
+        self._lent = None
+        if outcome is Take.STALE:
+            self.stale_records += left
+            log.debug("%s: %d lent records not handed out: the partition changed", tp, left)
+        self._wake()
+        return False
+
     def settle(self) -> None:
         """A caller that moves positions itself reached the end of what it was handed: finish the fetch
         now (position to its end, fetch released) so the next one is fetched meanwhile."""
@@ -123,9 +161,10 @@ class FetchCollector:
             error, self._error = self._error, None
             raise error
         taken = 0
-        released = False
+        released = expired = False
         subs = self._subs
-        if subs.lease_until != _FOREVER and self._clock is not None and self._clock.now_ms() >= subs.lease_until:
+        self._lent = None  # what was lent before is superseded by this call
+        if subs.lease_expired(self._now()):
             # the member's session ran out (frozen, cut off): the group may have given these partitions
             # to another member; nothing is handed out until the background thread has settled it
             self._wake()
@@ -158,12 +197,20 @@ class FetchCollector:
                 continue  # settled again: what is left may be nothing (control records only)
             end = min(cur.size, cur.index + (max_records - taken))
             pos = cur.offset_at(end - 1) + 1
-            # the position moves with what is handed out, atomically: if the partition changed since
-            # _settle (revoked, sought), these records are not handed out at all
-            if advance and not subs.advance(tp, fetch.epoch, pos, cur.leader_epoch):
-                self._finish()
+            # the check and the position move are one step under the subscription's lock: if the
+            # partition changed since it was fetched (revoked, sought, reassigned) none of these
+            # records are handed out; without ``advance`` the same check, the position left as it is
+            outcome = subs.take(tp, fetch.epoch, cur.pos, pos if advance else None, cur.leader_epoch,
+                                self._now())  # decoding took time: the lease is checked as of now
+            if outcome is Take.EXPIRED:
+                expired = True
+                break
+            if not outcome:
+                self._drop_stale()
                 released = True
                 continue
+            if not advance:
+                self._lent = [tp, fetch.epoch, cur.pos, end - cur.index]
             chunk = cur.take(cur.index, end)
             if columnar:
                 out.setdefault(tp, []).append(chunk)
@@ -176,9 +223,9 @@ class FetchCollector:
             if not advance:
                 break  # one fetch at most: the caller moves its position
         cur = self._current
-        if advance and cur is not None and cur.index == cur.size and not self._settle():
+        if advance and not expired and cur is not None and cur.index == cur.size and not self._settle():
             released = True  # used up by the last chunk: fetched again now, a fault raised next time
-        if released:
+        if released or expired:
             self._wake()
         return taken
 
@@ -193,9 +240,9 @@ class FetchCollector:
         cur = self._current
         fetch = cur.fetch
         subs = self._subs
-        position = subs.position_at(fetch.tp, fetch.epoch)
+        position = subs.position_at(fetch.tp, fetch.epoch)  # unlocked: take() checks again
         if position is None:
-            self._finish()
+            self._drop_stale()
             return False
         if position != cur.pos:
             if position < cur.base:
@@ -205,7 +252,11 @@ class FetchCollector:
             cur.index, cur.pos = cur.index_of(position), position
         if cur.index < cur.size:
             return True
-        subs.advance(fetch.tp, fetch.epoch, cur.next_offset, cur.leader_epoch)
+        # past what follows the last record (control records, aborted data): no record handed out,
+        # so no lease needed; the position must still be where the last one left it
+        if not subs.take(fetch.tp, fetch.epoch, cur.pos, cur.next_offset, cur.leader_epoch):
+            self._drop_stale()
+            return False
         subs.release_fetch(fetch.tp, fetch.epoch, to_back=True)
         self._finish()
         if cur.error is not None:
@@ -214,7 +265,10 @@ class FetchCollector:
 
     def _start(self, fetch: CompletedFetch, columnar: bool) -> _Draining | None:
         if self._subs.position_at(fetch.tp, fetch.epoch) != fetch.fetch_offset:
+            # stale before decoding (unlocked check; take() decides for what is decoded)
             self._subs.release_fetch(fetch.tp, fetch.epoch)
+            self.stale_fetches += 1
+            log.debug("%s: fetch at %d dropped: the partition changed", fetch.tp, fetch.fetch_offset)
             return None
         decoded = self._decode(fetch, fetch.fetch_offset, columnar)
         self._metrics.bytes_consumed(fetch.size)
@@ -265,6 +319,17 @@ class FetchCollector:
             cur.data, cur.columnar = from_records(cur.data[cur.index:]), True
         cur.size = len(cur.data) if not cur.columnar else cur.data.num_rows
         cur.index, cur.base = 0, cur.pos
+
+    def _drop_stale(self) -> None:
+        """The fetch being drained belongs to a partition that changed: dropped, counted, fetched again
+        (its in-flight mark goes, if the epoch is still the one it was fetched under)."""
+        cur = self._current
+        fetch = cur.fetch
+        self.stale_fetches += 1
+        self.stale_records += cur.size - cur.index
+        log.debug("%s: %d fetched records dropped: the partition changed", fetch.tp, cur.size - cur.index)
+        self._subs.release_fetch(fetch.tp, fetch.epoch)
+        self._finish()
 
     def _finish(self) -> None:
         """The fetch being drained is used up or dropped: its bytes leave the buffer's count."""

@@ -2,13 +2,19 @@
 
 - ``commit()`` / ``commit_async()`` arrive as CommitEvents; auto-commit runs every
   ``auto_commit_interval_ms`` from here, committing the positions of records poll() already
-  returned. Retriable errors are retried (after ``retry_backoff_ms``) until the commit's deadline.
+  returned. Every error code goes through the error policy: retriable ones (the coordinator
+  loading or moved, a request timed out) are retried after a per-commit backoff, exponential up
+  to ``retry_backoff_max_ms``, until the commit's deadline, and the timeout then names the last
+  error; the user's (ACLs, metadata too large) fail the commit at once, saying how to fix it.
 - As the Java client: a commit asked for while the member is rejoining (or answered
   REBALANCE_IN_PROGRESS, or answered ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID while it rejoins) fails
   at once with the retriable RebalanceInProgressError: the member may keep its partitions, and
   poll() completes the rebalance. CommitFailedError when the membership itself is gone.
 - Newly assigned partitions without a position get it from the group's committed offset,
-  else from the reset policy.
+  else from the reset policy. A GROUP/TOPIC_AUTHORIZATION_FAILED answer to that OffsetFetch is
+  held (raised by poll()) and not asked again while held.
+- No clock: every time comes in as ``now``; a commit queued from a hook starts its timeout at
+  the next poll, in the same loop iteration.
 """
 
 from __future__ import annotations
@@ -17,48 +23,75 @@ import logging
 import math
 from collections import defaultdict
 
-import kafka.errors as ke
 from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 
 from ..errors import CommitFailedError, KafkaTimeoutError, RebalanceInProgressError
 from ..events import CallbackEvent, CommitEvent, FetchCommittedEvent
 from ..fetch._records import OffsetAndMetadata, TopicPartition
+from ..policy import Action, Backoffs, classify, public_error
 from ._base import FOREVER, Outgoing, error_of
 
 log = logging.getLogger("fsm_consumer.commit")
 
-_RETRIABLE = {7, 14, 15, 16}         # timed out, load in progress, not available, not coordinator
-_COORDINATOR = {15, 16}
+_LOADING = 14                        # COORDINATOR_LOAD_IN_PROGRESS: the same coordinator, later
 _GENERATION_MOVED = {22, 25}
 _REBALANCE_IN_PROGRESS = 27
+_GROUP_AUTHORIZATION_FAILED = 30
+_TOPIC_AUTHORIZATION_FAILED = 29
 _REJOINING = frozenset({"joining", "join_backoff", "syncing"})
 
 
 class _Commit:
-    __slots__ = ("offsets", "deadline", "on_done", "retry_at", "in_flight", "auto")
+    __slots__ = ("offsets", "deadline", "timeout_ms", "started", "on_done", "retry_at", "sent_at", "in_flight",
+                 "auto", "event", "last_error")
 
-    def __init__(self, offsets, deadline, on_done, auto=False) -> None:
+    def __init__(self, offsets, on_done, *, deadline=None, timeout_ms=None, started=None, auto=False,
+                 event=None) -> None:
         self.offsets = offsets          # tp -> OffsetAndMetadata
-        self.deadline = deadline
+        self.deadline = deadline        # None: now + timeout_ms at the first poll
+        self.timeout_ms = timeout_ms
+        self.started = started
         self.on_done = on_done          # (error or None) -> None, on the background thread
         self.retry_at = 0.0
+        self.sent_at = 0.0
         self.in_flight = False
         self.auto = auto
+        self.event = event              # the CommitEvent, if the user asked: its cause says why it waits
+        self.last_error: BaseException | None = None
+
+    def start(self, now: float) -> None:
+        if self.started is None:
+            self.started = now
+        if self.deadline is None:
+            self.deadline = now + self.timeout_ms
+
+
+def _describe(offsets) -> str:
+    tps = sorted(offsets)
+    names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in tps[:5])
+    return names + (f" and {len(tps) - 5} more" if len(tps) > 5 else "")
+
+
+def _name(error: BaseException) -> str:
+    return type(error).__name__
 
 
 class CommitManager:
-    def __init__(self, config, *, subscription, coordinator, background_events, clock, metrics) -> None:
+    def __init__(self, config, *, subscription, coordinator, background_events, metrics, held) -> None:
         self._config = config
         self._subs = subscription
         self._coordinator = coordinator
         self._bg = background_events
-        self._clock = clock
         self._metrics = metrics
+        self._held = held
         self.membership = None                      # set in group mode: generation and member id
         self._queue: list[_Commit] = []
         self._lookups: list[FetchCommittedEvent] = []
         self._fetching: set[TopicPartition] = set()
-        self._committed_fetch_retry_at = 0.0
+        # a failing commit, lookup or partition is retried a few times a second at most (the error policy)
+        self._retries = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)     # per commit / lookup
+        self._positions = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)   # per partition
+        self._holding: set = set()                  # held-error keys this manager holds
         self._next_auto = math.inf
         self._last_auto: dict[TopicPartition, int] = {}
         self._closing = False
@@ -84,7 +117,8 @@ class CommitManager:
         if not offsets:
             self._finish(event, None)
             return
-        self._queue.append(_Commit(offsets, event.deadline_ms, lambda err, ev=event: self._finish(ev, err)))
+        self._queue.append(_Commit(offsets, lambda err, ev=event: self._finish(ev, err), deadline=event.deadline_ms,
+                                   started=now, event=event))
 
     def _rejoining(self) -> bool:
         m = self.membership
@@ -132,15 +166,16 @@ class CommitManager:
     def commit_positions(self, positions: dict[TopicPartition, int], on_done) -> None:
         """Commit before revocation completes (auto-commit on): bounded by default_api_timeout_ms."""
         offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in positions.items()}
-        self._queue.append(_Commit(offsets, self._clock.now_ms() + self._config.default_api_timeout_ms, on_done))
+        self._queue.append(_Commit(offsets, on_done, timeout_ms=self._config.default_api_timeout_ms))
 
     def on_fetch_committed(self, event: FetchCommittedEvent, now: float) -> None:
         self._lookups.append(event)
 
     def begin_close(self, autocommit: bool) -> None:
         self._closing = True
+        self._next_auto = math.inf
         if autocommit and self._config.enable_auto_commit and self._config.group_id and self._may_auto_commit():
-            self._auto_commit(self._clock.now_ms(), force=True)
+            self._queue_auto_commit()
 
     @property
     def close_done(self) -> bool:
@@ -155,7 +190,11 @@ class CommitManager:
             self._auto_commit(now)
         if not math.isinf(self._next_auto):
             wait = min(wait, max(0.0, self._next_auto - now))
-        need_committed = (self._subs.awaiting_committed() - self._fetching)
+        awaiting = self._subs.awaiting_committed()
+        self._release_unneeded(awaiting)
+        # held (GROUP/TOPIC_AUTHORIZATION_FAILED): not asked again while the user has not acted
+        need_committed = {tp for tp in awaiting - self._fetching if not self._denied(tp)}
+        self._lookups = [e for e in self._lookups if not self._dropped(e)]
         has_work = bool(self._queue or self._lookups or need_committed)
         if not has_work:
             return wait, []
@@ -168,23 +207,33 @@ class CommitManager:
         for commit in list(self._queue):
             if commit.in_flight:
                 continue
+            commit.start(now)
             if now >= commit.deadline:
-                self._queue.remove(commit)
-                self._done(commit, KafkaTimeoutError("the commit did not complete before its deadline"), now)
+                self._time_out(commit, now)
                 continue
             if now < commit.retry_at:
-                wait = min(wait, commit.retry_at - now)
+                wait = min(wait, min(commit.retry_at, commit.deadline) - now)
                 continue
             commit.in_flight = True
-            commit.retry_at = now  # reused as the send time for latency
+            commit.sent_at = now
             out.append(Outgoing(self._commit_request(commit.offsets), node,
                                 lambda p, n, c=commit: self._on_commit(p, n, c), max_version=9))
-        if need_committed and now >= self._committed_fetch_retry_at:
-            self._fetching |= need_committed
-            out.append(Outgoing(self._fetch_request(need_committed), node,
-                                lambda p, n, tps=frozenset(need_committed): self._on_positions(p, n, tps),
-                                max_version=7))
+        ready = set()
+        for tp in need_committed:
+            later = self._positions.wait(tp, now)
+            if later:
+                wait = min(wait, later)
+            else:
+                ready.add(tp)
+        if ready:
+            self._fetching |= ready
+            out.append(Outgoing(self._fetch_request(ready), node,
+                                lambda p, n, tps=frozenset(ready): self._on_positions(p, n, tps), max_version=7))
         for event in list(self._lookups):
+            later = self._retries.wait(event, now)
+            if later:
+                wait = min(wait, later)
+                continue
             self._lookups.remove(event)
             out.append(Outgoing(self._fetch_request(event.partitions), node,
                                 lambda p, n, ev=event: self._on_lookup(p, n, ev), max_version=7))
@@ -192,21 +241,45 @@ class CommitManager:
 
     def _expire(self, now: float) -> None:
         for commit in list(self._queue):
+            commit.start(now)
             if not commit.in_flight and now >= commit.deadline:
-                self._queue.remove(commit)
-                self._done(commit, KafkaTimeoutError("no coordinator before the commit's deadline"), now)
+                self._time_out(commit, now)
+            elif commit.event is not None and commit.last_error is None:
+                commit.event.cause = self._no_coordinator()
 
-    def _auto_commit(self, now: float, force: bool = False) -> None:
+    def _no_coordinator(self) -> str:
+        why = getattr(self._coordinator, "last_error", None)
+        return f"no coordinator for group {self._config.group_id!r}" + (f" ({why})" if why else "")
+
+    def _time_out(self, commit: _Commit, now: float) -> None:
+        """The deadline passed: a timeout that names what kept failing (chained as its cause)."""
+        self._queue.remove(commit)
+        what = commit.event.what if commit.event is not None and commit.event.what else \
+            f"commit of {_describe(commit.offsets)}"
+        last = commit.last_error
+        why = f"last error {_name(last)}" if last is not None else self._no_coordinator()
+        error = KafkaTimeoutError(f"{what} timed out after {now - commit.started:.0f} ms: {why}")
+        error.__cause__ = last
+        self._done(commit, error, now)
+
+    def _auto_commit(self, now: float) -> None:
         self._next_auto = now + self._config.auto_commit_interval_ms
-        if not force and not self._may_auto_commit():
-            return
+        if self._may_auto_commit():
+            self._queue_auto_commit()
+
+    def _queue_auto_commit(self) -> None:
         positions = {tp: off for tp, off in self._subs.positions().items()
                      if self._last_auto.get(tp) != off}
         if not positions or any(c.auto and c.in_flight for c in self._queue):
             return
         offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in positions.items()}
-        self._queue.append(_Commit(offsets, now + self._config.default_api_timeout_ms,
-                                   lambda err, pos=positions: self._auto_done(pos, err), auto=True))
+        waiting = next((c for c in self._queue if c.auto), None)
+        if waiting is not None:  # one still backing off takes the newer positions: never two queued
+            waiting.offsets = {**waiting.offsets, **offsets}
+            return
+        commit = _Commit(offsets, None, timeout_ms=self._config.default_api_timeout_ms, auto=True)
+        commit.on_done = lambda err, c=commit: self._auto_done({tp: om.offset for tp, om in c.offsets.items()}, err)
+        self._queue.append(commit)
 
     def _may_auto_commit(self) -> bool:
         """Manual assignment (not a member: generation -1, as Kafka's simple consumers commit), or a
@@ -241,41 +314,50 @@ class CommitManager:
 
     def _on_commit(self, pending, now: float, commit: _Commit) -> None:
         commit.in_flight = False
-        sent_at = commit.retry_at
         if pending.error is not None:
-            self._coordinator.mark_unknown()
+            if classify(pending.error) is Action.FATAL:  # TLS/SASL: reconnecting cannot fix it
+                self._queue.remove(commit)
+                self._done(commit, pending.error, now)
+                return
+            self._coordinator.mark_unknown()  # its connection failed: find it again
             self._retry(commit, now, pending.error)
             return
-        worst = 0
+        failed: dict[int, list[TopicPartition]] = defaultdict(list)
         for t in pending.response.topics:
             for p in t.partitions:
-                if p.error_code and (worst == 0 or p.error_code in _GENERATION_MOVED | {_REBALANCE_IN_PROGRESS}):
-                    worst = p.error_code
-        if worst == 0:
+                if p.error_code:
+                    failed[p.error_code].append(TopicPartition(t.name, p.partition_index))
+        if not failed:
             self._queue.remove(commit)
-            latency = now - sent_at
+            latency = now - commit.sent_at
             self.commit_latency_total_ms += latency
             self.commit_latency_max_ms = max(self.commit_latency_max_ms, latency)
             self._done(commit, None, now)
-        elif worst in _GENERATION_MOVED or worst == _REBALANCE_IN_PROGRESS:
+            return
+        code = _worst(failed)
+        action = classify(code)
+        if code in _GENERATION_MOVED or code == _REBALANCE_IN_PROGRESS:
             self._queue.remove(commit)
-            self._done(commit, self._generation_error(worst), now)
-        elif worst in _RETRIABLE:
-            if worst in _COORDINATOR:
+            self._done(commit, self._generation_error(code), now)
+        elif action in (Action.FATAL, Action.RESET, Action.FENCED):  # the user's to fix: never retried
+            self._queue.remove(commit)
+            tps = None if code == _GROUP_AUTHORIZATION_FAILED else failed[code]
+            self._done(commit, public_error(code, f"OffsetCommit for group {self._config.group_id!r}",
+                                            partitions=tps), now)
+        else:  # RETRY, REDISCOVER, REFRESH_METADATA: the same commit after a backoff
+            if action is Action.REDISCOVER and code != _LOADING:
                 self._coordinator.mark_unknown()
-            self._retry(commit, now, error_of(worst)("OffsetCommit"))
-        else:
-            self._queue.remove(commit)
-            self._done(commit, error_of(worst)("OffsetCommit"), now)
+            self._retry(commit, now, error_of(code)(f"OffsetCommit for {_describe(failed[code])}"))
 
-    def _retry(self, commit: _Commit, now: float, error) -> None:
-        if now + self._config.retry_backoff_ms >= commit.deadline:
-            self._queue.remove(commit)
-            self._done(commit, error if isinstance(error, Exception) else KafkaTimeoutError(str(error)), now)
-        else:
-            commit.retry_at = now + self._config.retry_backoff_ms
+    def _retry(self, commit: _Commit, now: float, error: BaseException) -> None:
+        """Backed off per commit (a few tries a second at most); poll() times it out at its deadline."""
+        commit.last_error = error
+        commit.retry_at = self._retries.failed(commit, now)
+        if commit.event is not None:
+            commit.event.cause = f"last error {_name(error)}"
 
     def _done(self, commit: _Commit, error, now: float) -> None:
+        self._retries.succeeded(commit)
         if error is None:
             self.commits_ok += 1
         else:
@@ -283,7 +365,7 @@ class CommitManager:
         history = getattr(self.membership, "history_file", None)
         if history is not None:
             generation, member_id, _ = self._generation()
-            history.write("commit", member_id, generation, error=None if error is None else repr(error),
+            history.write("commit", member_id, generation, now, error=None if error is None else repr(error),
                           offsets=[[tp.topic, tp.partition, om.offset] for tp, om in sorted(commit.offsets.items())])
         commit.on_done(error)
 
@@ -296,50 +378,137 @@ class CommitManager:
             for t, ps in topics.items()])
 
     @staticmethod
-    def _committed(response) -> tuple[dict, int]:
-        found, worst = {}, response.error_code if hasattr(response, "error_code") else 0
+    def _committed(response, partitions) -> tuple[dict, dict]:
+        """(tp -> OffsetAndMetadata or None, tp -> error code); a group-level code applies to all."""
+        found: dict = {}
+        errors: dict = {}
+        top = getattr(response, "error_code", 0)
         for t in response.topics:
             for p in t.partitions:
                 tp = TopicPartition(t.name, p.partition_index)
-                if p.error_code:
-                    worst = worst or p.error_code
+                if p.error_code or top:
+                    errors[tp] = p.error_code or top
                     continue
                 found[tp] = (None if p.committed_offset < 0 else
                              OffsetAndMetadata(p.committed_offset, p.metadata or "",
                                                getattr(p, "committed_leader_epoch", -1)))
-        return found, worst
+        if top:
+            errors.update({tp: top for tp in partitions if tp not in errors})
+        return found, errors
 
+    # -- committed offsets as starting positions ----------------------------------------------------------
     def _on_positions(self, pending, now: float, partitions) -> None:
         self._fetching -= partitions
         if pending.error is not None:
             self._coordinator.mark_unknown()
-            self._committed_fetch_retry_at = now + self._config.retry_backoff_ms
+            for tp in partitions:
+                self._positions.failed(tp, now)
             return
-        found, worst = self._committed(pending.response)
-        if worst in _COORDINATOR:
-            self._coordinator.mark_unknown()
+        found, errors = self._committed(pending.response, partitions)
         for tp in partitions:
             if tp in found:
+                self._positions.succeeded(tp)
                 om = found[tp]
                 self._subs.set_committed_position(tp, None if om is None else om.offset,
                                                   -1 if om is None else om.leader_epoch)
-        if worst:
-            self._committed_fetch_retry_at = now + self._config.retry_backoff_ms
+            else:  # in errors, or left out of the answer: asked again after a backoff
+                self._positions.failed(tp, now)
+        by_code: dict[int, list[TopicPartition]] = defaultdict(list)
+        for tp, code in errors.items():
+            if tp in partitions:
+                by_code[code].append(tp)
+        for code, tps in by_code.items():
+            action = classify(code)
+            if action is Action.REDISCOVER and code != _LOADING:
+                self._coordinator.mark_unknown()
+            elif action is Action.FATAL:
+                self._deny(code, tps)
+
+    def _deny(self, code: int, tps) -> None:
+        """Hold what the user must fix; the partitions are not asked for again while it is held."""
+        group = self._config.group_id
+        if code == _GROUP_AUTHORIZATION_FAILED:
+            held = [(("group",), public_error(code, f"OffsetFetch of the committed offsets of group {group!r}"))]
+        elif code == _TOPIC_AUTHORIZATION_FAILED:
+            held = [(("topic", t), public_error(code, f"OffsetFetch of the committed offsets of topic {t!r} "
+                                                      f"(group {group!r})"))
+                    for t in sorted({tp.topic for tp in tps})]
+        else:
+            held = [(("partition", tp), public_error(code, f"OffsetFetch of the committed offset (group {group!r})",
+                                                     partitions=[tp])) for tp in tps]
+        for key, error in held:
+            if self._held.holds(key):
+                continue  # another manager's error for the same thing (membership's fatal error): kept
+            self._held.hold(key, error)
+            self._holding.add(key)
+            log.warning("%s", error)
+
+    def _denied(self, tp: TopicPartition) -> bool:
+        held = self._held
+        return held.holds(("group",)) or held.holds(("topic", tp.topic)) or held.holds(("partition", tp))
+
+    def _release_unneeded(self, awaiting) -> None:
+        """Release this manager's held errors once no partition waits for its committed offset under
+        them (the user sought or gave them up); the membership's own fatal error is never touched."""
+        for key in list(self._holding):
+            if not self._held.holds(key):
+                self._holding.discard(key)  # released by someone else (a seek, a Metadata answer)
+            elif not any(_covers(key, tp) for tp in awaiting):
+                m = self.membership
+                if key == ("group",) and m is not None and m.machine.state == "fatal":
+                    self._holding.discard(key)  # now the membership's: raised until close()
+                    continue
+                self._held.release(key)
+                self._holding.discard(key)
+
+    # -- committed() -----------------------------------------------------------------------------------
+    def _dropped(self, event: FetchCommittedEvent) -> bool:
+        if event.future is not None and event.future.done:  # timed out meanwhile
+            self._retries.succeeded(event)
+            return True
+        return False
 
     def _on_lookup(self, pending, now: float, event: FetchCommittedEvent) -> None:
         if event.future.done:
+            self._retries.succeeded(event)
             return
         if pending.error is not None:
             self._coordinator.mark_unknown()
-            self._lookups.append(event)  # retried on the next poll, until the event's deadline
+            self._retry_lookup(event, now, pending.error)
             return
-        found, worst = self._committed(pending.response)
-        if worst in _RETRIABLE:
-            if worst in _COORDINATOR:
-                self._coordinator.mark_unknown()
-            self._lookups.append(event)
+        found, errors = self._committed(pending.response, event.partitions)
+        errors = {tp: code for tp, code in errors.items() if tp in event.partitions}
+        if not errors:
+            self._retries.succeeded(event)
+            event.complete({tp: found.get(tp) for tp in event.partitions})
             return
-        if worst:
-            event.fail(ke.for_code(worst)("OffsetFetch"))
+        code = next((c for c in errors.values() if classify(c) in (Action.FATAL, Action.RESET, Action.FENCED)),
+                    next(iter(errors.values())))
+        action = classify(code)
+        if action in (Action.FATAL, Action.RESET, Action.FENCED):  # the user's to fix: never retried
+            self._retries.succeeded(event)
+            tps = None if code == _GROUP_AUTHORIZATION_FAILED else [tp for tp, c in errors.items() if c == code]
+            event.fail(public_error(code, f"OffsetFetch for group {self._config.group_id!r}", partitions=tps))
             return
-        event.complete({tp: found.get(tp) for tp in event.partitions})
+        if action is Action.REDISCOVER and code != _LOADING:
+            self._coordinator.mark_unknown()
+        self._retry_lookup(event, now, error_of(code)("OffsetFetch"))
+
+    def _retry_lookup(self, event: FetchCommittedEvent, now: float, error: BaseException) -> None:
+        event.cause = f"last error {_name(error)}"
+        self._retries.failed(event, now)
+        self._lookups.append(event)  # asked again after its backoff, until the event's deadline
+
+
+def _worst(failed: dict[int, list]) -> int:
+    """The code that decides a commit: a moved generation, then what the user must fix, then the rest."""
+    def rank(code: int) -> int:
+        if code in _GENERATION_MOVED or code == _REBALANCE_IN_PROGRESS:
+            return 0
+        return 1 if classify(code) in (Action.FATAL, Action.RESET, Action.FENCED) else 2
+    return min(failed, key=rank)
+
+
+def _covers(key, tp: TopicPartition) -> bool:
+    kind = key[0]
+    return kind == "group" or (kind == "topic" and key[1] == tp.topic) or (kind == "partition" and key[1] == tp)

@@ -4,14 +4,18 @@ The background machine decides when to discover (its hooks call ``start_discover
 manager sends FindCoordinator and reports back with the machine's triggers. The coordinator gets
 a connection of its own (a synthetic node id, as Kafka's Java client does) so a long-polling
 Fetch on the broker's data connection never delays a heartbeat.
+
+Failed or timed-out discoveries back off exponentially (the error policy's Backoffs, jittered, up
+to ``retry_backoff_max_ms``): the machine's discovery_backoff state waits as long as
+``next_backoff_ms`` says (its duration's computed_by hook).
 """
 
 from __future__ import annotations
 
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from ..policy import Action, classify, public_error
-from ._base import FOREVER, Outgoing
+from ..policy import Action, Backoffs, classify, public_error
+from ._base import FOREVER, Outgoing, error_of
 
 _COORDINATOR_ID_BASE = 2**31 - 1
 
@@ -27,6 +31,8 @@ class CoordinatorManager:
         self.brokers: dict[int, tuple[str, int]] = {}
         self.version = 0                 # bumps when the coordinator's address changes
         self._found: tuple[int, str, int] | None = None
+        self._backoff = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)
+        self.last_error: str | None = None   # why the last discovery failed, for a timeout's message
 
     # -- asked by other managers ----------------------------------------------------------
     def needed(self) -> None:
@@ -38,6 +44,11 @@ class CoordinatorManager:
         """NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, or its connection failed."""
         if self._machine.state == "stable":
             self._machine.fire("coordinator_lost")
+
+    @property
+    def state(self) -> str:
+        """The background machine's state (discovery, stable, closing...), for metrics."""
+        return self._machine.state
 
     @property
     def ready(self) -> bool:
@@ -75,7 +86,7 @@ class CoordinatorManager:
         if self._machine.state != "coordinator_discovery":
             return  # closing or timed out meanwhile
         if pending.error is not None:
-            self._machine.fire("discovery_failed")
+            self._failed(now, f"FindCoordinator failed: {pending.error!r}")
             return
         r = pending.response
         if getattr(r, "coordinators", None):
@@ -84,10 +95,22 @@ class CoordinatorManager:
         else:
             code, node_id, host, port = r.error_code, r.node_id, r.host, r.port
         if code == 0 and node_id >= 0:
+            self._backoff.succeeded("discovery")
+            self.last_error = None
             self._held.release(("group", "discovery"))
             self._found = (node_id, host, port)
             self._machine.fire("coordinator_found")
             return
         if classify(code) is Action.FATAL:  # GROUP_AUTHORIZATION_FAILED...: held, raised by every call
             self._held.hold(("group", "discovery"), public_error(code, f"FindCoordinator for group {self._group_id!r}"))
-        self._machine.fire("discovery_failed")
+        self._failed(now, f"FindCoordinator answered {error_of(code).__name__}" if code else
+                     f"FindCoordinator answered node {node_id}")
+
+    def next_backoff_ms(self, now: float) -> float:
+        """One more discovery failed (an error or the spec's discovery_timeout): the pause before
+        the next, growing with each failure in a row."""
+        return self._backoff.failed("discovery", now) - now
+
+    def _failed(self, now: float, why: str) -> None:
+        self.last_error = why
+        self._machine.fire("discovery_failed", now)

@@ -172,14 +172,14 @@ class FetchManager:
                     self._partitions.succeeded(tp)
                     self._release_topic(tp.topic)
                     continue
-                self._on_partition_error(tp, offset, p.error_code, now)
+                self._on_partition_error(tp, offset, epoch, p.error_code, now)
         # not in the answer (an incremental answer omits partitions with nothing new): fetch again
         for tp, (_, epoch) in sent.items():
             self._subs.release_fetch(tp, epoch)
         self._metrics.fetch_completed(now, sum(c.size for c in completed))
         self._buffer.add(completed, reserved)
 
-    def _on_partition_error(self, tp: TopicPartition, offset: int, code: int, now: float) -> None:
+    def _on_partition_error(self, tp: TopicPartition, offset: int, epoch: int, code: int, now: float) -> None:
         """One partition's error in a Fetch answer, as the error policy says; the partition backs off
         either way, so an error that repeats costs a few requests a second, not thousands."""
         self._partitions.failed(tp, now)
@@ -189,10 +189,12 @@ class FetchManager:
         elif action is Action.RESET:
             strategy = self._subs.default_reset
             if strategy != "none":
-                self._subs.reset_if_at(tp, offset, strategy)  # False: sought or unassigned meanwhile
+                # one step under the subscription's lock, never raising: False if the partition was
+                # unassigned, sought, paused or reset since this Fetch was sent (its epoch moved on)
+                self._subs.reset_if_at(tp, offset, strategy, epoch)
                 return
             error = public_error(code, f"Fetch at offset {offset} (auto_offset_reset='none')", partitions=[tp])
-            if self._subs.position_is(tp, offset) and self._held.hold(("partition", tp), error):
+            if self._subs.position_is(tp, offset, epoch) and self._held.hold(("partition", tp), error):
                 log.warning("%s", error)
         elif action is Action.FATAL:
             if code == 29:  # an ACL on the topic: held for the topic, not per partition

@@ -14,13 +14,14 @@ from typing import Any
 
 
 class MemberHistory:
-    def __init__(self, path: str, client_id: str, clock) -> None:
+    def __init__(self, path: str, client_id: str) -> None:
         self._file = open(path, "a", encoding="utf-8", buffering=1)  # line-buffered: survives a kill
         self._client = client_id
-        self._clock = clock
 
-    def write(self, event: str, member: str, generation: int, **fields: Any) -> None:
-        line = {"t": round(self._clock.now_ms(), 3), "wall": round(time.time(), 6), "client": self._client,
+    def write(self, event: str, member: str, generation: int, now: float, **fields: Any) -> None:
+        # "t" is the engine's clock (given); "wall" lets a checker order lines of several processes,
+        # as a log line's timestamp would
+        line = {"t": round(now, 3), "wall": round(time.time(), 6), "client": self._client,
                 "member": member, "generation": generation, "event": event}
         line.update(fields)
         self._file.write(json.dumps(line, default=str) + "\n")

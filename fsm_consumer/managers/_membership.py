@@ -32,9 +32,10 @@ _REBALANCE_IN_PROGRESS = 27
 _MEMBER_ID_REQUIRED = 79
 _FATAL = {23, 24, 26, 30, 81, 82}      # inconsistent protocol, invalid group id, invalid session timeout,
                                        # group authorization, group max size, fenced instance id
-# heartbeats go on while SyncGroup is answered (Kafka accepts them in CompletingRebalance, and Java's
-# heartbeat thread sends them), while callbacks run on the application thread, and while leaving
-# until LeaveGroup goes out: the states of the spec's session timer
+# heartbeats go on while SyncGroup is answered (Kafka accepts them in CompletingRebalance and Java's
+# heartbeat thread sends them; Tansu 0.6 holds SyncGroup up to session_timeout_ms and expires a member
+# that is silent meanwhile), while callbacks run on the application thread, and while leaving until
+# LeaveGroup goes out
 _HEARTBEAT_STATES = frozenset({"syncing", "stable", "assigning_partitions", "revoking_partitions",
                                "partitions_revoked", "revoking_then_leave", "committing_then_leave",
                                "assigning_then_leave", "leave_revoking", "leave_committing"})
@@ -44,7 +45,7 @@ _REQUEST_OF_STATE = {"joining": "join", "syncing": "sync", "leaving": "leave", "
 
 class MembershipManager:
     def __init__(self, config, *, subscription, metadata, coordinator, commits, background_events,
-                 post_app_event, clock, metrics, held) -> None:
+                 post_app_event, metrics, held) -> None:
         self._config = config
         self._subs = subscription
         self._metadata = metadata
@@ -52,7 +53,6 @@ class MembershipManager:
         self._commits = commits
         self._bg = background_events
         self._post = post_app_event
-        self._clock = clock
         self._metrics = metrics
         self._held = held
         self.assignors = [resolve(s) for s in config.partition_assignment_strategy]
@@ -92,10 +92,10 @@ class MembershipManager:
         self.rebalance_last_ms: float | None = None
         self.rebalance_total_ms = 0.0
         self.history: list = []                   # (event, partitions, time, generation), bounded
-        self.history_file = (MemberHistory(config.debug_history_path, config.client_id, clock)
+        self.history_file = (MemberHistory(config.debug_history_path, config.client_id)
                              if config.debug_history_path else None)
-        self.machine = SpecMachine(shipped_spec("membership"), self, clock=clock, config=config,
-                                   instance=config.client_id)
+        # no clock: the engine ticks this machine each loop and passes `now` to every fire
+        self.machine = SpecMachine(shipped_spec("membership"), self, config=config, instance=config.client_id)
         self.session_expiries = 0
 
     # -- what the application asks (through events) ---------------------------------------------
@@ -120,10 +120,20 @@ class MembershipManager:
             return True
         return self.machine.state in ("unjoined", "fatal") and not self._leave_in_flight
 
+    @property
+    def last_poll(self) -> float | None:
+        """When the application last polled (engine ms), for metrics."""
+        return self._last_poll
+
+    @property
+    def joined_topics(self) -> tuple[str, ...]:
+        """The topics of this member's last JoinGroup (a pattern's matches)."""
+        return self._joined_topics
+
     def on_app_poll(self, now: float) -> None:
         self._last_poll = now
         if self.history_file is not None:
-            self.history_file.write("poll", self.member_id, self.generation)
+            self.history_file.write("poll", self.member_id, self.generation, now)
         self.machine.restart_timer("poll", now)
         self.machine.fire("poll_resumed", now)
 
@@ -368,7 +378,8 @@ class MembershipManager:
                 self.heartbeat.sent(now)
                 out.append(Outgoing(HeartbeatRequest(
                     group_id=self._config.group_id, generation_id=self.generation, member_id=self.member_id,
-                    group_instance_id=self._config.group_instance_id), node, self._on_heartbeat))
+                    group_instance_id=self._config.group_instance_id), node,
+                    lambda pending, now, sent=(self.member_id, self.generation): self._on_heartbeat(pending, now, sent)))
             wait = min(wait, self.heartbeat.wait(now))
         return wait, out
 
@@ -514,6 +525,8 @@ class MembershipManager:
     def _round_failed(self, code: int, what: str) -> None:
         """A JoinGroup or SyncGroup error: fenced, fatal, or retried after join_backoff."""
         if code in _FENCED:
+            log.info("group %s: %s says this member is fenced: %s", self._config.group_id, what,
+                     ke.for_code(code).__name__)
             self.machine.fire("fenced_error")
         elif code in _FATAL:
             self._fail(code, what)
@@ -523,8 +536,12 @@ class MembershipManager:
                 self._coordinator.mark_unknown()
             self.machine.fire("join_failed")
 
-    def _on_heartbeat(self, pending, now: float) -> None:
+    def _on_heartbeat(self, pending, now: float, sent: tuple[str, int]) -> None:
         state = self.machine.state
+        if sent != (self.member_id, self.generation) or state not in _HEARTBEAT_STATES:
+            # an answer about a membership this member has already left behind (Java: generationUnchanged)
+            log.debug("group %s: stale heartbeat answer ignored (state %s)", self._config.group_id, state)
+            return
         if pending.error is not None:
             self.heartbeat.answered(now, ok=False)
             self._coordinator.mark_unknown()
@@ -540,6 +557,8 @@ class MembershipManager:
             log.info("group %s: heartbeat says the group rebalances (state %s)", self._config.group_id, state)
             self.machine.fire("rejoin_needed", now)  # ignored mid-round: the next heartbeat says it again
         elif code in _FENCED:
+            log.info("group %s: heartbeat says this member is fenced: %s (state %s)", self._config.group_id,
+                     ke.for_code(code).__name__, state)
             self.machine.fire("fenced_error", now)
         elif code in _FATAL:
             self._fail(code, "Heartbeat")
@@ -578,7 +597,7 @@ class MembershipManager:
     def _record(self, what: str, partitions) -> None:
         self.history.append((what, tuple(sorted(partitions)), self.machine.now, self.generation))
         if self.history_file is not None:
-            self.history_file.write(what, self.member_id, self.generation,
+            self.history_file.write(what, self.member_id, self.generation, self.machine.now,
                                     partitions=[[tp.topic, tp.partition] for tp in sorted(partitions)])
         if len(self.history) > 10_000:
             del self.history[:5_000]

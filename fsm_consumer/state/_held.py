@@ -52,10 +52,26 @@ class HeldErrors:
             raise raised
 
     def describe(self) -> dict[str, str]:
-        """For metrics(): key -> the error's message."""
+        """For metrics(), from any thread: ``"partition/events-0"`` (a key's parts joined by ``/``, a
+        TopicPartition as topic-partition) -> ``"TypeName: message"``, oldest first; a copy."""
         with self._lock:
-            return {"/".join(str(k) for k in key) if isinstance(key, tuple) else str(key): str(err)
-                    for key, err in self._held.items()}
+            held = list(self._held.items())
+        return {_key_text(key): _error_text(err) for key, err in held}
 
     def __len__(self) -> int:
         return len(self._held)
+
+
+def _key_text(key: Hashable) -> str:
+    parts = key if isinstance(key, tuple) and not hasattr(key, "_fields") else (key,)
+    return "/".join(f"{p.topic}-{p.partition}" if hasattr(p, "topic") and hasattr(p, "partition") else str(p)
+                    for p in parts)
+
+
+def _error_text(error: BaseException) -> str:
+    """``TypeName: message``; kafka-python's errors name their class already ("[Error 29]
+    TopicAuthorizationFailedError: ..."), so theirs is kept as it is."""
+    name, text = type(error).__name__, str(error)
+    if not text:
+        return name
+    return text if name in text.partition(":")[0] else f"{name}: {text}"

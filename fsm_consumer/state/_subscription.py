@@ -3,10 +3,21 @@
 Both threads touch it (as in the seeds' design): the application thread assigns, seeks, pauses
 and advances positions after handing out records; the background thread reads what to fetch and
 sets positions from resets. Every method takes the lock once; nothing here is per record.
+
+Nothing outside holds a partition's state: each side asks and changes through the methods below,
+and the ones that decide on what the other thread may have changed meanwhile check and change in
+one step under the lock: ``take`` (the application hands out fetched records and moves the
+position, or learns the data is stale), ``reset_if_at`` (the background thread resets a position
+after OFFSET_OUT_OF_RANGE, or learns the partition moved on).
+
+A partition's ``epoch`` only ever grows, also across unassignment and a later reassignment (a new
+state starts past the last epoch its partition had), so data fetched under an old assignment can
+never match a new one.
 """
 
 from __future__ import annotations
 
+import enum
 import re
 import threading
 from collections.abc import Iterable
@@ -17,11 +28,23 @@ from ..fetch._records import OffsetAndMetadata, TopicPartition
 from ._partition import PartitionState
 
 
+class Take(enum.Enum):
+    """What ``SubscriptionState.take`` answers; true only for TAKEN."""
+
+    TAKEN = "taken"      # the position moved (or, verifying only, may move): hand the records out
+    STALE = "stale"      # the partition changed since the data was fetched: drop the data
+    EXPIRED = "expired"  # the lease ran out: hand out nothing now, keep the data for a renewed lease
+
+    def __bool__(self) -> bool:
+        return self is Take.TAKEN
+
+
 class SubscriptionState:
     def __init__(self, default_reset: str = "latest", notify=None) -> None:
         self._lock = threading.RLock()
         self._notify = notify or (lambda: None)   # wakes an application thread waiting in position()
         self._parts: dict[TopicPartition, PartitionState] = {}
+        self._retired: dict[TopicPartition, int] = {}  # last epoch of a partition no longer assigned
         self.default_reset = default_reset
         self.kind: str | None = None              # None, 'assigned', 'topics', 'pattern'
         self.topics: frozenset[str] = frozenset()
@@ -68,7 +91,9 @@ class SubscriptionState:
     def unsubscribe(self) -> set[TopicPartition]:
         with self._lock:
             dropped = set(self._parts)
-            self._parts.clear()
+            for tp in dropped:
+                self._retire(tp)
+            self._parts = {}
             self.kind, self.topics, self.pattern, self.listener = None, frozenset(), None, None
             self.changes += 1
             return dropped
@@ -86,25 +111,29 @@ class SubscriptionState:
         for tp in wanted:
             state = self._parts.get(tp)
             if state is None:
-                state = PartitionState(awaiting_committed=awaiting_committed)
+                # past every epoch it had before: a fetch from an earlier assignment never matches
+                state = PartitionState(awaiting_committed=awaiting_committed, epoch=self._retired.pop(tp, -1) + 1)
                 if not awaiting_committed:
                     state.reset_strategy = self.default_reset
             fresh[tp] = state
         for tp in dropped:
-            self._parts[tp].invalidate()
+            self._retire(tp)
         self._parts = fresh
         self.changes += 1
         return dropped
+
+    def _retire(self, tp: TopicPartition) -> None:
+        s = self._parts[tp]
+        s.invalidate()
+        self._retired[tp] = s.epoch
 
     # -- queries ---------------------------------------------------------------------------
     def assignment(self) -> set[TopicPartition]:
         with self._lock:
             return set(self._parts)
 
-    def is_assigned(self, tp: TopicPartition) -> bool:
-        return tp in self._parts
-
     def state(self, tp: TopicPartition) -> PartitionState:
+        """The partition's state object, for this module; others ask through the methods."""
         try:
             return self._parts[tp]
         except KeyError:
@@ -116,6 +145,16 @@ class SubscriptionState:
         advance(), which takes the lock."""
         s = self._parts.get(tp)
         return s.position if s is not None and s.epoch == epoch else None
+
+    def position(self, tp: TopicPartition) -> int | None:
+        """The position of ``tp`` (None while unknown); IllegalStateError if it is not assigned."""
+        with self._lock:
+            return self.state(tp).position
+
+    def lease_expired(self, now: float | None) -> bool:
+        """Whether records may no longer be handed out at ``now`` (engine clock ms; None: no clock,
+        no lease). ``lease_until`` is a plain float the background thread stores."""
+        return now is not None and now >= self.lease_until
 
     def highwater(self, tp: TopicPartition) -> int | None:
         """The high watermark the last Fetch answer reported for ``tp``, None before one."""
@@ -171,10 +210,6 @@ class SubscriptionState:
         with self._lock:
             return {tp for tp, s in self._parts.items() if s.awaiting_committed}
 
-    def missing_positions(self) -> set[TopicPartition]:
-        with self._lock:
-            return {tp for tp, s in self._parts.items() if s.position is None}
-
     def positions(self) -> dict[TopicPartition, int]:
         with self._lock:
             return {tp: s.position for tp, s in self._parts.items() if s.position is not None}
@@ -187,17 +222,19 @@ class SubscriptionState:
             s.reset_strategy, s.awaiting_committed = None, False
             s.invalidate()
 
-    def position_is(self, tp: TopicPartition, offset: int) -> bool:
+    def position_is(self, tp: TopicPartition, offset: int, epoch: int | None = None) -> bool:
+        """Whether ``tp`` is assigned and at ``offset`` (and, given ``epoch``, unchanged since it)."""
         with self._lock:
             s = self._parts.get(tp)
-            return s is not None and s.position == offset
+            return s is not None and s.position == offset and (epoch is None or s.epoch == epoch)
 
-    def reset_if_at(self, tp: TopicPartition, offset: int, strategy: str) -> bool:
-        """The background thread's reset after OFFSET_OUT_OF_RANGE: only if ``tp`` is still assigned
-        and still at ``offset`` (the application may have sought or unassigned it meanwhile)."""
+    def reset_if_at(self, tp: TopicPartition, offset: int, strategy: str, epoch: int | None = None) -> bool:
+        """The background thread's reset after OFFSET_OUT_OF_RANGE: only if ``tp`` is still assigned,
+        still at ``offset`` and (given ``epoch``, the one its Fetch was sent under) unchanged since; the
+        application may have sought, paused, reset or unassigned it meanwhile. Never raises: False then."""
         with self._lock:
             s = self._parts.get(tp)
-            if s is None or s.position != offset:
+            if s is None or s.position != offset or (epoch is not None and s.epoch != epoch):
                 return False
             s.position, s.reset_strategy, s.awaiting_committed = None, strategy, False
             s.invalidate()
@@ -220,14 +257,31 @@ class SubscriptionState:
                     if paused:
                         s.invalidate()  # data fetched before the pause is not returned
 
-    def advance(self, tp: TopicPartition, epoch: int, position: int, leader_epoch: int) -> bool:
-        """After handing out records up to ``position``; False if the partition changed meanwhile."""
+    def take(self, tp: TopicPartition, epoch: int, start: int | None, end: int | None, leader_epoch: int = -1,
+             now: float | None = None) -> Take:
+        """Hand out the records ``[start, end)`` of data fetched under ``epoch``: one step under the lock.
+
+        TAKEN, and the position moves to ``end``, only if ``tp`` is still assigned, its epoch is still
+        ``epoch`` (not sought, reset, paused, revoked or reassigned since), it is neither paused nor
+        being revoked, its position is still ``start`` (None: not checked) and the lease holds at
+        ``now`` (None: not checked). Otherwise nothing changes: STALE (drop the data) or EXPIRED (keep
+        it; nothing may be handed out until the background thread renews or ends the lease).
+        ``end=None`` checks without moving the position (records lent to a caller that moves it)."""
         with self._lock:
             s = self._parts.get(tp)
-            if s is None or s.epoch != epoch:
-                return False
-            s.position, s.leader_epoch = position, leader_epoch
-            return True
+            if (s is None or s.epoch != epoch or s.paused or s.revoking
+                    or (start is not None and s.position != start)):
+                return Take.STALE
+            if now is not None and now >= self.lease_until:
+                return Take.EXPIRED
+            if end is not None:
+                s.position, s.leader_epoch = end, leader_epoch
+            return Take.TAKEN
+
+    def advance(self, tp: TopicPartition, epoch: int, position: int, leader_epoch: int) -> bool:
+        """After handing out records up to ``position``; False if the partition changed meanwhile.
+        ``take`` without the position and lease checks."""
+        return bool(self.take(tp, epoch, None, position, leader_epoch))
 
     # -- changes from the background thread -------------------------------------------------------
     def mark_fetch_in_flight(self, tps: Iterable[TopicPartition], in_flight: bool) -> None:

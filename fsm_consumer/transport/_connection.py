@@ -62,7 +62,8 @@ _TLS_WRITE_CHUNK = 16 * 1024
 # has buffered do not make the descriptor readable again.
 _READ_BUDGET = 8 << 20
 _DIRECT_READ_MIN = 64 << 10  # below this a frame's rest is read through the shared buffer
-_HANDSHAKE_STATES = frozenset({"connecting", "tls_handshake", "api_versions", "authenticating"})
+_HANDSHAKE_STATES = frozenset({"connecting", "tls_hello", "tls_handshake", "api_versions", "authenticating"})
+_TLS_STATES = frozenset({"tls_hello", "tls_handshake"})
 # ApiVersions v3+ must name the client (KIP-511); brokers reject empty names.
 _SOFTWARE_NAME = "fsm-consumer"
 
@@ -124,6 +125,7 @@ class Connection:
         self._auth_failed = False  # the next backoff is the maximum
         self._closing = False
         self._not_a_failure = False  # the next backoff follows a deliberate or idle close
+        self._io_failure: tuple[TransportError, bool] | None = None  # for note_io_failure: (cause, deliberate)
         self._tls_heard = False  # the peer sent something during this TLS handshake
         self.health = NodeHealth()
         self.machine = SpecMachine(shipped_spec("connection"), self, clock=clock, config=settings,
@@ -189,11 +191,13 @@ class Connection:
         state = self.state
         if state == "connecting":
             self._finish_connect()
-        elif state == "tls_handshake":
+        elif state in _TLS_STATES:
             # Evidence that the peer answered the ClientHello. Bytes that arrive while the first
             # do_handshake() is still running are read unseen; only a loopback peer is that fast.
             if mask & _READ:
                 self._tls_heard = True
+                if state == "tls_hello":
+                    self.machine.fire("tls_heard")
             self._advance_tls()
         else:
             if mask & _READ:
@@ -204,7 +208,7 @@ class Connection:
     def flush(self) -> None:
         """Write what the socket accepts of the output buffer; the rest waits for writability."""
         sock = self.sock
-        if sock is None or not self._out or self.state in ("connecting", "tls_handshake"):
+        if sock is None or not self._out or self.state in ("connecting", "tls_hello", "tls_handshake"):
             return
         chunk = _TLS_WRITE_CHUNK if isinstance(sock, ssl.SSLSocket) else _PLAIN_WRITE_CHUNK
         out = self._out
@@ -231,9 +235,9 @@ class Connection:
         self._io_failed(ConnectionLost(f"connection recycled after {name} timed out"))
 
     def disconnect(self, reason: str = "disconnected by the client") -> None:
-        if self.machine.may("io_error"):
-            self._not_a_failure = True  # the client's choice: no warning, not counted
-            self._io_failed(ConnectionLost(reason))
+        """Drop the socket on purpose: no warning, not counted as a failure. Where there is no
+        socket (disconnected, backoff, closed) the spec ignores it."""
+        self._io_failed(ConnectionLost(reason), deliberate=True)
 
     def relocate(self, host: str, port: int) -> None:
         """The node now lives at another address: drop the old socket, queued requests follow."""
@@ -354,6 +358,27 @@ class Connection:
 
     def note_authentication_failure(self) -> None:
         self._auth_failed = True
+
+    def tls_silence_ms(self, configured: float) -> float:
+        return min(configured, self.machine.durations["handshake_timeout"])
+
+    def note_silent_listener(self) -> None:
+        """Not a word back to the ClientHello: a plaintext listener waiting for the rest of what it
+        took for a huge frame (Tansu does this). Reconnecting will not change that."""
+        waited = self.tls_silence_ms(self.machine.durations["tls_silence"])
+        error = silent_listener(peer=f"{self.host}:{self.port}", waited_ms=waited, plaintext=self._without("tls"),
+                                node_id=self.node_id)
+        self.auth_error = self._cause = error
+        self._auth_failed = True
+
+    def note_io_failure(self) -> None:
+        """The io_error edge is taken: its failure becomes the cause the backoff reports."""
+        failure, self._io_failure = self._io_failure, None
+        if failure is None:
+            return
+        self._cause, deliberate = failure
+        if deliberate:
+            self._not_a_failure = True  # the client's choice: no warning, not counted
 
     def close_socket(self) -> None:
         sock = self.sock
@@ -622,14 +647,6 @@ class Connection:
             return ConnectionLost(f"connect to {peer} timed out after {waited:g} ms")
         if record is not None and record.trigger == "handshake_timed_out":
             waited = self.machine.durations["handshake_timeout"]
-            if record.source == "tls_handshake" and not self._tls_heard:
-                # Not a word back to the ClientHello: a plaintext listener waiting for the rest of
-                # what it took for a huge frame. Reconnecting will not change that.
-                error = silent_listener(peer=peer, waited_ms=waited, plaintext=self._without("tls"),
-                                        node_id=self.node_id)
-                self.auth_error = error
-                self._auth_failed = True
-                return error
             step = _HANDSHAKE_STEPS.get(record.source, record.source)
             return ConnectionLost(f"{peer} did not finish {step} within {waited:g} ms")
         return ConnectionLost("connection closed")
@@ -659,17 +676,19 @@ class Connection:
         error.__cause__ = exc.__cause__
         self._authentication_failed(error)
 
-    def _io_failed(self, exc: TransportError) -> None:
+    def _io_failed(self, exc: TransportError, *, deliberate: bool = False) -> None:
         if exc.node_id is None:
             exc.node_id = self.node_id
-        if self.machine.may("io_error"):
-            self._cause = exc
-            self.machine.fire("io_error")
+        # Taken by note_io_failure only when the io_error edge is (the fire may be queued behind
+        # the hook running now); in the states the spec ignores io_error nothing changes.
+        self._io_failure = (exc, deliberate)
+        if not self.machine.fire("io_error"):
+            self._io_failure = None
 
     def _tls_failed(self, exc: SslHandshakeError) -> None:
         # Like Java, a refused certificate is an authentication failure: requests fail now and the
         # backoff is the max (the spec's authentication_failed edge out of tls_handshake).
-        if self.machine.state == "tls_handshake":
+        if self.machine.state in _TLS_STATES:
             self._authentication_failed(exc)
         else:
             self.auth_error = exc

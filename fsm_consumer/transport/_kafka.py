@@ -208,7 +208,10 @@ class KafkaTransport(Transport):
         """See Transport.node_states: the nodes requests may go to (the brokers once known, else
         the bootstrap servers, negative ids) and any other node that has a connection."""
         nodes = dict.fromkeys(self._broker_ids or self._bootstrap_ids)
-        conns = dict(list(self._conns.items()))  # a copy in one step: other threads may call this
+        # Other threads call this: dict.copy() of int keys is one C call that runs no Python code, so
+        # the I/O thread cannot change the dict midway (list(items()) allocates per entry, which can
+        # run a collection, finalizers, and so a thread switch: "dictionary changed size").
+        conns = self._conns.copy()
         nodes.update(dict.fromkeys(conns))
         states = {}
         for node in sorted(nodes):

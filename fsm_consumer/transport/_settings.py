@@ -100,6 +100,7 @@ class KafkaSettings:
     client_id: str = "fsm-consumer"
     request_timeout_ms: float = 30_000
     socket_connection_setup_timeout_ms: float = 10_000
+    tls_silence_timeout_ms: float = 1500
     reconnect_backoff_ms: float = 50
     reconnect_backoff_max_ms: float = 1000
     receive_buffer_max: int = DEFAULT_RECEIVE_BUFFER_MAX
@@ -152,6 +153,7 @@ class KafkaSettings:
             client_id=str(get("client_id", "fsm-consumer")),
             request_timeout_ms=get("request_timeout_ms", 30_000),
             socket_connection_setup_timeout_ms=get("socket_connection_setup_timeout_ms", 10_000),
+            tls_silence_timeout_ms=get("tls_silence_timeout_ms", 1500),
             reconnect_backoff_ms=get("reconnect_backoff_ms", 50),
             reconnect_backoff_max_ms=get("reconnect_backoff_max_ms", 1000),
             receive_buffer_max=int(get("receive_buffer_max", DEFAULT_RECEIVE_BUFFER_MAX)),

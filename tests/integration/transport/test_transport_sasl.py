@@ -391,3 +391,28 @@ def test_sasl_against_a_listener_without_sasl_does_not_blame_the_mechanism(broke
                             "enabled on this listener (security_protocol='PLAINTEXT' if it is not)")
     assert "does not enable" not in caplog.text
     assert t.auth_failure is not None
+
+
+# -- what the user sees: Consumer.poll() raises it --------------------------------------------------
+
+@pytest.mark.parametrize("api_version", [None, (2, 8)], ids=["probed-by-the-constructor", "given"])
+def test_poll_raises_a_wrong_password_within_two_seconds_saying_how_to_fix_it(proxy, api_version):
+    from fsm_consumer import Consumer
+    from fsm_consumer.errors import AuthenticationFailedError
+    consumer = None
+    started = time.monotonic()
+    try:
+        with pytest.raises(AuthenticationFailedError) as caught:
+            consumer = Consumer(bootstrap_servers=f"127.0.0.1:{proxy.port}", security_protocol="SASL_PLAINTEXT",
+                                sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="alice",
+                                sasl_plain_password="wrong-password", group_id="sasl-errors", api_version=api_version)
+            consumer.subscribe(["sasl-errors"])
+            while time.monotonic() - started < 10:
+                consumer.poll(timeout_ms=100)
+        assert time.monotonic() - started < 2.0, "raised within 2 s"
+        message = str(caught.value)
+        assert "sasl_plain_username / sasl_plain_password" in message and "wrong-password" not in message
+        assert (consumer is None) == (api_version is None)
+    finally:
+        if consumer is not None:
+            consumer.close(timeout_ms=2000)

@@ -169,7 +169,9 @@ def test_trusted_ca_works(pki, forwarder, tls_transport):
     versions = t.send(ApiVersionsRequest())
     wait(t, versions)
     assert versions.error is None and versions.response.error_code == 0
-    assert triggers(t) == ["connect", "connected", "tls_established", "versions_known"]
+    # tls_heard only when the ServerHello was not already read inside the first handshake step
+    assert [x for x in triggers(t) if x != "tls_heard"] == ["connect", "connected", "tls_established",
+                                                            "versions_known"]
     conn = t.connection(-1)
     assert conn is not None and isinstance(conn.sock, ssl.SSLSocket) and conn.sock.version() in ("TLSv1.2", "TLSv1.3")
     # ~1.5 MB: many TLS records, written as the socket accepts them.
@@ -221,9 +223,10 @@ def test_hostname_is_checked(pki, forwarder, tls_transport):
 
 def test_ssl_against_the_plaintext_listener_says_it_does_not_speak_tls(broker, tls_transport, caplog):
     # Tansu's plaintext listener takes the ClientHello for the start of a ~370 MB frame and waits
-    # for the rest: the handshake times out (request_timeout_ms) without a word back.
+    # for the rest: no word back. With the default request_timeout_ms (30 s) the silence timeout
+    # (tls_silence_timeout_ms, 1.5 s) says so.
     caplog.set_level(logging.WARNING, logger="fsm_consumer.transport")
-    t = tls_transport(bootstrap_servers=broker.bootstrap_servers, request_timeout_ms=1000)
+    t = tls_transport(bootstrap_servers=broker.bootstrap_servers)
     p = t.send(ApiVersionsRequest(), timeout_ms=30_000)
     assert wait(t, p) < 2.0
     assert isinstance(p.error, SslHandshakeError) and isinstance(p.error, AuthenticationError)
@@ -231,7 +234,7 @@ def test_ssl_against_the_plaintext_listener_says_it_does_not_speak_tls(broker, t
     assert f"TLS handshake with {broker.bootstrap_servers} failed" in message
     assert "the listener probably does not speak TLS: use security_protocol='PLAINTEXT'" in message
     assert t.auth_failure is not None and str(t.auth_failure) == message
-    assert triggers(t) == ["connect", "connected", "handshake_timed_out"]
+    assert triggers(t) == ["connect", "connected", "tls_silent"]
     assert [r.getMessage() for r in caplog.records] == [
         f"connection to node -1 ({broker.bootstrap_servers}) failed: {message.removeprefix('[node -1] ')}"]
 
@@ -281,3 +284,38 @@ def test_a_broker_that_wants_a_client_certificate_says_so(pki, broker, tls_trans
         assert t.auth_failure is not None
     finally:
         mutual.close()
+
+
+# -- what the user sees: Consumer.poll() raises it --------------------------------------------------
+
+@pytest.mark.parametrize("api_version", [None, (2, 8)], ids=["probed-by-the-constructor", "given"])
+@pytest.mark.parametrize("case", ["untrusted certificate", "plaintext listener"])
+def test_poll_raises_a_tls_failure_within_two_seconds_saying_how_to_fix_it(pki, forwarder, broker, case,
+                                                                          api_version):
+    from fsm_consumer import Consumer
+    from fsm_consumer.errors import AuthenticationFailedError
+    if case == "untrusted certificate":
+        config = dict(bootstrap_servers=f"localhost:{forwarder.port}", ssl_cafile=str(pki["other_ca"]))
+        fix = "set ssl_cafile to the CA that signed the broker's certificate"
+    else:
+        config = dict(bootstrap_servers=broker.bootstrap_servers)
+        fix = "use security_protocol='PLAINTEXT'"
+    consumer = None
+    started = time.monotonic()
+    try:
+        # with api_version=None the constructor asks the broker (as kafka-python does) and raises;
+        # with it given, the first poll() does. Default timeouts otherwise.
+        with pytest.raises(AuthenticationFailedError) as caught:
+            consumer = Consumer(security_protocol="SSL", group_id="tls-errors", api_version=api_version, **config)
+            consumer.subscribe(["tls-errors"])
+            while time.monotonic() - started < 10:
+                consumer.poll(timeout_ms=100)
+        assert time.monotonic() - started < 2.0, "raised within 2 s"
+        assert "TLS handshake with" in str(caught.value) and fix in str(caught.value)
+        assert (consumer is None) == (api_version is None)
+        if consumer is not None:
+            with pytest.raises(AuthenticationFailedError):  # held: every call raises it until fixed
+                consumer.poll(timeout_ms=0)
+    finally:
+        if consumer is not None:
+            consumer.close(timeout_ms=2000)

@@ -17,8 +17,7 @@ from fsm_consumer.errors import CommitFailedError, RebalanceInProgressError
 from fsm_consumer.events import CommitEvent
 from fsm_consumer.fetch import OffsetAndMetadata, TopicPartition
 from fsm_consumer.managers import CommitManager
-from fsm_consumer.spec import FakeClock
-from fsm_consumer.state import SubscriptionState
+from fsm_consumer.state import HeldErrors, SubscriptionState
 
 TP = TopicPartition("t", 0)
 
@@ -36,7 +35,7 @@ def make(state: str):
     subs.set_committed_position(TP, 5)
     coordinator = SimpleNamespace(node=1, gone_for_close=False, needed=lambda: None, mark_unknown=lambda: None)
     commits = CommitManager(config, subscription=subs, coordinator=coordinator, background_events=Events(),
-                            clock=FakeClock(0), metrics=Metrics())
+                            metrics=Metrics(), held=HeldErrors())
     commits.membership = SimpleNamespace(machine=SimpleNamespace(state=state), generation=3, member_id="m",
                                          fatal=None, history_file=None)
     return commits

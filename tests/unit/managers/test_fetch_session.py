@@ -279,7 +279,7 @@ def test_a_request_failure_resets_to_a_full_fetch():
     rig.complete(rig.only(), answer((T0, b""), (T1, b""), session_id=42))
     rig.complete(rig.only(), error=TimeoutError("no answer"))
     assert rig.poll() == {}                              # backing off the node
-    rig.now += rig.config.retry_backoff_ms
+    rig.now += rig.config.retry_backoff_ms * 1.2 + 1     # the first backoff, at most +20% jitter
     o = rig.only()
     assert meta(o) == (42, 0, 7) and listed(o) == {T0: 0, T1: 0}
 

@@ -45,7 +45,7 @@ def make(delay_ms: int):
                                topics={"t": SimpleNamespace(leaders={0: 7, 1: 7}, internal=False)})
     manager = MembershipManager(config, subscription=subs, metadata=metadata, coordinator=Coordinator(),
                                 commits=None, background_events=queue.Queue(), post_app_event=lambda e: None,
-                                clock=clock, metrics=Metrics(), held=HeldErrors())
+                                metrics=Metrics(), held=HeldErrors())
     return manager, clock
 
 

@@ -35,7 +35,7 @@ def test_mermaid_lists_every_transition():
     mmd = render_mermaid(spec)
     assert mmd.splitlines()[3] == "stateDiagram-v2"
     assert "backoff --> disconnected: backoff_elapsed (timeout: after reconnect_backoff)" in mmd
-    assert "connecting --> tls_handshake: connected [uses_tls]" in mmd
+    assert "connecting --> tls_hello: connected [uses_tls]" in mmd
     assert "closed --> [*]" in mmd
 
 

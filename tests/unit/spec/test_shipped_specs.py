@@ -101,10 +101,11 @@ def test_background_close_before_start_and_crash():
 def test_connection_tls_sasl_ready_then_error_backoff():
     _, d, m, clock = machine("connection", config={"reconnect_backoff_ms": 50})
     d.flags.update(uses_tls=True, uses_sasl=True)
-    for trig in ["connect", "connected", "tls_established", "versions_known", "authenticated"]:
+    for trig in ["connect", "connected", "tls_heard", "tls_established", "versions_known", "authenticated"]:
         m.fire(trig)
     assert m.state == "ready"
-    assert d.calls == ["start_connect", "start_tls", "send_api_versions", "start_sasl", "connection_ready"]
+    assert d.calls == ["start_connect", "start_tls", "tls_silence_ms", "send_api_versions", "start_sasl",
+                       "connection_ready"]
     d.computed["reconnect_backoff"] = 80  # the model's exponential step with jitter
     m.fire("io_error")
     assert m.state == "backoff" and m.next_deadline == clock.now_ms() + 80
@@ -112,6 +113,20 @@ def test_connection_tls_sasl_ready_then_error_backoff():
     clock.advance(80)
     m.tick(clock.now_ms())
     assert m.state == "disconnected"
+
+
+def test_connection_silence_to_the_client_hello_is_an_authentication_failure():
+    _, d, m, clock = machine("connection", config={"tls_silence_timeout_ms": 700})
+    d.flags.update(uses_tls=True)
+    m.fire("connect")
+    m.fire("connected")
+    assert m.state == "tls_hello"
+    clock.advance(699)
+    m.tick(clock.now_ms())
+    assert m.state == "tls_hello"
+    clock.advance(1)
+    m.tick(clock.now_ms())
+    assert m.state == "backoff" and m.log[-1].trigger == "tls_silent" and "note_silent_listener" in d.calls
 
 
 def test_connection_plaintext_skips_tls_and_sasl():

@@ -129,26 +129,36 @@ def test_a_hang_up_during_the_handshake_is_an_authentication_error(scripted_peer
     assert t.auth_failure is not None
 
 
-def test_silence_to_the_client_hello_is_an_authentication_error(fake_broker, transports, caplog):
+@pytest.mark.parametrize("silence,request_timeout,waited", [(None, 30_000, 1500), (800, 30_000, 800),
+                                                            (None, 500, 500)])
+def test_silence_to_the_client_hello_is_an_authentication_error(fake_broker, transports, caplog, silence,
+                                                                request_timeout, waited):
     # A Kafka listener without TLS (Tansu does this) reads the ClientHello's first bytes as the
-    # size of a huge frame and waits for the rest: the handshake times out without a word back.
+    # size of a huge frame and waits for the rest: no word back. A TLS listener answers within one
+    # round trip, so tls_silence_timeout_ms (1.5 s, at most request_timeout_ms) decides.
     caplog.set_level(logging.WARNING, logger="fsm_consumer.transport")
     broker = fake_broker()
     clock = FakeClock()
-    t = transports({"bootstrap_servers": broker.address, "security_protocol": "SSL", "request_timeout_ms": 500,
-                    "reconnect_backoff_max_ms": 4000}, clock=clock)
+    config = {"bootstrap_servers": broker.address, "security_protocol": "SSL", "request_timeout_ms": request_timeout,
+              "reconnect_backoff_max_ms": 4000}
+    if silence is not None:
+        config["tls_silence_timeout_ms"] = silence
+    t = transports(config, clock=clock)
     p = t.send(metadata("a"), timeout_ms=30_000)
     end = time.monotonic() + 2
-    while t.connection_state(-1) != "tls_handshake":
+    while t.connection_state(-1) != "tls_hello":
         assert time.monotonic() < end
         t.poll(10)
     t.poll(50)  # the ClientHello goes out; nothing comes back
-    clock.advance(500)
+    clock.advance(waited - 1)
     t.poll(0)
-    assert triggers(t, -1)[-1] == "handshake_timed_out" and t.connection_state(-1) == "backoff"
+    assert t.connection_state(-1) == "tls_hello" and not p.done
+    clock.advance(1)
+    t.poll(0)
+    assert triggers(t, -1)[-1] == "tls_silent" and t.connection_state(-1) == "backoff"
     assert isinstance(p.error, SslHandshakeError), "waiting requests fail at once"
     assert str(p.error) == (f"[node -1] TLS handshake with {broker.address} failed: no answer to the ClientHello "
-                            f"within 500 ms: the listener probably does not speak TLS: use "
+                            f"within {waited} ms: the listener probably does not speak TLS: use "
                             f"security_protocol='PLAINTEXT' or the broker's SSL port")
     conn = t.connection(-1)
     assert conn is not None and conn.machine.next_deadline == clock.now_ms() + 4000  # the maximum backoff

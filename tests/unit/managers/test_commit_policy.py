@@ -1,0 +1,277 @@
+"""CommitManager under the error policy, driven sans-IO: a fake ``now``, kafka-python responses into the
+handlers. Retriable codes back off exponentially (bounded by retry_backoff_max_ms) until the deadline,
+whose timeout names the last error; the user's codes fail at once saying how to fix them; an
+unauthorized OffsetFetch of starting positions is held and not asked again while held."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import kafka.errors as ke
+import pytest
+from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse
+
+from fsm_consumer._config import ConsumerConfig
+from fsm_consumer._metrics import Metrics
+from fsm_consumer.errors import KafkaTimeoutError
+from fsm_consumer.events import CommitEvent, FetchCommittedEvent
+from fsm_consumer.fetch import OffsetAndMetadata, TopicPartition
+from fsm_consumer.managers import CommitManager
+from fsm_consumer.state import HeldErrors, SubscriptionState
+
+T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
+RTT = 2.0
+
+
+class Events(list):
+    def put(self, event):
+        self.append(event)
+
+
+class Rig:
+    """A CommitManager with a coordinator at node 1, run on a simulated clock."""
+
+    def __init__(self, **config):
+        settings = {"bootstrap_servers": "127.0.0.1:1", "group_id": "g", "enable_auto_commit": False, **config}
+        self.config = ConsumerConfig.from_kwargs(**settings)
+        self.subs = SubscriptionState()
+        self.held = HeldErrors()
+        self.lost = 0
+        self.coordinator = SimpleNamespace(node=1, gone_for_close=False, needed=lambda: None,
+                                           mark_unknown=self._lost, last_error=None)
+        self.commits = CommitManager(self.config, subscription=self.subs, coordinator=self.coordinator,
+                                     background_events=Events(), metrics=Metrics(), held=self.held)
+        self.now = 0.0
+        self.sent: list[tuple[float, object]] = []   # (time, request)
+
+    def _lost(self):
+        self.lost += 1
+
+    def commit(self, timeout_ms=10_000, offsets=None) -> CommitEvent:
+        event = CommitEvent(offsets=offsets or {T0: OffsetAndMetadata(5, "", -1)}, sync=True,
+                            deadline_ms=self.now + timeout_ms, what="commit of t-0", timeout_ms=timeout_ms)
+        self.commits.on_commit_event(event, self.now)
+        return event
+
+    def run(self, until: float, answer) -> None:
+        """Poll, answer every request after RTT with ``answer(request)`` -> response (or an exception
+        for a transport failure), and sleep as long as the manager asks, through ``until``."""
+        while self.now <= until:
+            wait, out = self.commits.poll(self.now)
+            for o in out:
+                self.sent.append((self.now, o.request))
+            if out:
+                self.now += RTT
+                for o in out:
+                    reply = answer(o.request)
+                    if isinstance(reply, BaseException):
+                        o.handler(SimpleNamespace(error=reply, response=None, sent_to=1), self.now)
+                    else:
+                        o.handler(SimpleNamespace(error=None, response=reply, sent_to=1), self.now)
+                continue
+            if self.now == until:
+                return
+            self.now = min(until, self.now + max(1.0, min(wait, 5_000.0)))
+
+    def count(self, kind) -> int:
+        return sum(isinstance(r, kind) for _, r in self.sent)
+
+    def times(self, kind) -> list[float]:
+        return [t for t, r in self.sent if isinstance(r, kind)]
+
+
+def commit_answer(code: int):
+    def answer(request):
+        if not isinstance(request, OffsetCommitRequest):
+            return fetch_answer(0)(request)
+        return OffsetCommitResponse(throttle_time_ms=0, topics=[OffsetCommitResponse.OffsetCommitResponseTopic(
+            name=t.name, partitions=[OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
+                partition_index=p.partition_index, error_code=code) for p in t.partitions]) for t in request.topics])
+    return answer
+
+
+def fetch_answer(code: int, top: int = 0, offset: int = 42):
+    def answer(request):
+        assert isinstance(request, OffsetFetchRequest)
+        R = OffsetFetchResponse
+        return R(throttle_time_ms=0, error_code=top, topics=[R.OffsetFetchResponseTopic(name=t.name, partitions=[
+            R.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
+                partition_index=i, committed_offset=-1 if code else offset, committed_leader_epoch=-1,
+                metadata="", error_code=code) for i in t.partition_indexes]) for t in request.topics])
+    return answer
+
+
+# -- OffsetCommit ------------------------------------------------------------------------------------
+
+def test_load_in_progress_is_retried_with_a_growing_backoff_and_the_timeout_names_it():
+    rig = Rig()
+    event = rig.commit(timeout_ms=10_000)
+    rig.run(10_000.0, commit_answer(14))
+    times = rig.times(OffsetCommitRequest)
+    assert 5 <= len(times) <= 20, times                   # 10 s at <= ~10/s, fewer as the backoff grows
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert gaps[0] < 200 and all(g >= 80 for g in gaps)   # 100 ms (+-20%) at first ...
+    assert all(800 <= g <= 1200 + RTT for g in gaps[5:]), gaps   # ... then capped at retry_backoff_max_ms
+    assert rig.lost == 0                                  # loading: the same coordinator, later
+    assert event.future.done
+    with pytest.raises(KafkaTimeoutError, match=r"commit of t-0 timed out after 10000 ms: "
+                                                r"last error CoordinatorLoadInProgressError") as caught:
+        event.future.result()
+    assert isinstance(caught.value.__cause__, ke.CoordinatorLoadInProgressError)
+    assert event.cause == "last error CoordinatorLoadInProgressError"   # the caller's own timeout says it too
+    assert "last error CoordinatorLoadInProgressError" in str(event.timeout_error())
+
+
+@pytest.mark.parametrize("code", [15, 16])
+def test_coordinator_moved_is_rediscovered_and_retried(code):
+    rig = Rig()
+    event = rig.commit(timeout_ms=3_000)
+    rig.run(3_000.0, commit_answer(code))
+    assert 3 <= rig.count(OffsetCommitRequest) <= 10
+    assert rig.lost == rig.count(OffsetCommitRequest)
+    with pytest.raises(KafkaTimeoutError, match=f"last error {ke.for_code(code).__name__}"):
+        event.future.result()
+
+
+def test_a_transport_failure_is_retried_with_backoff_and_named():
+    rig = Rig()
+    event = rig.commit(timeout_ms=2_000)
+    rig.run(2_000.0, lambda request: ke.KafkaConnectionError("connection reset"))
+    assert 3 <= rig.count(OffsetCommitRequest) <= 8
+    with pytest.raises(KafkaTimeoutError, match="last error KafkaConnectionError"):
+        event.future.result()
+
+
+def test_success_after_retries_completes_and_later_commits_start_from_the_base_backoff():
+    rig = Rig()
+    event = rig.commit()
+    answers = iter([14, 14, 14, 0])
+    rig.run(3_000.0, lambda request: commit_answer(next(answers))(request))
+    assert rig.count(OffsetCommitRequest) == 4
+    assert event.future.done and event.future.result() is None
+    second = rig.commit()
+    start = len(rig.sent)
+    rig.run(rig.now + 500.0, commit_answer(0))
+    assert len(rig.sent) == start + 1 and second.future.result() is None
+
+
+def test_group_authorization_failed_is_not_retried_and_says_how_to_fix_it():
+    rig = Rig()
+    event = rig.commit()
+    rig.run(5_000.0, commit_answer(30))
+    assert rig.count(OffsetCommitRequest) == 1
+    with pytest.raises(ke.GroupAuthorizationFailedError,
+                       match="OffsetCommit for group 'g' failed: grant this principal READ on the consumer group"):
+        event.future.result()
+
+
+def test_topic_authorization_failed_names_the_partitions():
+    rig = Rig()
+    event = rig.commit(offsets={T0: OffsetAndMetadata(5, "", -1), T1: OffsetAndMetadata(6, "", -1)})
+    rig.run(5_000.0, commit_answer(29))
+    assert rig.count(OffsetCommitRequest) == 1
+    with pytest.raises(ke.TopicAuthorizationFailedError, match="for t-0, t-1 failed: grant this principal READ"):
+        event.future.result()
+
+
+def test_a_commit_without_a_coordinator_times_out_naming_why():
+    rig = Rig()
+    rig.coordinator.node = None
+    rig.coordinator.last_error = "FindCoordinator answered CoordinatorNotAvailableError"
+    event = rig.commit(timeout_ms=1_000)
+    rig.run(1_500.0, commit_answer(0))
+    assert rig.sent == []
+    with pytest.raises(KafkaTimeoutError, match="no coordinator for group 'g' "
+                                                r"\(FindCoordinator answered CoordinatorNotAvailableError\)"):
+        event.future.result()
+
+
+def test_auto_commits_in_a_storm_are_never_queued_twice():
+    rig = Rig(enable_auto_commit=True, auto_commit_interval_ms=500)
+    rig.subs.assign([T0])
+    rig.subs.seek(T0, 7)
+    rig.commits.start_auto_commit(0.0)
+    rig.run(10_000.0, commit_answer(14))
+    assert sum(c.auto for c in rig.commits._queue) == 1
+    assert rig.count(OffsetCommitRequest) <= 20
+    rig.subs.seek(T0, 9)  # newer positions join the commit that is still backing off
+    rig.run(12_000.0, commit_answer(0))
+    assert rig.commits._queue == [] and rig.commits._last_auto == {T0: 9}
+
+
+# -- OffsetFetch of starting positions ---------------------------------------------------------------------
+
+def assigned(rig: Rig, *tps):
+    rig.subs.assign(tps, awaiting_committed=True)
+
+
+def test_offset_fetch_group_authorization_failed_is_held_and_not_asked_again():
+    rig = Rig()
+    assigned(rig, T0, T1)
+    rig.run(10_000.0, fetch_answer(30))
+    assert rig.count(OffsetFetchRequest) == 1
+    assert rig.held.holds(("group",))
+    with pytest.raises(ke.GroupAuthorizationFailedError, match="grant this principal READ on the consumer group"):
+        rig.held.raise_first()
+    rig.subs.seek(T0, 3)
+    rig.run(11_000.0, fetch_answer(30))
+    assert rig.held.holds(("group",)) and rig.count(OffsetFetchRequest) == 1   # T1 still waits for it
+    rig.subs.seek(T1, 3)  # the user gave up on the committed offsets: nothing needs them
+    rig.run(12_000.0, fetch_answer(30))
+    assert not rig.held.holds(("group",)) and rig.count(OffsetFetchRequest) == 1
+
+
+def test_offset_fetch_group_level_code_is_held_too():
+    rig = Rig()
+    assigned(rig, T0)
+    rig.run(3_000.0, fetch_answer(0, top=30))
+    assert rig.count(OffsetFetchRequest) == 1 and rig.held.holds(("group",))
+
+
+def test_offset_fetch_topic_authorization_failed_is_held_for_the_topic():
+    rig = Rig()
+    u0 = TopicPartition("u", 0)
+    assigned(rig, T0, u0)
+
+    def answer(request):
+        R = OffsetFetchResponse
+        return R(throttle_time_ms=0, error_code=0, topics=[R.OffsetFetchResponseTopic(name=t.name, partitions=[
+            R.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
+                partition_index=i, committed_offset=-1 if t.name == "t" else 11, committed_leader_epoch=-1,
+                metadata="", error_code=29 if t.name == "t" else 0) for i in t.partition_indexes])
+            for t in request.topics])
+
+    rig.run(10_000.0, answer)
+    assert rig.count(OffsetFetchRequest) == 1
+    assert rig.held.holds(("topic", "t")) and not rig.held.holds(("group",))
+    with pytest.raises(ke.TopicAuthorizationFailedError, match="topic 't'.*grant this principal READ"):
+        rig.held.raise_first()
+    assert rig.subs.positions() == {u0: 11}   # the authorized topic got its position meanwhile
+
+
+def test_offset_fetch_retriable_is_paced_then_succeeds():
+    rig = Rig()
+    assigned(rig, T0)
+    rig.run(10_000.0, fetch_answer(14))
+    assert 5 <= rig.count(OffsetFetchRequest) <= 20
+    assert not rig.held.holds(("group",))
+    rig.run(12_000.0, fetch_answer(0))
+    assert rig.subs.positions() == {T0: 42}
+
+
+# -- committed() ---------------------------------------------------------------------------------------
+
+def test_committed_lookup_backs_off_on_retriable_and_fails_at_once_on_authorization():
+    rig = Rig()
+    event = FetchCommittedEvent(partitions=frozenset([T0]), deadline_ms=60_000)
+    rig.commits.on_fetch_committed(event, 0.0)
+    rig.run(5_000.0, fetch_answer(0, top=14))
+    assert 4 <= rig.count(OffsetFetchRequest) <= 12 and not event.future.done
+    assert event.cause == "last error CoordinatorLoadInProgressError"
+    rig.run(7_000.0, fetch_answer(0, top=30))
+    sent = rig.count(OffsetFetchRequest)
+    with pytest.raises(ke.GroupAuthorizationFailedError, match="OffsetFetch for group 'g' failed: grant"):
+        event.future.result()
+    rig.run(9_000.0, fetch_answer(0, top=30))
+    assert rig.count(OffsetFetchRequest) == sent
+    assert not rig.held.holds(("group",))   # the caller got it: nothing held for an explicit lookup
