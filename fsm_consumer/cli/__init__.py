@@ -23,6 +23,12 @@ def _consume(argv: list[str]) -> int:
     return consume(argv)
 
 
+def _ingest(argv: list[str]) -> int:
+    from ._ingest import ingest
+    return ingest(argv)
+
+
+_COMMANDS["ingest"] = _ingest
 _COMMANDS["demo"] = _demo
 _COMMANDS["consume"] = _consume
 

@@ -295,7 +295,8 @@ class Consumer(GroupApi):
 
     def poll_batch(self, timeout_ms: float = 0, max_records: int | None = None):
         """Like poll(), as one ``pyarrow.RecordBatch`` with columns topic (dictionary<string>),
-        partition (int32), offset (int64), timestamp (timestamp[ms]; null when the record has none), key
+        partition (int32), offset (int64), timestamp (timestamp[ms]; null when the record has none),
+        timestamp_type (int32: 0 create time, 1 log append time, -1 none), key
         and value (binary, nullable) and headers (list<struct<key: string, value: binary>>), in the
         order poll() would hand the records out; no rows when nothing came within ``timeout_ms``.
         Positions advance exactly as with poll(), and the two can be mixed. Keys and values are

@@ -28,7 +28,10 @@ Headers (rare) are decoded to Python tuples and become a
 raw bytes: deserializers do not apply here.
 
 ``assemble`` joins slices of several partitions into the RecordBatch that
-``Consumer.poll_batch`` returns (``SCHEMA``).
+``Consumer.poll_batch`` returns (``SCHEMA``), adding ``timestamp_type`` (0 create time, 1 log
+append time: a batch attribute). A partition's columns carry it not as a column but as the offset
+ranges of its LogAppendTime batches, in their schema metadata (``LOG_APPEND_KEY``, a few bytes per
+fetch, kept by slices); ``assemble`` turns those into the column with one ``searchsorted`` per range.
 """
 
 from __future__ import annotations
@@ -59,8 +62,12 @@ PARTITION_SCHEMA = pa.schema([
 SCHEMA = pa.schema([
     pa.field("topic", pa.dictionary(pa.int32(), pa.string()), nullable=False),
     pa.field("partition", pa.int32(), nullable=False),
-    *PARTITION_SCHEMA,
+    *list(PARTITION_SCHEMA)[:2],
+    pa.field("timestamp_type", pa.int32(), nullable=False),  # 0 create time, 1 log append time
+    *list(PARTITION_SCHEMA)[2:],
 ])
+# schema metadata of a partition's columns: int64 pairs [first offset, last offset] of its LogAppendTime batches
+LOG_APPEND_KEY = b"fsm.log_append_offsets"
 EMPTY_PARTITION = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in PARTITION_SCHEMA],
                                              schema=PARTITION_SCHEMA)
 
@@ -211,11 +218,34 @@ def build(cols: Any, offsets: np.ndarray, timestamps: np.ndarray, spans: np.ndar
         values,
         _header_column(cols.headers, n),
     ], schema=PARTITION_SCHEMA)
+    if cols.log_append:
+        batch = _with_log_append(batch, [(int(offsets[first]), int(offsets[stop - 1]))
+                                         for first, _ in cols.log_append
+                                         if (stop := _batch_end(cols, first, n)) > first])
     if cols.filters:
         keep = _kept(cols, offsets)
         if not keep.all():
             batch = batch.filter(pa.array(keep))
     return batch
+
+
+def _with_log_append(batch: pa.RecordBatch, ranges: list[tuple[int, int]]) -> pa.RecordBatch:
+    """``batch`` noting the offset ranges of its records that have LogAppendTime timestamps."""
+    if not ranges:
+        return batch
+    return batch.replace_schema_metadata({LOG_APPEND_KEY: np.array(ranges, dtype=np.int64).tobytes()})
+
+
+def timestamp_types(columns: pa.RecordBatch) -> pa.Array:
+    """The timestamp type (int32: 0 create time, 1 log append time) of each row of a partition's columns."""
+    types = np.zeros(columns.num_rows, dtype=np.int32)
+    meta = columns.schema.metadata
+    ranges = meta.get(LOG_APPEND_KEY) if meta else None
+    if ranges and columns.num_rows:
+        offsets = columns.column(0).to_numpy()
+        for lo, hi in np.frombuffer(ranges, dtype=np.int64).reshape(-1, 2):
+            types[np.searchsorted(offsets, lo, "left"):np.searchsorted(offsets, hi, "right")] = 1
+    return pa.array(types)
 
 
 def _batch_end(cols: Any, first: int, n: int) -> int:
@@ -262,7 +292,8 @@ def from_records(records: Sequence) -> pa.RecordBatch:
     _add_records(cols, records)
     if not len(cols):
         return EMPTY_PARTITION
-    return build(cols, *columns_of(cols))
+    batch = build(cols, *columns_of(cols))
+    return _with_log_append(batch, [(r[3], r[3]) for r in records if r[5] == 1])
 
 
 def assemble(pieces: Sequence[tuple[TopicPartition, pa.RecordBatch]]) -> pa.RecordBatch:
@@ -282,4 +313,6 @@ def assemble(pieces: Sequence[tuple[TopicPartition, pa.RecordBatch]]) -> pa.Reco
         rest = list(pieces[0][1].columns)
     else:
         rest = [pa.concat_arrays([b.column(i) for _, b in pieces]) for i in range(len(PARTITION_SCHEMA))]
-    return pa.RecordBatch.from_arrays([topic, partition, *rest], schema=SCHEMA)
+    types = [timestamp_types(b) for _, b in pieces]
+    types = types[0] if len(types) == 1 else pa.concat_arrays(types)
+    return pa.RecordBatch.from_arrays([topic, partition, *rest[:2], types, *rest[2:]], schema=SCHEMA)

@@ -1,0 +1,182 @@
+"""The driver's side: which topic-partitions to read and at which offsets, looked up with an
+fsm_consumer ``Consumer`` without a group (metadata, ``beginning_offsets``, ``end_offsets``,
+``offsets_for_times``), and Spark's data-loss rule (``failOnDataLoss``).
+
+Streaming offsets are Spark's Kafka source's JSON: ``{"topic": {"0": 23, "1": 5}}`` (partitions as
+strings, topics and partitions sorted, so equal offsets are equal JSON).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from ._options import EARLIEST, LATEST, KafkaOptionError, OffsetSpec, ReadOptions, TopicPartitionKey
+
+log = logging.getLogger("fsm_consumer.spark")
+T = TypeVar("T")
+Offsets = dict[TopicPartitionKey, int]
+
+_LOSS_HINT = ("Some data may have been lost because they are not available in Kafka any more; either the data "
+              "was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
+              "processed. If you want your query to go on in such cases (reading what is still there), set the "
+              "source option 'failOnDataLoss' to 'false'.")
+
+
+class DataLossError(RuntimeError):
+    """Offsets to read are gone from Kafka (aged out, topic deleted) and ``failOnDataLoss`` is true."""
+
+
+def report_data_loss(opts: ReadOptions, message: str) -> None:
+    """Spark's rule: raise with ``failOnDataLoss=true`` (the default), else log a warning and go on."""
+    if opts.fail_on_data_loss:
+        raise DataLossError(f"{message}. {_LOSS_HINT}")
+    log.warning("%s. Some data may have been lost; going on because failOnDataLoss is false.", message)
+
+
+def encode(offsets: Offsets) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (topic, p), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(p)] = int(offset)
+    return out
+
+
+def decode(offsets: dict | None) -> Offsets:
+    return {(topic, int(p)): int(o) for topic, parts in (offsets or {}).items() for p, o in parts.items()}
+
+
+def describe(tps: Iterable[TopicPartitionKey]) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in sorted(tps))
+
+
+class OffsetLookup:
+    """Metadata and offset lookups for the driver, on one group-less Consumer (made on first use)."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self._consumer = None
+
+    def _client(self):
+        if self._consumer is None:
+            from ..consumer import Consumer
+
+            self._consumer = Consumer(**self.opts.consumer_config(group_id=None, enable_auto_commit=False))
+        return self._consumer
+
+    def _retry(self, what: Callable[[Any], T]) -> T:
+        """``what(consumer)``, tried again ``fetchOffset.numRetries`` times on a timeout."""
+        from ..errors import KafkaTimeoutError
+
+        for attempt in range(self.opts.fetch_retries + 1):
+            try:
+                return what(self._client())
+            except KafkaTimeoutError:
+                if attempt == self.opts.fetch_retries:
+                    raise
+                log.warning("Kafka offset lookup timed out; trying again (%d of %d)", attempt + 1,
+                            self.opts.fetch_retries)
+                time.sleep(self.opts.fetch_retry_interval_ms / 1000)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close(autocommit=False, timeout_ms=5000)
+
+    # -- lookups ---------------------------------------------------------------------------------------
+    def partitions(self) -> list[TopicPartitionKey]:
+        """The topic-partitions that subscribe, subscribePattern or assign name, as they are now."""
+        opts = self.opts
+        if opts.assign is not None:
+            wanted = sorted(opts.assign)
+            for topic in sorted({t for t, _ in wanted}):
+                have = self._retry(lambda c: c.partitions_for_topic(topic))
+                missing = [p for t, p in wanted if t == topic and p not in (have or set())]
+                if missing:
+                    what = "does not exist" if have is None else f"has partitions {sorted(have)}"
+                    raise KafkaOptionError("assign", f"topic {topic!r} {what}: cannot assign partitions {missing}")
+            return wanted
+        if opts.subscribe is not None:
+            topics = list(opts.subscribe)
+        else:
+            pattern = re.compile(opts.pattern)
+            internal = self._client().config.exclude_internal_topics
+            topics = sorted(t for t in self._retry(lambda c: c.topics())
+                            if pattern.fullmatch(t) and not (internal and t.startswith("__")))
+        out = []
+        for topic in topics:
+            parts = self._retry(lambda c: c.partitions_for_topic(topic))
+            out += [(topic, p) for p in sorted(parts or ())]
+        return out
+
+    def earliest(self, tps: Iterable[TopicPartitionKey]) -> Offsets:
+        return self._offsets(tps, "beginning_offsets")
+
+    def latest(self, tps: Iterable[TopicPartitionKey]) -> Offsets:
+        return self._offsets(tps, "end_offsets")
+
+    def _offsets(self, tps: Iterable[TopicPartitionKey], method: str) -> Offsets:
+        from ..fetch import TopicPartition
+
+        wanted = [TopicPartition(t, p) for t, p in tps]
+        if not wanted:
+            return {}
+        found = self._retry(lambda c: getattr(c, method)(wanted))
+        missing = [tp for tp in wanted if tp not in found]
+        if missing:
+            raise RuntimeError(f"{method} gave no offset for {describe(missing)}")
+        return {(tp.topic, tp.partition): found[tp] for tp in wanted}
+
+    def for_times(self, timestamps: dict[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int | None]:
+        from ..fetch import TopicPartition
+
+        if not timestamps:
+            return {}
+        asked = {TopicPartition(t, p): ts for (t, p), ts in timestamps.items()}
+        found = self._retry(lambda c: c.offsets_for_times(asked))
+        return {(tp.topic, tp.partition): (None if found.get(tp) is None else found[tp].offset) for tp in asked}
+
+
+# -- resolving an option ----------------------------------------------------------------------------------
+def resolve(spec: OffsetSpec, tps: list[TopicPartitionKey], lookup: OffsetLookup, *, ending: bool,
+            by_timestamp_strategy: str = "error", earliest: Offsets | None = None,
+            latest: Offsets | None = None) -> Offsets:
+    """Concrete offsets for ``tps`` from a startingOffsets/endingOffsets-like option. ``earliest`` and
+    ``latest``, when given, are the lookups already made."""
+    if not tps:
+        return {}
+
+    def lo(parts: Iterable[TopicPartitionKey]) -> Offsets:
+        return {tp: earliest[tp] for tp in parts} if earliest is not None else lookup.earliest(parts)
+
+    def hi(parts: Iterable[TopicPartitionKey]) -> Offsets:
+        return {tp: latest[tp] for tp in parts} if latest is not None else lookup.latest(parts)
+
+    if spec.kind == "earliest":
+        return lo(tps)
+    if spec.kind == "latest":
+        return hi(tps)
+    if spec.kind in ("offsets", "timestamps"):
+        given = set(spec.offsets)
+        if given != set(tps):
+            raise KafkaOptionError(spec.option, "if it names specific partitions it must name all the "
+                                   f"TopicPartitions read: named {describe(given) or 'none'}; read "
+                                   f"{describe(tps)}" + (" (use -1 for latest, -2 for earliest)"
+                                                         if spec.kind == "offsets" else ""))
+    if spec.kind == "offsets":
+        out = dict(spec.offsets)
+        first = lo([tp for tp, o in out.items() if o == EARLIEST])
+        last = hi([tp for tp, o in out.items() if o == LATEST])
+        return {tp: first.get(tp, last.get(tp, o)) for tp, o in sorted(out.items())}
+    stamps = {tp: spec.timestamp for tp in tps} if spec.kind == "timestamp" else dict(spec.offsets)
+    found = lookup.for_times(stamps)
+    none = sorted(tp for tp, o in found.items() if o is None)
+    if none and not ending and by_timestamp_strategy == "error":
+        raise KafkaOptionError(spec.option, f"no offset matched the timestamp for {describe(none)} (no record "
+                               "at or after it); set startingOffsetsByTimestampStrategy=latest to start at the "
+                               "latest offset there")
+    last = hi(none)  # no record at or after the timestamp: the latest offset, as Spark
+    return {tp: (last[tp] if o is None else o) for tp, o in sorted(found.items())}

@@ -1,0 +1,60 @@
+"""The row schema of Spark's Kafka source, and ``Consumer.poll_batch`` columns turned into it.
+
+key binary, value binary, topic string, partition int, offset long, timestamp timestamp,
+timestampType int (0 create time, 1 log append time, -1 none), and with ``includeHeaders``
+``headers array<struct<key: string, value: binary>>``; every field nullable, as in Spark.
+Executors hand Spark ``pyarrow.RecordBatch``es whose schema is exactly what pyspark checks against
+(``to_arrow_schema(schema, timezone="UTC")``: timestamp[us, tz=UTC], int32, plain strings).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+_FIELDS = "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, " \
+          "timestampType int"
+_HEADERS = "headers array<struct<key: string, value: binary>>"
+
+
+@lru_cache(maxsize=2)
+def spark_schema(include_headers: bool):
+    """The StructType of the rows (Spark's Kafka source's, to the field)."""
+    from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField,
+                                   StructType, TimestampType)
+
+    fields = [StructField("key", BinaryType()), StructField("value", BinaryType()),
+              StructField("topic", StringType()), StructField("partition", IntegerType()),
+              StructField("offset", LongType()), StructField("timestamp", TimestampType()),
+              StructField("timestampType", IntegerType())]
+    if include_headers:
+        fields.append(StructField("headers", ArrayType(StructType(
+            [StructField("key", StringType()), StructField("value", BinaryType())]))))
+    return StructType(fields)
+
+
+@lru_cache(maxsize=2)
+def arrow_schema(include_headers: bool):
+    """The Arrow schema pyspark expects the record batches of a read to have."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema(include_headers), timezone="UTC")
+
+
+def to_spark(batch, include_headers: bool):
+    """One ``poll_batch()`` RecordBatch (a single topic-partition's rows) as Spark's Kafka rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = arrow_schema(include_headers)
+    timestamp = batch.column("timestamp").cast(schema.field("timestamp").type)
+    kind = batch.column("timestamp_type")
+    if timestamp.null_count:  # no timestamp (magic v0 data): Kafka's NO_TIMESTAMP_TYPE
+        kind = pc.if_else(pc.is_null(timestamp), pa.scalar(-1, pa.int32()), kind)
+    topic = batch.column("topic")
+    if pa.types.is_dictionary(topic.type):
+        topic = topic.dictionary_decode()
+    columns = [batch.column("key"), batch.column("value"), topic, batch.column("partition"),
+               batch.column("offset"), timestamp, kind]
+    if include_headers:
+        columns.append(batch.column("headers").cast(schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)

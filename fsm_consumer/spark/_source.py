@@ -1,0 +1,60 @@
+"""``KafkaDataSource``: the ``fsm_kafka`` Python data source (pyspark's ``pyspark.sql.datasource`` API).
+
+Reads (``spark.read`` / ``spark.readStream``) take Spark's Kafka source options and give its rows
+(``_schema``); writes (``df.write`` / ``df.writeStream``) are ``_write``'s ``KafkaBatchWriter`` and
+``KafkaStreamWriter``, imported only when asked for.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource
+
+from ._options import check_batch, check_stream, parse
+from ._schema import spark_schema
+
+NAME = "fsm_kafka"
+
+
+def _check_schema(schema, opts) -> None:
+    """Like Spark's Kafka source, the schema is fixed: a user-specified one is refused."""
+    expected = spark_schema(opts.include_headers)
+    if schema is not None and schema != expected:
+        raise ValueError(f"{NAME} has a fixed schema and cannot be read with a user-specified one: expected "
+                         f"{expected.simpleString()}, got {schema.simpleString()}")
+
+
+class KafkaDataSource(DataSource):
+    """Kafka topics as a DataFrame: ``spark.read.format("fsm_kafka").option("kafka.bootstrap.servers", ...)
+    .option("subscribe", "events").load()`` (or ``spark.readStream``), read with fsm_consumer."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self):
+        # reads only (pyspark does not ask a write for it): every read option is checked here, at load()
+        return spark_schema(parse(self.options).include_headers)
+
+    def reader(self, schema):
+        from ._batch import KafkaBatchReader
+
+        opts = check_batch(parse(self.options))
+        _check_schema(schema, opts)
+        return KafkaBatchReader(opts)
+
+    def streamReader(self, schema):
+        from ._stream import KafkaStreamReader
+
+        opts = check_stream(parse(self.options))
+        _check_schema(schema, opts)
+        return KafkaStreamReader(opts)
+
+    def writer(self, schema, overwrite: bool):
+        from ._write import KafkaBatchWriter
+
+        return KafkaBatchWriter(dict(self.options), schema, overwrite)  # overwrite is refused: topics are append-only
+
+    def streamWriter(self, schema, overwrite: bool):
+        from ._write import KafkaStreamWriter
+
+        return KafkaStreamWriter(dict(self.options), schema, overwrite)

@@ -1,0 +1,251 @@
+"""fsm_kafka's options, offset resolution, range splitting and rate limiting, without Spark's JVM."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+pytest.importorskip("pyspark")
+
+from fsm_consumer.spark import KafkaDataSource  # noqa: E402
+from fsm_consumer.spark._offsets import decode, encode, resolve  # noqa: E402
+from fsm_consumer.spark._options import KafkaOptionError, check_batch, check_stream, parse  # noqa: E402
+from fsm_consumer.spark._ranges import KafkaRange, split  # noqa: E402
+from fsm_consumer.spark._stream import rate_limit  # noqa: E402
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
+
+
+def _parse(**options):
+    return parse({**BASE, **options})
+
+
+def _refused(option_named: str, fragment: str = "", **options):
+    with pytest.raises(KafkaOptionError) as caught:
+        check_stream(check_batch(parse(options)))
+    assert caught.value.option == option_named
+    assert fragment in str(caught.value)
+    return str(caught.value)
+
+
+def test_defaults_are_sparks():
+    opts = parse(BASE)
+    assert (opts.subscribe, opts.starting, opts.ending, opts.fail_on_data_loss, opts.include_headers,
+            opts.min_partitions, opts.max_offsets_per_trigger, opts.commit_to_group) == (
+        ("t",), None, None, True, False, None, None, None)
+    assert opts.poll_timeout_ms == 120_000 and opts.consumer_config(group_id=None) == {
+        "bootstrap_servers": "127.0.0.1:9092", "group_id": None}
+
+
+def test_names_are_case_insensitive_and_kafka_options_map_to_consumer_keys():
+    opts = parse({"KAFKA.BOOTSTRAP.SERVERS": "h:1", "SubScribe": " a, b ,,a ", "INCLUDEHEADERS": "TRUE",
+                  "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                  "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                            'username="alice" password="s3\\"cret";',
+                  "kafka.ssl.cafile": "/ca.pem", "kafka.ssl.endpoint.identification.algorithm": "",
+                  "kafka.max.poll.records": "1000", "kafka.check.crcs": "false",
+                  "kafka.isolation.level": "read_committed"})
+    assert opts.subscribe == ("a", "b") and opts.include_headers
+    assert opts.kafka_params == {
+        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "alice",
+        "sasl_plain_password": 's3"cret', "ssl_cafile": "/ca.pem", "ssl_check_hostname": False,
+        "max_poll_records": 1000, "check_crcs": False, "isolation_level": "read_committed"}
+
+
+@pytest.mark.parametrize("options, named, fragment", [
+    ({"subscribe": "a", "assign": '{"a":[0]}'}, "assign", "only one of subscribe, subscribePattern, assign"),
+    ({"subscribePattern": "a", "subscribe": "b"}, "subscribePattern", "only one of"),
+    ({}, "subscribe", "must be specified"),
+    ({"subscribe": " , "}, "subscribe", "no topics"),
+    ({"subscribePattern": "a(("}, "subscribePattern", "not a regular expression"),
+    ({"assign": "{"}, "assign", "malformed JSON"),
+    ({"assign": '{"a":["0"]}'}, "assign", 'expected e.g. {"topicA":[0,1]'),
+    ({"assign": "{}"}, "assign", "no topic-partitions"),
+    ({"subscribe": "a", "startingOffsets": "newest"}, "startingOffsets", "is not one of earliest, latest"),
+    ({"subscribe": "a", "startingOffsets": '{"a":{"0":-3}}'}, "startingOffsets", "-3 for a-0"),
+    ({"subscribe": "a", "startingOffsets": '{"a":{"x":1}}'}, "startingOffsets", "expected e.g."),
+    ({"subscribe": "a", "startingOffsets": '{"a":{"0":1}'}, "startingOffsets", "malformed JSON"),
+    ({"subscribe": "a", "startingTimestamp": "yesterday"}, "startingTimestamp", "a long"),
+    ({"subscribe": "a", "startingOffsetsByTimestamp": '{"a":{"0":-1}}'}, "startingOffsetsByTimestamp", "-1"),
+    ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "fail"}, "startingOffsetsByTimestampStrategy", ""),
+    ({"subscribe": "a", "minPartitions": "0"}, "minPartitions", ">= 1"),
+    ({"subscribe": "a", "maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger", "not an integer"),
+    ({"subscribe": "a", "failOnDataLoss": "yes"}, "failOnDataLoss", "boolean"),
+    ({"subscribe": "a", "includeHeaders": "1"}, "includeHeaders", "boolean"),
+    ({"subscribe": "a", "commitToGroup": " "}, "commitToGroup", "empty"),
+    ({"subscribe": "a", "startingoffset": "earliest"}, "startingoffset", "did you mean 'startingOffsets'?"),
+    ({"subscribe": "a", "subscribepatern": "x"}, "subscribepatern", "did you mean 'subscribePattern'?"),
+    ({"subscribe": "a", "flux": "1"}, "flux", "unknown option"),
+    ({"subscribe": "a", "topic": "a"}, "topic", "the Kafka sink's option"),
+    ({"subscribe": "a", "minOffsetsPerTrigger": "10"}, "minOffsetsPerTrigger", "not implemented"),
+    ({"subscribe": "a", "kafka.group.id": "g"}, "kafka.group.id", "commitToGroup"),
+    ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset", "startingOffsets"),
+    ({"subscribe": "a", "kafka.enable.auto.commit": "true"}, "kafka.enable.auto.commit", "never commits"),
+    ({"subscribe": "a", "kafka.value.deserializer": "x"}, "kafka.value.deserializer", "bytes"),
+    ({"subscribe": "a", "kafka.ssl.context": "x"}, "kafka.ssl.context", "Python object"),
+    ({"subscribe": "a", "kafka.max.pol.records": "5"}, "kafka.max.pol.records", "did you mean 'kafka.max.poll.records'?"),
+    ({"subscribe": "a", "kafka.max.poll.records": "many"}, "kafka.max.poll.records", "not an integer"),
+    ({"subscribe": "a", "kafka.max.poll.records": "0"}, "kafka.max.poll.records", "an integer >= 1"),
+    ({"subscribe": "a", "kafka.security.protocol": "TLS"}, "kafka.security.protocol", "'TLS' is not allowed"),
+    ({"subscribe": "a", "kafka.security.protocol": "SASL_SSL"}, "kafka.sasl.mechanism", "is required"),
+    ({"subscribe": "a", "kafka.sasl.jaas.config": "x required;"}, "kafka.sasl.jaas.config", "username="),
+])
+def test_bad_options_are_named(options, named, fragment):
+    _refused(named, fragment, **{"kafka.bootstrap.servers": "h:1", **options})
+
+
+def test_missing_bootstrap_servers():
+    _refused("kafka.bootstrap.servers", "required", subscribe="a")
+    _refused("kafka.bootstrap.servers", "required", subscribe="a", **{"kafka.bootstrap.servers": " "})
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"startingOffsets": "latest"}, "startingOffsets"),
+    ({"startingOffsets": '{"t":{"0":-1}}'}, "startingOffsets"),
+    ({"endingOffsets": "earliest"}, "endingOffsets"),
+    ({"endingOffsets": '{"t":{"0":-2}}'}, "endingOffsets"),
+    ({"commitToGroup": "g"}, "commitToGroup"),
+])
+def test_what_a_batch_read_refuses(options, named):
+    with pytest.raises(KafkaOptionError) as caught:
+        check_batch(_parse(**options))
+    assert caught.value.option == named
+    if named != "endingOffsets":
+        check_stream(_parse(**options))  # fine for a stream
+
+
+@pytest.mark.parametrize("name", ["endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"])
+def test_a_stream_refuses_ending_offsets(name):
+    value = '{"t":{"0":5}}' if name.endswith("ByTimestamp") else "5" if name == "endingTimestamp" else "latest"
+    with pytest.raises(KafkaOptionError) as caught:
+        check_stream(_parse(**{name: value}))
+    assert caught.value.option == name
+    check_batch(_parse(**{name: value}))
+
+
+def test_starting_precedence_and_parsed_specs():
+    opts = _parse(startingOffsets="earliest", startingOffsetsByTimestamp='{"t":{"0":5}}', startingTimestamp="7")
+    assert (opts.starting.kind, opts.starting.timestamp, opts.starting.option) == ("timestamp", 7, "startingTimestamp")
+    opts = _parse(startingOffsets="earliest", startingOffsetsByTimestamp='{"t":{"0":5}}')
+    assert (opts.starting.kind, opts.starting.offsets) == ("timestamps", {("t", 0): 5})
+    opts = _parse(startingOffsets=' {"t":{"1":-2,"0":17}} ', endingOffsets="LATEST")
+    assert opts.starting.offsets == {("t", 0): 17, ("t", 1): -2} and opts.ending.kind == "latest"
+    assert parse({"kafka.bootstrap.servers": "h:1", "assign": '{"b":[2,0],"a":[1]}'}).assign == (
+        ("a", 1), ("b", 0), ("b", 2))
+
+
+class _Lookup:
+    """A stand-in for OffsetLookup: earliest 10, latest 100, a record at or after ts for partition 0 only."""
+
+    def __init__(self):
+        self.calls = []
+
+    def earliest(self, tps):
+        self.calls.append(("earliest", sorted(tps)))
+        return {tp: 10 for tp in tps}
+
+    def latest(self, tps):
+        self.calls.append(("latest", sorted(tps)))
+        return {tp: 100 for tp in tps}
+
+    def for_times(self, stamps):
+        return {tp: (ts // 1000 if tp[1] == 0 else None) for tp, ts in stamps.items()}
+
+
+TPS = [("t", 0), ("t", 1)]
+
+
+def test_resolve_offsets_json_timestamps_and_the_all_partitions_rule():
+    lookup = _Lookup()
+    spec = _parse(startingOffsets='{"t":{"0":-2,"1":-1}}').starting
+    assert resolve(spec, TPS, lookup, ending=False) == {("t", 0): 10, ("t", 1): 100}
+    assert resolve(_parse(startingOffsets='{"t":{"0":5,"1":6}}').starting, TPS, lookup, ending=False) == {
+        ("t", 0): 5, ("t", 1): 6}
+    with pytest.raises(KafkaOptionError, match="must name all the TopicPartitions read: named t-0; read t-0, t-1"):
+        resolve(_parse(startingOffsets='{"t":{"0":5}}').starting, TPS, lookup, ending=False)
+    spec = _parse(startingTimestamp="42000").starting
+    with pytest.raises(KafkaOptionError, match="no offset matched the timestamp for t-1"):
+        resolve(spec, TPS, lookup, ending=False)
+    assert resolve(spec, TPS, lookup, ending=False, by_timestamp_strategy="latest") == {("t", 0): 42, ("t", 1): 100}
+    assert resolve(_parse(endingTimestamp="42000").ending, TPS, lookup, ending=True) == {("t", 0): 42, ("t", 1): 100}
+
+
+def test_offsets_encode_canonically():
+    offsets = {("b", 10): 1, ("b", 2): 5, ("a", 0): 7}
+    assert list(encode(offsets)) == ["a", "b"] and list(encode(offsets)["b"]) == ["2", "10"]
+    assert decode(encode(offsets)) == offsets and decode(None) == {}
+
+
+def _covers(pieces, ranges):
+    by_tp = {}
+    for p in pieces:
+        by_tp.setdefault((p.topic, p.partition), []).append(p)
+    for r in ranges:
+        got = sorted(by_tp.pop((r.topic, r.partition), []), key=lambda p: p.start)
+        if r.size <= 0:
+            assert not got
+            continue
+        assert got[0].start == r.start and got[-1].end == r.end
+        assert all(a.end == b.start and a.size > 0 for a, b in zip(got, got[1:] + [None]) if b is not None)
+    assert not by_tp
+
+
+def test_split_reaches_min_partitions():
+    ranges = [KafkaRange("t", p, 0, 25_000) for p in range(4)]
+    assert split(ranges) == ranges
+    for n in (4, 8, 10, 13):
+        pieces = split(ranges, n)
+        assert len(pieces) == n
+        _covers(pieces, ranges)
+    uneven = [KafkaRange("t", 0, 0, 1000), KafkaRange("t", 1, 0, 3), KafkaRange("t", 2, 5, 5)]
+    pieces = split(uneven, 8)
+    # shares by size (as Spark: rounded, so one more here), the small one not starved
+    assert [p.partition for p in pieces] == [0] * 8 + [1]
+    _covers(pieces, uneven)
+    assert len(split([KafkaRange("t", 0, 0, 3)], 10)) == 3  # no more pieces than offsets
+
+
+def test_split_max_records_per_partition():
+    pieces = split([KafkaRange("t", 0, 0, 1000), KafkaRange("t", 1, 0, 10)], max_records_per_partition=300)
+    assert [(p.partition, p.size) for p in pieces] == [(0, 250), (0, 250), (0, 250), (0, 250), (1, 10)]
+
+
+@given(sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=6), wanted=st.integers(1, 40),
+       cap=st.one_of(st.none(), st.integers(1, 3000)))
+def test_split_covers_every_offset_once(sizes, wanted, cap):
+    ranges = [KafkaRange("t", p, 100, 100 + size) for p, size in enumerate(sizes)]
+    pieces = split(ranges, wanted, cap)
+    _covers(pieces, ranges)
+    assert len(pieces) >= min(wanted, sum(sizes))
+    assert cap is None or all(p.size <= cap for p in pieces)
+
+
+def test_rate_limit_shares_in_proportion_and_never_exceeds_the_limit():
+    start = {("t", 0): 0, ("t", 1): 0, ("t", 2): 50}
+    until = {("t", 0): 600, ("t", 1): 400, ("t", 2): 50}
+    assert rate_limit(300, start, until) == {("t", 0): 180, ("t", 1): 120, ("t", 2): 50}
+    assert rate_limit(5000, start, until) == until
+    small = rate_limit(10, {("t", 0): 0, ("t", 1): 0}, {("t", 0): 1000, ("t", 1): 1})
+    assert sum(small.values()) == 10  # Spark rounds the small partition's share up, past the limit
+
+
+@given(sizes=st.lists(st.integers(0, 10_000), min_size=1, max_size=8), limit=st.integers(1, 20_000))
+def test_rate_limit_bounds(sizes, limit):
+    start = {("t", p): 7 for p in range(len(sizes))}
+    until = {("t", p): 7 + size for p, size in enumerate(sizes)}
+    got = rate_limit(limit, start, until)
+    assert sum(got[tp] - start[tp] for tp in got) == min(limit, sum(sizes))
+    assert all(start[tp] <= got[tp] <= until[tp] for tp in got)
+
+
+def test_the_data_source_schema_and_name():
+    assert KafkaDataSource.name() == "fsm_kafka"
+    fields = KafkaDataSource(options=dict(BASE)).schema().fieldNames()
+    assert fields == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    with_headers = KafkaDataSource(options={**BASE, "includeHeaders": "true"}).schema()
+    assert with_headers.fieldNames()[-1] == "headers"
+    source = KafkaDataSource(options=dict(BASE))
+    with pytest.raises(ValueError, match="fixed schema"):
+        source.reader(with_headers)
+    assert source.reader(source.schema()).opts.subscribe == ("t",)
