@@ -65,7 +65,9 @@ class _Draining:
         if self.columnar:
             import numpy as np
 
-            return int(np.searchsorted(self.data.column(0).to_numpy(), offset))
+            from ._arrow import numpy as values
+
+            return int(np.searchsorted(values(self.data.column(0)), offset))
         return bisect.bisect_left(self.data, offset, key=_OFFSET)
 
 

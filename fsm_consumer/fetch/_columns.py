@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import _vector
+from . import _arrow, _vector
 from ._errors import RecordError
 from ._positions import _add_records, _Columns, columns_of, decode_exact
 from ._records import TopicPartition
@@ -68,8 +68,7 @@ SCHEMA = pa.schema([
 ])
 # schema metadata of a partition's columns: int64 pairs [first offset, last offset] of its LogAppendTime batches
 LOG_APPEND_KEY = b"fsm.log_append_offsets"
-EMPTY_PARTITION = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in PARTITION_SCHEMA],
-                                             schema=PARTITION_SCHEMA)
+EMPTY_PARTITION = _arrow.empty(PARTITION_SCHEMA)
 
 
 class DecodedColumns(NamedTuple):
@@ -212,8 +211,8 @@ def build(cols: Any, offsets: np.ndarray, timestamps: np.ndarray, spans: np.ndar
     if not ts_mask.any():
         ts_mask = None
     batch = pa.RecordBatch.from_arrays([
-        pa.array(offsets),
-        pa.array(timestamps, pa.timestamp("ms"), mask=ts_mask),
+        _arrow.array(offsets),
+        _arrow.array(timestamps, pa.timestamp("ms"), mask=ts_mask),
         keys,
         values,
         _header_column(cols.headers, n),
@@ -225,7 +224,7 @@ def build(cols: Any, offsets: np.ndarray, timestamps: np.ndarray, spans: np.ndar
     if cols.filters:
         keep = _kept(cols, offsets)
         if not keep.all():
-            batch = batch.filter(pa.array(keep))
+            batch = batch.filter(_arrow.array(keep))
     return batch
 
 
@@ -242,10 +241,10 @@ def timestamp_types(columns: pa.RecordBatch) -> pa.Array:
     meta = columns.schema.metadata
     ranges = meta.get(LOG_APPEND_KEY) if meta else None
     if ranges and columns.num_rows:
-        offsets = columns.column(0).to_numpy()
+        offsets = _arrow.numpy(columns.column(0))
         for lo, hi in np.frombuffer(ranges, dtype=np.int64).reshape(-1, 2):
             types[np.searchsorted(offsets, lo, "left"):np.searchsorted(offsets, hi, "right")] = 1
-    return pa.array(types)
+    return _arrow.array(types)
 
 
 def _batch_end(cols: Any, first: int, n: int) -> int:
@@ -268,7 +267,7 @@ def _gather(skeleton: pa.Array, raw: np.ndarray, spans: np.ndarray, index: np.nd
     null = (start == spans[index + 1]) & (raw[start - 1] == 1)
     if null.all():
         return pa.nulls(n, pa.binary())
-    taken = pc.take(skeleton, pa.array(index, mask=null if null.any() else None))
+    taken = pc.take(skeleton, _arrow.array(index, mask=null))
     return taken.cast(pa.binary())
 
 
@@ -281,9 +280,9 @@ def _header_column(headers: list[tuple[int, tuple]], n: int) -> pa.Array:
         for k, v in pairs:
             keys.append(k)
             values.append(v)
-    items = pa.StructArray.from_arrays([pa.array(keys, pa.string()), pa.array(values, pa.binary())],
+    items = pa.StructArray.from_arrays([_arrow.binary(keys, pa.string()), _arrow.binary(values)],
                                        fields=list(HEADER_TYPE.value_type))
-    return pa.ListArray.from_arrays(pa.array(np.cumsum(counts, dtype=np.int32)), items, type=HEADER_TYPE)
+    return pa.ListArray.from_arrays(_arrow.array(np.cumsum(counts, dtype=np.int32)), items, type=HEADER_TYPE)
 
 
 def from_records(records: Sequence) -> pa.RecordBatch:
@@ -300,15 +299,15 @@ def assemble(pieces: Sequence[tuple[TopicPartition, pa.RecordBatch]]) -> pa.Reco
     """One RecordBatch (SCHEMA) of partition slices, in the order given."""
     pieces = [(tp, b) for tp, b in pieces if b.num_rows]
     if not pieces:
-        return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in SCHEMA], schema=SCHEMA)
+        return _arrow.empty(SCHEMA)
     names: dict[str, int] = {}
     for tp, _ in pieces:
         names.setdefault(tp.topic, len(names))
     lengths = [b.num_rows for _, b in pieces]
     topic = pa.DictionaryArray.from_arrays(
-        pa.array(np.repeat(np.array([names[tp.topic] for tp, _ in pieces], dtype=np.int32), lengths)),
-        pa.array(list(names), pa.string()))
-    partition = pa.array(np.repeat(np.array([tp.partition for tp, _ in pieces], dtype=np.int32), lengths))
+        _arrow.array(np.repeat(np.array([names[tp.topic] for tp, _ in pieces], dtype=np.int32), lengths)),
+        _arrow.binary(list(names), pa.string()))
+    partition = _arrow.array(np.repeat(np.array([tp.partition for tp, _ in pieces], dtype=np.int32), lengths))
     if len(pieces) == 1:
         rest = list(pieces[0][1].columns)
     else:

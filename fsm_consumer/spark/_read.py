@@ -34,6 +34,7 @@ def read_range(opts: ReadOptions, r: KafkaRange) -> Iterator:
 
     from ..consumer import Consumer
     from ..fetch import TopicPartition
+    from ..fetch._arrow import numpy as values
 
     tp = TopicPartition(r.topic, r.partition)
     where = f"{r.topic}-{r.partition}"
@@ -54,7 +55,7 @@ def read_range(opts: ReadOptions, r: KafkaRange) -> Iterator:
                 progress_at = time.monotonic()
                 continue
             if batch.num_rows:
-                offsets = batch.column("offset").to_numpy()
+                offsets = values(batch.column("offset"))
                 if first and offsets[0] > position:
                     # a gap at the start: compaction, or the records aged out since planning
                     _check_start(opts, consumer, tp, where, position, int(offsets[0]))

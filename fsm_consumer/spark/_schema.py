@@ -43,13 +43,16 @@ def arrow_schema(include_headers: bool):
 def to_spark(batch, include_headers: bool):
     """One ``poll_batch()`` RecordBatch (a single topic-partition's rows) as Spark's Kafka rows."""
     import pyarrow as pa
-    import pyarrow.compute as pc
+
+    from ..fetch._arrow import array, nulls, numpy as values
 
     schema = arrow_schema(include_headers)
     timestamp = batch.column("timestamp").cast(schema.field("timestamp").type)
     kind = batch.column("timestamp_type")
     if timestamp.null_count:  # no timestamp (magic v0 data): Kafka's NO_TIMESTAMP_TYPE
-        kind = pc.if_else(pc.is_null(timestamp), pa.scalar(-1, pa.int32()), kind)
+        kinds = values(kind).copy()
+        kinds[nulls(timestamp)] = -1
+        kind = array(kinds)
     topic = batch.column("topic")
     if pa.types.is_dictionary(topic.type):
         topic = topic.dictionary_decode()

@@ -274,3 +274,31 @@ def test_vectorized_varints_read_what_the_varint_loop_reads(values):
     expected = [varint(bytes(buf), s) for s in starts]
     assert got.tolist() == [v for v, _ in expected] == values
     assert (np.array(starts) + sizes).tolist() == [p for _, p in expected]
+
+
+def test_decoding_to_columns_never_imports_pandas():
+    """pyarrow imports pandas on its first pa.array()/to_numpy() (~50 MB, ~0.5 s in every Spark task's
+    worker); the fetch path builds its arrays from buffers instead."""
+    import subprocess
+    import sys
+
+    script = """
+import sys
+from fsm_consumer.fetch import TopicPartition
+from fsm_consumer.fetch._columns import EMPTY_PARTITION, assemble, decode_partition_columns
+from fsm_consumer.fetch.testing import Rec, batch
+from fsm_consumer.spark._schema import to_spark
+recs = [Rec(b"v%d" % i if i % 3 else None, key=None if i % 2 else b"k%d" % i,
+            headers=[("h", b"x"), ("n", None)][: i % 3], timestamp=-1 if i == 4 else 1_700_000_000_000 + i)
+        for i in range(9)]
+got = decode_partition_columns("t", 0, batch(recs, base_offset=5), fetch_offset=7)
+out = assemble([(TopicPartition("t", 0), got.columns), (TopicPartition("u", 1), got.columns.slice(1, 3))])
+rows = to_spark(out, True)
+assert rows.num_rows == 7 + 3 and EMPTY_PARTITION.num_rows == 0
+assert rows.column("timestampType").to_pylist()[:3] == [0, 0, -1]  # offset 9 has no timestamp
+print("pandas" in sys.modules)
+"""
+    pytest.importorskip("pyspark")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
