@@ -87,6 +87,12 @@ class GroupApi:
         self._subs.subscribe(topics, pattern, listener)
         self._app_queue.put(SubscriptionChangedEvent(future=None))
 
+    def swap_rebalance_listener(self, listener: Any) -> Any:
+        """Replace the rebalance listener given to ``subscribe()`` without changing the subscription;
+        returns the previous one. For wrappers that must see rebalances (``ParallelConsumer``)."""
+        self._ensure_open()
+        return self._subs.swap_listener(listener)
+
     def subscription(self) -> set[str] | None:
         if self._subs.kind == "pattern":
             if self._group is not None:

@@ -88,6 +88,12 @@ class SubscriptionState:
             self.listener = listener
             self.changes += 1
 
+    def swap_listener(self, listener: Any) -> Any:
+        """Replace the rebalance listener of the subscription in place; returns the previous one."""
+        with self._lock:
+            previous, self.listener = self.listener, listener
+            return previous
+
     def unsubscribe(self) -> set[TopicPartition]:
         with self._lock:
             dropped = set(self._parts)

@@ -1,0 +1,414 @@
+"""``ParallelConsumer``: one consumer, many workers, records of a key handled one at a time in order.
+
+The application thread runs ``run()``: it polls the consumer (at most ``max_in_flight`` records
+out at once; fetching is paused when full, polling goes on so the group never evicts a slow
+member), hands records to the scheduler, applies what the workers completed to each partition's
+progress, blocks a partition whose commit metadata would overflow, and commits every
+``commit_interval_ms``. Rebalance callbacks arrive inside ``poll()`` on this same thread: a
+revocation drains the partition and commits before it is acknowledged (specs/parallel.yaml).
+Only this thread reads the clock; the machines get its ``now``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from queue import Empty, SimpleQueue
+from typing import Any
+
+from ..errors import ConfigError, FsmConsumerError, IllegalStateError
+from ..fetch import OffsetAndMetadata, TopicPartition
+from ._partition import PartitionRun
+from ._progress import METADATA_LIMIT, PartitionProgress
+from ._scheduler import ORDERINGS, Job, Scheduler, lane_of
+from ._workers import AsyncWorkers, Attempts, Outcome, ThreadWorkers, is_async
+
+log = logging.getLogger("fsm_consumer.parallel")
+
+
+class HandlerFailedError(FsmConsumerError):
+    """The handler failed on a record after its retries and no ``on_failure`` was given. What was
+    completed before was committed; this record and everything after it in its partition were not."""
+
+    def __init__(self, record: Any, cause: BaseException) -> None:
+        super().__init__(f"the handler failed on {record.topic}-{record.partition}@{record.offset}: {cause!r}; "
+                         f"completed records were committed, this one was not (give on_failure= to dead-letter "
+                         f"failures and go on)")
+        self.record = record
+        self.__cause__ = cause
+
+
+class _Settings:
+    """What the parallel spec's durations read (``revoke_timeout_ms``)."""
+
+    def __init__(self, revoke_timeout_ms: float) -> None:
+        self.revoke_timeout_ms = revoke_timeout_ms
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000
+
+
+def _positive(name: str, value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}", key=name)
+    return value
+
+
+class ParallelConsumer:
+    """Drive ``consumer`` (subscribed or assigned, ``enable_auto_commit=False``) with ``handler(record)``
+    on ``parallelism`` workers until :meth:`stop`. See the README's "Parallel processing"."""
+
+    def __init__(self, consumer: Any, handler: Callable[[Any], Any], *, parallelism: int = 16,
+                 ordering: str = "key", max_in_flight: int = 1000, commit_interval_ms: int = 1000,
+                 retries: int = 0, on_failure: Callable[[Any, BaseException], Any] | None = None,
+                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 10_000,
+                 revoke_timeout_ms: int | None = None, metadata_limit: int = METADATA_LIMIT) -> None:
+        if ordering not in ORDERINGS:
+            raise ConfigError(f"ordering must be one of {', '.join(ORDERINGS)}, got {ordering!r}", key="ordering")
+        for name, value in (("parallelism", parallelism), ("max_in_flight", max_in_flight),
+                            ("commit_interval_ms", commit_interval_ms), ("metadata_limit", metadata_limit)):
+            _positive(name, value)
+        if not isinstance(retries, int) or retries < 0:
+            raise ConfigError(f"retries must be an integer >= 0, got {retries!r}", key="retries")
+        config = consumer.config
+        self._group = config.group_id is not None
+        if self._group and config.enable_auto_commit:
+            raise ConfigError("ParallelConsumer commits what its workers completed; auto-commit would commit "
+                              "records still running: create the consumer with enable_auto_commit=False",
+                              key="enable_auto_commit")
+        if revoke_timeout_ms is None:  # the revocation must end well inside the group's rebalance timeout
+            revoke_timeout_ms = min(30_000, config.max_poll_interval_ms // 2)
+        self.consumer = consumer
+        self.handler = handler
+        self.ordering = ordering
+        self.max_in_flight = max_in_flight
+        self.commit_interval_ms = commit_interval_ms
+        self.metadata_limit = metadata_limit
+        self._settings = _Settings(revoke_timeout_ms)
+        self._woken = threading.Event()
+        self._completions: SimpleQueue[Outcome] = SimpleQueue()
+        attempts = Attempts(retries, retry_backoff_ms, retry_backoff_max_ms, on_failure)
+        self._scheduler = Scheduler(ordering, parallelism)
+        kind = AsyncWorkers if is_async(handler) else ThreadWorkers
+        self._workers = kind(self._scheduler, handler, parallelism, attempts, self._completions, self._woken.set)
+        if kind is AsyncWorkers:
+            self._scheduler.on_ready = self._workers.notify
+        self._parts: dict[TopicPartition, PartitionRun] = {}
+        self._paused: set[TopicPartition] = set()
+        self._full = False
+        self._in_flight = 0
+        self._counts = {"completed": 0, "retried": 0, "failed": 0, "dead-lettered": 0, "skipped": 0,
+                        "commits": 0, "commit-errors": 0}
+        self._final: dict[TopicPartition, tuple[int, str]] = {}
+        self._commit_pending = False
+        self._fatal: HandlerFailedError | None = None
+        self._stop = threading.Event()
+        self._state = "new"        # new -> running -> done
+        self._user_listener: Any = None
+        self._swapped = False
+
+    # -- the public surface ----------------------------------------------------------------------------
+    def __enter__(self) -> ParallelConsumer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def stop(self) -> None:
+        """Ask ``run()`` to finish: from a handler, another thread or a signal handler."""
+        self._stop.set()
+        self._woken.set()
+
+    def close(self) -> None:
+        """Stop; when ``run()`` never ran, just release the workers. The consumer stays open (it is yours)."""
+        self.stop()
+        if self._state == "new":
+            self._state = "done"
+
+    def run(self) -> None:
+        """Handle records until :meth:`stop`; then drain what runs (up to ``revoke_timeout_ms``), commit,
+        and return. Raises :class:`HandlerFailedError` after committing completed work when the handler
+        failed on a record and no ``on_failure`` was given."""
+        if self._state != "new":
+            raise IllegalStateError("a ParallelConsumer runs once; create a new one")
+        self._state = "running"
+        self._wrap_listener()
+        self._workers.start()
+        try:
+            self._adopt(self.consumer.assignment())
+            next_commit = _now_ms() + self.commit_interval_ms
+            while not self._stop.is_set() and self._fatal is None:
+                now = _now_ms()
+                self._drain()
+                for part in list(self._parts.values()):
+                    part.machine.tick(now)
+                    part.check_size(now)
+                self._apply_pauses()
+                if self._group and now >= next_commit:
+                    self._commit_async()
+                    next_commit = now + self.commit_interval_ms
+                self._poll()
+        finally:
+            try:
+                self._finish()
+            finally:
+                self._state = "done"
+        if self._fatal is not None:
+            raise self._fatal
+
+    def metrics(self) -> dict[str, Any]:
+        """Counters and per-partition progress (gap: records received and not done; metadata-bytes: the
+        size of the completed offsets' encoding; state ``blocked`` when it came near the limit)."""
+        parts = dict(self._parts)
+        return {"in-flight": self._in_flight, "queued": self._scheduler.queued, **self._counts,
+                "paused-full": self._full,
+                "partitions-blocked": sum(1 for p in parts.values() if p.state == "blocked"),
+                "partitions": {f"{tp.topic}-{tp.partition}": p.metrics() for tp, p in parts.items()}}
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def _out(self) -> int:
+        """Records out that count against max_in_flight: those of blocked partitions wait for their
+        partition, not for a worker, and must not starve the others (their fetching is paused)."""
+        return self._in_flight - self._scheduler.held_queued()
+
+    def _poll(self) -> None:
+        room = self.max_in_flight - self._out()
+        if room <= 0 or self._in_flight:
+            # completions wake us; poll() still runs (callbacks, the poll timer) without waiting
+            self._woken.wait(0.005 if room > 0 else 0.05)
+            self._woken.clear()
+            timeout = 0
+        else:
+            timeout = 100
+        records = self.consumer.poll(timeout_ms=timeout, max_records=max(room, 1))
+        if records:
+            self._submit(records)
+
+    def _submit(self, records: dict) -> None:
+        jobs = []
+        ordering = self.ordering
+        for tp, recs in records.items():
+            part = self._parts.get(tp)
+            if part is None:
+                log.debug("parallel consumer: records of %s-%d, which is not owned", tp.topic, tp.partition)
+                part = self._adopt([tp])[0]
+            for rec in recs:
+                if part.receive(rec.offset):
+                    jobs.append(Job(tp, rec.offset, rec, lane_of(ordering, tp, rec.key), part))
+                else:
+                    self._counts["skipped"] += 1
+        self._in_flight += len(jobs)
+        self._scheduler.submit(jobs)
+
+    def _drain(self) -> None:
+        """Apply the workers' outcomes."""
+        counts = self._counts
+        while True:
+            try:
+                outcome = self._completions.get_nowait()
+            except Empty:
+                return
+            self._in_flight -= 1
+            job, part = outcome.job, outcome.job.owner
+            counts["retried"] += outcome.retried
+            if outcome.error is not None:
+                counts["failed"] += 1
+                if part.live and self._fatal is None:
+                    self._fatal = HandlerFailedError(job.record, outcome.error)
+                continue
+            counts["dead-lettered"] += outcome.dead_lettered
+            counts["completed"] += 1
+            if part.live:
+                part.complete(job.offset)
+
+    def _apply_pauses(self) -> None:
+        """Fetch only what may be handed out: nothing while full, nothing of blocked or draining partitions."""
+        out = self._out()
+        if out >= self.max_in_flight:
+            self._full = True
+        elif self._full and out <= self.max_in_flight * 3 // 4:
+            self._full = False
+        owned = {tp for tp, p in self._parts.items() if p.live}
+        want = owned if self._full else {tp for tp in owned if self._parts[tp].state != "active"}
+        assigned = self.consumer.assignment()
+        pause, resume = (want - self._paused) & assigned, (self._paused - want) & assigned
+        if pause:
+            self.consumer.pause(*pause)
+        if resume:
+            self.consumer.resume(*resume)
+        self._paused = (self._paused | pause) - resume
+
+    # -- commits ---------------------------------------------------------------------------------------
+    def _offsets(self, parts) -> dict:
+        out = {}
+        for part in parts:
+            value = part.to_commit()
+            if value is not None:
+                out[part.tp] = OffsetAndMetadata(value[0], value[1], -1)
+        return out
+
+    def _commit_async(self) -> None:
+        if self._commit_pending:
+            return
+        offsets = self._offsets(p for p in self._parts.values() if p.live)
+        if not offsets:
+            return
+        self._commit_pending = True
+
+        def done(committed, error, offsets=offsets) -> None:
+            self._commit_pending = False
+            if error is not None:
+                self._counts["commit-errors"] += 1
+                log.warning("parallel consumer: commit of %d partition(s) failed, retried at the next interval: "
+                            "%r", len(offsets), error)
+                return
+            self._counts["commits"] += 1
+            for tp, om in offsets.items():
+                part = self._parts.get(tp)
+                if part is not None:
+                    part.committed = (om.offset, om.metadata)
+
+        self.consumer.commit_async(offsets, callback=done)
+
+    def _commit_sync(self, offsets: dict, why: str) -> None:
+        if not offsets or not self._group:
+            return
+        try:
+            self.consumer.commit(offsets)
+            self._counts["commits"] += 1
+        except Exception as exc:  # the group moved on (fenced, rebalancing): the next owner redoes the rest
+            self._counts["commit-errors"] += 1
+            log.warning("parallel consumer: commit on %s failed for %s: %r", why,
+                        ", ".join(f"{tp.topic}-{tp.partition}@{om.offset}" for tp, om in sorted(offsets.items())),
+                        exc)
+
+    # -- partitions coming and going -------------------------------------------------------------------
+    def _adopt(self, tps) -> list[PartitionRun]:
+        """Runs for newly owned partitions, their progress restored from the committed offset's metadata."""
+        now = _now_ms()
+        out = []
+        for tp in tps:
+            tp = TopicPartition(*tp)
+            progress = None
+            if self._group:
+                found = self.consumer.committed(tp, metadata=True)
+                if found is not None:
+                    progress = PartitionProgress.restore(found.offset, found.metadata, limit=self.metadata_limit)
+            part = PartitionRun(tp, progress, self, self._settings, now, self.metadata_limit)
+            if progress is not None:
+                part.committed = (found.offset, found.metadata or "")
+            self._parts[tp] = part
+            self._scheduler.release(tp)  # a partition that comes back hands out again
+            out.append(part)
+        return out
+
+    def _give_up(self, tps, trigger: str) -> None:
+        """Revoked (drain, commit) or lost (drop) partitions, then forget them."""
+        now = _now_ms()
+        parts = [self._parts[tp] for tp in map(lambda t: TopicPartition(*t), tps) if tp in self._parts]
+        for part in parts:
+            part.machine.fire(trigger, now)
+        if trigger == "revoke":
+            self._await_drain(parts)
+            offsets = self._offsets_final()
+            log.debug("parallel consumer: %s of %s: committing %s", trigger,
+                      ", ".join(f"{p.tp.topic}-{p.tp.partition}" for p in parts),
+                      {f"{tp.topic}-{tp.partition}": om.offset for tp, om in offsets.items()})
+            self._commit_sync(offsets, "revocation" if self._state == "running" and not self._stop.is_set()
+                              else "close")
+        for part in parts:
+            if part.live:
+                part.machine.fire("lose", _now_ms())
+            self._scheduler.drop(part.tp)
+            self._parts.pop(part.tp, None)
+            self._paused.discard(part.tp)
+
+    def _await_drain(self, parts: list[PartitionRun]) -> None:
+        """Until every draining partition has nothing running or its drain_timeout passed."""
+        while True:
+            self._drain()
+            now = _now_ms()
+            waiting = False
+            for part in parts:
+                if part.state != "draining":
+                    continue
+                if part.out <= 0:
+                    part.machine.fire("drained", now)
+                elif not part.machine.tick(now) and part.state == "draining":
+                    waiting = True
+            if not waiting:
+                return
+            self._woken.wait(0.01)
+            self._woken.clear()
+
+    def _offsets_final(self) -> dict:
+        final, self._final = self._final, {}
+        return {tp: OffsetAndMetadata(offset, metadata, -1) for tp, (offset, metadata) in final.items()}
+
+    def _finish(self) -> None:
+        """run() ends: drain and commit everything still owned, stop the workers, give the listener back."""
+        try:
+            if self._fatal is not None:  # a record failed: nothing more is handed out, running ones finish
+                for part in self._parts.values():
+                    if part.live:
+                        part.drop_queued()
+            self._give_up(list(self._parts), "revoke")
+        finally:
+            if not self._workers.stop(timeout_s=1.0):
+                log.warning("parallel consumer: some handlers are still running after run() ended; their "
+                            "records were not committed")
+            if self._swapped:
+                self.consumer.swap_rebalance_listener(self._user_listener)
+                self._swapped = False
+
+    # -- the Owner protocol of PartitionRun (the spec's effects) ----------------------------------------
+    def hold(self, tp, below: int | None = None) -> None:
+        self._scheduler.hold(tp, below)
+
+    def unhold(self, tp) -> None:
+        self._scheduler.release(tp)
+
+    def drop_queued(self, tp) -> int:
+        dropped = self._scheduler.drop(tp)
+        self._in_flight -= dropped
+        return dropped
+
+    def final_commit(self, tp, offset: int, metadata: str) -> None:
+        self._final[tp] = (offset, metadata)
+
+    # -- the rebalance listener ------------------------------------------------------------------------
+    def _wrap_listener(self) -> None:
+        if self.consumer.subscription() is None:
+            return  # assigned by hand: no rebalances
+        self._user_listener = self.consumer.swap_rebalance_listener(_Listener(self))
+        self._swapped = True
+
+
+class _Listener:
+    """Ours first (drain and commit on revocation, restore on assignment), then the user's."""
+
+    def __init__(self, owner: ParallelConsumer) -> None:
+        self.owner = owner
+
+    def _user(self, name: str, partitions) -> None:
+        user = self.owner._user_listener
+        fn = getattr(user, name, None) if user is not None else None
+        if fn is None and name == "on_partitions_lost" and user is not None:
+            fn = getattr(user, "on_partitions_revoked", None)
+        if fn is not None:
+            fn(partitions)
+
+    def on_partitions_revoked(self, revoked) -> None:
+        self.owner._give_up(revoked, "revoke")
+        self._user("on_partitions_revoked", revoked)
+
+    def on_partitions_lost(self, lost) -> None:
+        self.owner._give_up(lost, "lose")
+        self._user("on_partitions_lost", lost)
+
+    def on_partitions_assigned(self, assigned) -> None:
+        self.owner._adopt([tp for tp in assigned if TopicPartition(*tp) not in self.owner._parts])
+        self._user("on_partitions_assigned", assigned)

@@ -1,0 +1,102 @@
+"""One assigned partition of a ParallelConsumer: its ``parallel`` machine (specs/parallel.yaml), its
+progress, and how many of its records are out (queued or running).
+
+The hooks are the spec's: ``hold``/``unhold`` stop and restart handing out the partition's records
+(and its fetching), ``drop_queued`` forgets the queued ones when a drain runs out of time or the
+partition is lost, ``commit_final`` notes the last commit. The effects on the consumer and the scheduler go through the ``Owner`` given
+(the ParallelConsumer), so this model stays free of I/O and threads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..spec import SpecMachine, shipped_spec
+from ._progress import PartitionProgress
+
+
+class Owner(Protocol):
+    def hold(self, tp: Any, below: int | None = None) -> None: ...
+    def unhold(self, tp: Any) -> None: ...
+    def drop_queued(self, tp: Any) -> int: ...
+    def final_commit(self, tp: Any, offset: int, metadata: str) -> None: ...
+
+
+class PartitionRun:
+    def __init__(self, tp: Any, progress: PartitionProgress | None, owner: Owner, settings: Any, now: float,
+                 limit: int) -> None:
+        self.tp = tp
+        self.progress = progress      # None until the first record when nothing was committed
+        self.owner = owner
+        self.limit = limit
+        self.out = 0                  # records received and not yet completed (queued or running)
+        self.completed = 0
+        self.committed: tuple[int, str] | None = None  # the last (offset, metadata) committed
+        self.machine = SpecMachine(shipped_spec("parallel"), self, config=settings, now=now,
+                                   instance=f"{tp[0]}-{tp[1]}")
+
+    @property
+    def state(self) -> str:
+        return self.machine.state
+
+    @property
+    def live(self) -> bool:
+        """Still this member's: its completions count."""
+        return self.machine.state != "released"
+
+    def receive(self, offset: int) -> bool:
+        """A polled record of this partition: False when it was completed before (skip it)."""
+        if self.progress is None:
+            self.progress = PartitionProgress(offset, limit=self.limit)
+        if not self.progress.receive(offset):
+            return False
+        self.out += 1
+        return True
+
+    def complete(self, offset: int) -> None:
+        self.out -= 1
+        self.completed += 1
+        self.progress.complete(offset)
+
+    def check_size(self, now: float) -> None:
+        """Block or unblock on the size of the metadata encoding (once per loop pass, not per record)."""
+        if self.progress is None:
+            return
+        state = self.machine.state
+        if state == "active" and self.progress.should_block():
+            self.machine.fire("overflow", now)
+        elif state == "blocked" and self.progress.may_resume():
+            self.machine.fire("gap_closed", now)
+
+    def to_commit(self) -> tuple[int, str] | None:
+        """(offset, metadata) when it differs from the last commit."""
+        if self.progress is None:
+            return None
+        value = (self.progress.committable, self.progress.metadata())
+        return None if value == self.committed else value
+
+    def metrics(self) -> dict[str, Any]:
+        p = self.progress
+        return {"state": self.state, "out": self.out, "completed": self.completed,
+                "committable": p.committable if p else None,
+                "gap": p.pending if p else 0,
+                "metadata-bytes": p.metadata_bytes if p else 0,
+                "metadata-truncated": p.truncated if p else False,
+                "committed": self.committed[0] if self.committed else None}
+
+    # -- the spec's hooks ----------------------------------------------------------------------------
+    def hold(self) -> None:
+        # holes inside the range the metadata spans may still be filled (that closes the gap); nothing past it
+        self.owner.hold(self.tp, below=self.progress.highest_done)
+
+    def unhold(self) -> None:
+        self.owner.unhold(self.tp)
+
+    def drop_queued(self) -> None:
+        self.owner.hold(self.tp)
+        self.out -= self.owner.drop_queued(self.tp)
+
+    def commit_final(self) -> None:
+        value = self.to_commit()
+        if value is not None:
+            self.owner.final_commit(self.tp, *value)
