@@ -1,4 +1,4 @@
-"""A real Kafka-compatible broker (Tansu) on 127.0.0.1, for tests and demos.
+"""Real brokers on 127.0.0.1 for tests and demos: Tansu (embedded, pip only) and Apache Kafka (jars from Maven).
 
 Usage::
 
@@ -9,6 +9,8 @@ Usage::
 
 from ._binary import locate_tansu
 from ._embedded import EmbeddedBroker, Storage
+from ._kafka import KafkaBroker
+from ._kafka_jars import KAFKA_VERSION, KafkaNotFoundError, fetch_kafka
 from ._errors import (
     BrokerError,
     BrokerNotRunningError,
@@ -25,9 +27,13 @@ __all__ = [
     "BrokerRequestError",
     "BrokerStartError",
     "EmbeddedBroker",
+    "KAFKA_VERSION",
+    "KafkaBroker",
+    "KafkaNotFoundError",
     "S3StorageError",
     "Storage",
     "TansuNotFoundError",
     "TopicCreateError",
+    "fetch_kafka",
     "locate_tansu",
 ]

@@ -6,22 +6,18 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
-from kafka.errors import for_code
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
-
+from ._admin import LoopbackBroker
 from ._binary import locate_tansu
-from ._errors import BrokerNotRunningError, BrokerRequestError, BrokerStartError, TopicCreateError
+from ._errors import BrokerNotRunningError, BrokerRequestError, BrokerStartError
 from ._logtail import tail
 from ._moto import LocalS3
 from ._ports import LOOPBACK, free_loopback_port
 from ._process import GuardedProcess
-from ._wire import fetch_api_versions, pick_version, send_request
+from ._wire import fetch_api_versions
 
 Storage = Literal["memory", "s3"]
 _T = TypeVar("_T")
@@ -34,11 +30,7 @@ class _TansuExited(BrokerStartError):
     """Tansu died during startup (e.g. its port was taken): a retry on a new port may help."""
 
 
-def _error_name(code: int) -> str:
-    return for_code(code).__name__
-
-
-class EmbeddedBroker:
+class EmbeddedBroker(LoopbackBroker):
     """A Tansu broker child process listening on 127.0.0.1, started on construction.
 
     ``storage="memory"`` keeps everything in the broker process (lost on restart);
@@ -81,27 +73,6 @@ class EmbeddedBroker:
     # -- addresses --------------------------------------------------------------------
 
     @property
-    def host(self) -> str:
-        return LOOPBACK
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return f"{LOOPBACK}:{self._port}"
-
-    @property
-    def pid(self) -> int | None:
-        """Pid of the running Tansu process, ``None`` when stopped."""
-        return self._process.pid if self._process is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.alive()
-
-    @property
     def log_path(self) -> Path | None:
         return Path(self._workdir.name) / "tansu.log" if self._workdir is not None else None
 
@@ -113,11 +84,6 @@ class EmbeddedBroker:
     def s3(self) -> LocalS3 | None:
         """The moto server behind ``storage="s3"`` (``None`` for memory storage)."""
         return self._s3
-
-    @property
-    def api_versions(self) -> dict[int, tuple[int, int]]:
-        """api_key -> (min, max) as advertised by the broker at its last start."""
-        return dict(self._api_versions)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -158,102 +124,11 @@ class EmbeddedBroker:
             self.stop()
             raise
 
-    def __enter__(self) -> EmbeddedBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.running else "stopped"
         return f"<EmbeddedBroker {self.bootstrap_servers} storage={self.storage} {state}>"
 
-    # -- admin ------------------------------------------------------------------------
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int = 1,
-        config: Mapping[str, str] | None = None,
-        *,
-        timeout: float = 10.0,
-    ) -> None:
-        """Create ``name`` and wait until Metadata shows all its partitions with a leader."""
-        if partitions < 1:
-            raise ValueError(f"partitions must be >= 1, not {partitions}")
-        self._require_running()
-        version = pick_version(self._api_versions, CreateTopicsRequest)
-        topic_type = CreateTopicsRequest.CreatableTopic
-        request = CreateTopicsRequest(
-            topics=[
-                topic_type(
-                    name=name,
-                    num_partitions=partitions,
-                    replication_factor=1,
-                    assignments=[],
-                    configs=[
-                        topic_type.CreatableTopicConfig(name=key, value=str(value))
-                        for key, value in (config or {}).items()
-                    ],
-                )
-            ],
-            timeout_ms=int(timeout * 1000),
-            validate_only=False,
-        )
-        response = self._request(request, CreateTopicsResponse, version, timeout=timeout)
-        (result,) = response.topics
-        if result.error_code != 0:
-            raise TopicCreateError(
-                f"creating topic {name!r} failed: {_error_name(result.error_code)}"
-                + (f" ({result.error_message})" if result.error_message else "")
-            )
-        deadline = time.monotonic() + timeout
-        expected = list(range(partitions))
-        while (seen := self.topic_partitions(name)) != expected:
-            if time.monotonic() > deadline:
-                raise TopicCreateError(
-                    f"topic {name!r} created but Metadata shows partitions {seen}, "
-                    f"expected {expected} after {timeout:.1f}s"
-                )
-            time.sleep(0.02)
-
-    def topic_partitions(self, name: str) -> list[int]:
-        """Sorted indexes of ``name``'s partitions that have a leader; [] if unknown."""
-        response = self._metadata([name])
-        for topic in response.topics:
-            if topic.name == name and topic.error_code == 0:
-                return sorted(
-                    p.partition_index
-                    for p in topic.partitions
-                    if p.error_code == 0 and p.leader_id >= 0
-                )
-        return []
-
     # -- internals --------------------------------------------------------------------
-
-    def _require_running(self) -> None:
-        if not self.running:
-            raise BrokerNotRunningError(f"{self!r} is not running")
-
-    def _request(self, request: Any, response_type: Any, version: int, *, timeout: float = 5.0) -> Any:
-        return send_request(LOOPBACK, self._port, request, response_type, version, timeout=timeout)
-
-    def _metadata(self, topics: list[str] | None, *, timeout: float = 5.0) -> Any:
-        version = pick_version(self._api_versions, MetadataRequest)
-        request = MetadataRequest(
-            topics=None
-            if topics is None
-            else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        )
-        return self._request(request, MetadataResponse, version, timeout=timeout)
 
     def _tansu_argv(self) -> list[str]:
         url = f"tcp://{LOOPBACK}:{self._port}"

@@ -28,7 +28,13 @@ def _ingest(argv: list[str]) -> int:
     return ingest(argv)
 
 
+def _broker(argv: list[str]) -> int:
+    from ._broker import broker
+    return broker(argv)
+
+
 _COMMANDS["ingest"] = _ingest
+_COMMANDS["broker"] = _broker
 _COMMANDS["demo"] = _demo
 _COMMANDS["consume"] = _consume
 

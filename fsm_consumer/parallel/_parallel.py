@@ -26,6 +26,7 @@ from ._scheduler import ORDERINGS, Job, Scheduler, lane_of
 from ._workers import AsyncWorkers, Attempts, Outcome, ThreadWorkers, is_async
 
 log = logging.getLogger("fsm_consumer.parallel")
+_SIZE_CHECK_EVERY = 64  # completions of a partition between metadata size checks within one loop pass
 
 
 class HandlerFailedError(FsmConsumerError):
@@ -142,7 +143,7 @@ class ParallelConsumer:
             next_commit = _now_ms() + self.commit_interval_ms
             while not self._stop.is_set() and self._fatal is None:
                 now = _now_ms()
-                self._drain()
+                self._drain(now)
                 for part in list(self._parts.values()):
                     part.machine.tick(now)
                     part.check_size(now)
@@ -203,8 +204,9 @@ class ParallelConsumer:
         self._in_flight += len(jobs)
         self._scheduler.submit(jobs)
 
-    def _drain(self) -> None:
-        """Apply the workers' outcomes."""
+    def _drain(self, now: float) -> None:
+        """Apply the workers' outcomes. A partition's metadata size is also checked every
+        ``_SIZE_CHECK_EVERY`` of its completions, so a burst cannot carry it far past the limit."""
         counts = self._counts
         while True:
             try:
@@ -223,6 +225,8 @@ class ParallelConsumer:
             counts["completed"] += 1
             if part.live:
                 part.complete(job.offset)
+                if part.completed % _SIZE_CHECK_EVERY == 0:
+                    part.check_size(now)
 
     def _apply_pauses(self) -> None:
         """Fetch only what may be handed out: nothing while full, nothing of blocked or draining partitions."""
@@ -329,8 +333,8 @@ class ParallelConsumer:
     def _await_drain(self, parts: list[PartitionRun]) -> None:
         """Until every draining partition has nothing running or its drain_timeout passed."""
         while True:
-            self._drain()
             now = _now_ms()
+            self._drain(now)
             waiting = False
             for part in parts:
                 if part.state != "draining":

@@ -65,8 +65,11 @@ class PartitionRun:
         state = self.machine.state
         if state == "active" and self.progress.should_block():
             self.machine.fire("overflow", now)
-        elif state == "blocked" and self.progress.may_resume():
-            self.machine.fire("gap_closed", now)
+        elif state == "blocked":
+            if self.progress.may_resume():
+                self.machine.fire("gap_closed", now)
+            else:
+                self.hold()  # the lowest unfinished record moved on
 
     def to_commit(self) -> tuple[int, str] | None:
         """(offset, metadata) when it differs from the last commit."""
@@ -82,12 +85,13 @@ class PartitionRun:
                 "gap": p.pending if p else 0,
                 "metadata-bytes": p.metadata_bytes if p else 0,
                 "metadata-truncated": p.truncated if p else False,
+                "metadata-committed-bytes": len(self.committed[1]) if self.committed else 0,
                 "committed": self.committed[0] if self.committed else None}
 
     # -- the spec's hooks ----------------------------------------------------------------------------
     def hold(self) -> None:
-        # holes inside the range the metadata spans may still be filled (that closes the gap); nothing past it
-        self.owner.hold(self.tp, below=self.progress.highest_done)
+        # only the lowest unfinished record may run: completing it can only shrink the encoding
+        self.owner.hold(self.tp, below=self.progress.committable + 1)
 
     def unhold(self) -> None:
         self.owner.unhold(self.tp)

@@ -269,11 +269,6 @@ class PartitionProgress:
         return self._order[0] if self._order else self._last + 1
 
     @property
-    def highest_done(self) -> int:
-        """An upper bound of the done offsets (-1 when none): the end of what the metadata spans."""
-        return self._max_done
-
-    @property
     def pending(self) -> int:
         """Number of received offsets not done yet."""
         return len(self._pending)

@@ -11,9 +11,9 @@ range has nothing ready takes a ready lane from the fullest other range, so a fe
 leave most workers idle; order is kept either way, since a lane is only ever in one place.
 
 Held partitions hand out only records below their bound (none when the bound is None): a partition
-blocked by its metadata size may still fill the holes of the offset range its metadata spans (that
-closes the gap), not extend it. A lane whose next record is at or past the bound is set aside until
-released; its head cannot change meanwhile, so it need not be looked at again. ``drop`` forgets a partition's queued records. All methods are
+blocked by its metadata size hands out only its lowest unfinished record, whose completion can only
+shrink the encoding (and is what closes the gap). A lane whose next record is at or past the bound
+is set aside until the partition is released or its bound moves. ``drop`` forgets a partition's queued records. All methods are
 called under one lock from the application thread (submit, hold, drop) and the workers (take, done).
 """
 
@@ -101,7 +101,13 @@ class Scheduler:
 
     def hold(self, tp: Any, below: int | None = None) -> None:
         with self._lock:
+            moved = tp in self._held and self._held[tp] != below
             self._held[tp] = below
+            if moved:  # a new bound: the lanes set aside are looked at again
+                for lane in self._parked.pop(tp, ()):
+                    if self._lanes.get(lane):
+                        self._make_ready(lane)
+                self._lock.notify_all()
 
     def release(self, tp: Any) -> None:
         with self._lock:

@@ -54,7 +54,7 @@ def test_overflow_blocks_then_the_closing_gap_unblocks():
     run = run_with(3000, DONE, owner, limit=512)
     run.check_size(now=1.0)
     assert run.state == "blocked"
-    assert owner.effects == [("hold", run.progress.highest_done)]
+    assert owner.effects == [("hold", run.progress.committable + 1)]  # only the lowest unfinished record may run
     for o in sorted(WAITING):
         run.complete(o)
     run.check_size(now=2.0)

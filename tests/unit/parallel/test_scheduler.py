@@ -122,7 +122,7 @@ def test_threads_keep_each_key_in_order_and_never_run_a_key_twice_at_once():
 def test_a_partition_held_below_an_offset_fills_holes_but_does_not_go_past_it():
     s = Scheduler("key", 1)
     s.submit(jobs(TP0, [b"a", b"b", b"c", b"b", b"a"]))  # offsets 0..4
-    s.hold(TP0, below=3)
+    s.hold(TP0, below=3)  # offsets 0, 1, 2 may run
     taken = [s.try_take(0) for _ in range(3)]
     assert sorted(j.offset for j in taken) == [0, 1, 2]
     assert s.try_take(0) is None

@@ -1,0 +1,147 @@
+"""What the brokers (Tansu and Apache Kafka) share: their loopback address, process, context manager,
+and topic administration over the wire."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from kafka.errors import for_code
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from ._errors import BrokerNotRunningError, TopicCreateError
+from ._process import GuardedProcess
+from ._ports import LOOPBACK
+from ._wire import pick_version, send_request
+
+
+def _error_name(code: int) -> str:
+    return for_code(code).__name__
+
+
+class LoopbackBroker:
+    """A broker child process on 127.0.0.1; subclasses define ``start`` and ``stop``."""
+
+    _port: int
+    _api_versions: dict[int, tuple[int, int]]
+    _process: GuardedProcess | None
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def host(self) -> str:
+        return LOOPBACK
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{LOOPBACK}:{self._port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Pid of the running broker process, ``None`` when stopped."""
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.alive()
+
+    @property
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        """api_key -> (min, max) as advertised by the broker at its last start."""
+        return dict(self._api_versions)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: Mapping[str, str] | None = None,
+        *,
+        timeout: float = 10.0,
+    ) -> None:
+        """Create ``name`` and wait until Metadata shows all its partitions with a leader."""
+        if partitions < 1:
+            raise ValueError(f"partitions must be >= 1, not {partitions}")
+        self._require_running()
+        version = pick_version(self._api_versions, CreateTopicsRequest)
+        topic_type = CreateTopicsRequest.CreatableTopic
+        request = CreateTopicsRequest(
+            topics=[
+                topic_type(
+                    name=name,
+                    num_partitions=partitions,
+                    replication_factor=1,
+                    assignments=[],
+                    configs=[
+                        topic_type.CreatableTopicConfig(name=key, value=str(value))
+                        for key, value in (config or {}).items()
+                    ],
+                )
+            ],
+            timeout_ms=int(timeout * 1000),
+            validate_only=False,
+        )
+        response = self._request(request, CreateTopicsResponse, version, timeout=timeout)
+        (result,) = response.topics
+        if result.error_code != 0:
+            raise TopicCreateError(
+                f"creating topic {name!r} failed: {_error_name(result.error_code)}"
+                + (f" ({result.error_message})" if result.error_message else "")
+            )
+        deadline = time.monotonic() + timeout
+        expected = list(range(partitions))
+        while (seen := self.topic_partitions(name)) != expected:
+            if time.monotonic() > deadline:
+                raise TopicCreateError(
+                    f"topic {name!r} created but Metadata shows partitions {seen}, "
+                    f"expected {expected} after {timeout:.1f}s"
+                )
+            time.sleep(0.02)
+
+    def topic_partitions(self, name: str) -> list[int]:
+        """Sorted indexes of ``name``'s partitions that have a leader; [] if unknown."""
+        response = self._metadata([name])
+        for topic in response.topics:
+            if topic.name == name and topic.error_code == 0:
+                return sorted(
+                    p.partition_index
+                    for p in topic.partitions
+                    if p.error_code == 0 and p.leader_id >= 0
+                )
+        return []
+
+    def _require_running(self) -> None:
+        if not self.running:
+            raise BrokerNotRunningError(f"{self!r} is not running")
+
+    def _request(self, request: Any, response_type: Any, version: int, *, timeout: float = 5.0) -> Any:
+        return send_request(LOOPBACK, self._port, request, response_type, version, timeout=timeout)
+
+    def _metadata(self, topics: list[str] | None, *, timeout: float = 5.0) -> Any:
+        version = pick_version(self._api_versions, MetadataRequest)
+        request = MetadataRequest(
+            topics=None
+            if topics is None
+            else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        return self._request(request, MetadataResponse, version, timeout=timeout)

@@ -1,0 +1,182 @@
+"""KafkaBroker: a single-node Apache Kafka 4.x (KRaft, combined broker and controller) on 127.0.0.1.
+
+The same surface as ``EmbeddedBroker`` (context manager, ``start``/``stop``/``restart``,
+``bootstrap_servers``, ``create_topic``, ``topic_partitions``, the log's tail in start errors). The
+jars come from the cache ``fetch_kafka()`` fills (``fsm-consumer broker fetch --kind kafka``); the
+storage is formatted for a static one-voter quorum and the server runs as ``java -cp libs/*
+kafka.Kafka server.properties`` with a small heap, so it starts in a few seconds on 2 cores.
+Settings are those a test wants: no initial rebalance delay (the point of the reference broker is
+prompt JoinGroups), replication factor 1 for the internal topics.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from ._admin import LoopbackBroker
+from ._errors import BrokerNotRunningError, BrokerRequestError, BrokerStartError
+from ._kafka_jars import KAFKA_VERSION, find_java, kafka_libs
+from ._logtail import tail
+from ._ports import LOOPBACK, free_loopback_port
+from ._process import GuardedProcess
+from ._wire import fetch_api_versions
+
+_HEAP = ["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"]
+_BROKER_DEFAULTS = {
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "4",     # 50 by default: slow to create on 2 cores, useless here
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "4",
+    "group.initial.rebalance.delay.ms": "0",
+    "num.partitions": "1",
+    "auto.create.topics.enable": "true",     # as Tansu: asking for an unknown topic creates it
+    "log.segment.bytes": str(64 * 1024 * 1024),
+    "num.network.threads": "2",
+    "num.io.threads": "2",
+}
+
+
+def _cluster_id() -> str:
+    """Kafka's cluster id format: a UUID as URL-safe base64 without padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class KafkaBroker(LoopbackBroker):
+    """Apache Kafka in a child process on loopback ports, started on construction."""
+
+    def __init__(self, port: int | None = None, *, version: str = KAFKA_VERSION,
+                 config: Mapping[str, str] | None = None, start_timeout: float = 60.0,
+                 stop_grace: float = 10.0) -> None:
+        self.version = version
+        self.config = dict(config or {})
+        self.start_timeout = start_timeout
+        self.stop_grace = stop_grace
+        self.java = find_java()
+        self.libs = kafka_libs(version)
+        self._port = port if port is not None else free_loopback_port()
+        self._controller_port = free_loopback_port()
+        self._workdir: tempfile.TemporaryDirectory[str] | None = None
+        self._process: GuardedProcess | None = None
+        self._api_versions: dict[int, tuple[int, int]] = {}
+        self.cluster_id = _cluster_id()
+        #: Seconds the last start took, from spawn until ApiVersions and Metadata answered.
+        self.startup_seconds: float | None = None
+        self.start()
+
+    # -- addresses ----------------------------------------------------------------------------------
+    @property
+    def log_path(self) -> Path | None:
+        return Path(self._workdir.name) / "kafka.log" if self._workdir is not None else None
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Format the storage (first start) and start the server; blocks until it answers Metadata."""
+        if self.running:
+            return
+        try:
+            if self._workdir is None:
+                self._workdir = tempfile.TemporaryDirectory(prefix="fsm-consumer-kafka-", ignore_cleanup_errors=True)
+                self._write_properties()
+                self._format()
+            self._spawn_and_wait()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop the server and remove its data. Idempotent."""
+        self._stop_server()
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
+
+    def restart(self) -> None:
+        """Stop and start the server on the same ports and data."""
+        if self._workdir is None:
+            raise BrokerNotRunningError("restart() after stop(): use start() instead")
+        self._stop_server()
+        try:
+            self._spawn_and_wait()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __repr__(self) -> str:
+        state = f"pid={self.pid}" if self.running else "stopped"
+        return f"<KafkaBroker {self.version} {self.bootstrap_servers} {state}>"
+
+    # -- internals ----------------------------------------------------------------------------------
+    @property
+    def _properties_path(self) -> Path:
+        assert self._workdir is not None
+        return Path(self._workdir.name) / "server.properties"
+
+    def _write_properties(self) -> None:
+        assert self._workdir is not None
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{LOOPBACK}:{self._controller_port}",
+            "listeners": f"PLAINTEXT://{LOOPBACK}:{self._port},CONTROLLER://{LOOPBACK}:{self._controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{self._port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(Path(self._workdir.name) / "data"),
+            **_BROKER_DEFAULTS,
+            **self.config,
+        }
+        self._properties_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        log4j = Path(__file__).with_name("kafka") / "log4j2.properties"
+        return [self.java, *_HEAP, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{self.libs}/*", main, *args]
+
+    def _format(self) -> None:
+        argv = self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c",
+                          str(self._properties_path), "--ignore-formatted")
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise BrokerStartError(f"formatting Kafka's storage failed (exit {done.returncode}):\n"
+                                   f"{(done.stdout + done.stderr)[-3000:]}")
+
+    def _spawn_and_wait(self) -> None:
+        assert self.log_path is not None
+        started = time.monotonic()
+        try:
+            self._process = GuardedProcess(self._java("kafka.Kafka", str(self._properties_path)),
+                                           log_path=self.log_path, stop_grace=self.stop_grace)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise BrokerStartError(f"could not spawn {self.java}: {exc}") from exc
+        deadline = started + self.start_timeout
+        last: Exception | None = None
+        while True:
+            try:
+                self._api_versions = fetch_api_versions(LOOPBACK, self._port, timeout=0.5)
+                self._metadata(None, timeout=2.0)
+                break
+            except BrokerRequestError as exc:
+                last = exc
+            if not self._process.alive():
+                code = self._process.returncode
+                self._stop_server()
+                raise BrokerStartError(f"Apache Kafka exited with code {code} before it answered on "
+                                       f"{self.bootstrap_servers}; end of its log:\n{tail(self.log_path)}")
+            if time.monotonic() > deadline:
+                self._stop_server()
+                raise BrokerStartError(f"Apache Kafka on {self.bootstrap_servers} did not answer within "
+                                       f"{self.start_timeout:.0f} s: {last}; end of its log:\n{tail(self.log_path)}")
+            time.sleep(0.1)
+        self.startup_seconds = time.monotonic() - started
+
+    def _stop_server(self) -> None:
+        if self._process is not None:
+            self._process.stop()
+            self._process = None
