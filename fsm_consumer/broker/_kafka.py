@@ -12,6 +12,7 @@ prompt JoinGroups), replication factor 1 for the internal topics.
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 import tempfile
 import time
@@ -52,9 +53,16 @@ class KafkaBroker(LoopbackBroker):
     """Apache Kafka in a child process on loopback ports, started on construction."""
 
     def __init__(self, port: int | None = None, *, version: str = KAFKA_VERSION,
-                 config: Mapping[str, str] | None = None, start_timeout: float = 60.0,
-                 stop_grace: float = 10.0) -> None:
+                 config: Mapping[str, str] | None = None, sasl_users: Mapping[str, str] | None = None,
+                 ssl_keystore: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None = None,
+                 start_timeout: float = 60.0, stop_grace: float = 10.0) -> None:
         self.version = version
+        #: user -> password on a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); see sasl_bootstrap_servers
+        self.sasl_users = dict(sasl_users or {})
+        self._sasl_port = free_loopback_port() if self.sasl_users else None
+        #: (certificate chain PEM file, unencrypted PKCS#8 key PEM file) of an SSL listener; see ssl_bootstrap_servers
+        self.ssl_keystore = ssl_keystore
+        self._ssl_port = free_loopback_port() if ssl_keystore else None
         self.config = dict(config or {})
         self.start_timeout = start_timeout
         self.stop_grace = stop_grace
@@ -71,6 +79,20 @@ class KafkaBroker(LoopbackBroker):
         self.start()
 
     # -- addresses ----------------------------------------------------------------------------------
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """The SASL_PLAINTEXT listener (``sasl_users`` given)."""
+        if self._sasl_port is None:
+            raise ValueError("this KafkaBroker has no SASL listener: give sasl_users={user: password}")
+        return f"{LOOPBACK}:{self._sasl_port}"
+
+    @property
+    def ssl_bootstrap_servers(self) -> str:
+        """The SSL listener (``ssl_keystore`` given)."""
+        if self._ssl_port is None:
+            raise ValueError("this KafkaBroker has no SSL listener: give ssl_keystore=(cert_chain.pem, key.pem)")
+        return f"{LOOPBACK}:{self._ssl_port}"
+
     @property
     def log_path(self) -> Path | None:
         return Path(self._workdir.name) / "kafka.log" if self._workdir is not None else None
@@ -120,28 +142,60 @@ class KafkaBroker(LoopbackBroker):
 
     def _write_properties(self) -> None:
         assert self._workdir is not None
+        listeners = {"PLAINTEXT": self._port}
+        if self._sasl_port is not None:
+            listeners["SASL_PLAINTEXT"] = self._sasl_port
+        if self._ssl_port is not None:
+            listeners["SSL"] = self._ssl_port
+        advertised = ",".join(f"{name}://{LOOPBACK}:{port}" for name, port in listeners.items())
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{LOOPBACK}:{self._controller_port}",
-            "listeners": f"PLAINTEXT://{LOOPBACK}:{self._port},CONTROLLER://{LOOPBACK}:{self._controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{self._port}",
+            "listeners": f"{advertised},CONTROLLER://{LOOPBACK}:{self._controller_port}",
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join(f"{n}:{n}" for n in listeners) + ",CONTROLLER:PLAINTEXT",
             "log.dirs": str(Path(self._workdir.name) / "data"),
+            **self._sasl_properties(),
+            **self._ssl_properties(),
             **_BROKER_DEFAULTS,
             **self.config,
         }
         self._properties_path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def _sasl_properties(self) -> dict[str, str]:
+        if not self.sasl_users:
+            return {}
+        plain = " ".join(f'user_{user}="{password}"' for user, password in self.sasl_users.items())
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        return {
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain};",
+            "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": scram,
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": scram,
+        }
+
+    def _ssl_properties(self) -> dict[str, str]:
+        if not self.ssl_keystore:
+            return {}
+        chain, key = (Path(p).read_text() for p in self.ssl_keystore)
+        # inline PEM (a file-based PEM keystore would need an encrypted key); \n is a newline in a .properties value
+        return {"listener.name.ssl.ssl.keystore.type": "PEM",
+                "listener.name.ssl.ssl.keystore.certificate.chain": chain.strip().replace("\n", "\\n"),
+                "listener.name.ssl.ssl.keystore.key": key.strip().replace("\n", "\\n")}
 
     def _java(self, main: str, *args: str) -> list[str]:
         log4j = Path(__file__).with_name("kafka") / "log4j2.properties"
         return [self.java, *_HEAP, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{self.libs}/*", main, *args]
 
     def _format(self) -> None:
+        scram = [arg for user, password in self.sasl_users.items() for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+                 for arg in ("--add-scram", f"{mechanism}=[name={user},password={password}]")]
         argv = self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c",
-                          str(self._properties_path), "--ignore-formatted")
+                          str(self._properties_path), "--ignore-formatted", *scram)
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise BrokerStartError(f"formatting Kafka's storage failed (exit {done.returncode}):\n"

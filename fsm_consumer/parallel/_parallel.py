@@ -18,7 +18,7 @@ from collections.abc import Callable
 from queue import Empty, SimpleQueue
 from typing import Any
 
-from ..errors import ConfigError, FsmConsumerError, IllegalStateError
+from ..errors import ConfigError, FsmConsumerError, IllegalStateError, RebalanceInProgressError
 from ..fetch import OffsetAndMetadata, TopicPartition
 from ._partition import PartitionRun
 from ._progress import METADATA_LIMIT, PartitionProgress
@@ -266,8 +266,10 @@ class ParallelConsumer:
             self._commit_pending = False
             if error is not None:
                 self._counts["commit-errors"] += 1
-                log.warning("parallel consumer: commit of %d partition(s) failed, retried at the next interval: "
-                            "%r", len(offsets), error)
+                # refused while the group rebalances: normal, the next interval (or the revocation) commits
+                level = logging.DEBUG if isinstance(error, RebalanceInProgressError) else logging.WARNING
+                log.log(level, "parallel consumer: commit of %d partition(s) failed, retried at the next "
+                        "interval: %r", len(offsets), error)
                 return
             self._counts["commits"] += 1
             for tp, om in offsets.items():
