@@ -25,6 +25,7 @@ class Metrics:
         self.fetch_incremental = 0          # of fetch_requests, those sent in an incremental session
         self.fetch_responses = 0
         self.fetch_bytes = 0
+        self.fetch_bytes_max = 0
         self.fetch_latency_total_ms = 0.0
         self.fetch_latency_max_ms = 0.0
         self._fetch_sent_at: float | None = None
@@ -43,6 +44,7 @@ class Metrics:
     def fetch_completed(self, now: float, nbytes: int) -> None:
         self.fetch_responses += 1
         self.fetch_bytes += nbytes
+        self.fetch_bytes_max = max(self.fetch_bytes_max, nbytes)
         if self._fetch_sent_at is not None:
             latency = now - self._fetch_sent_at
             self.fetch_latency_total_ms += latency
@@ -62,6 +64,8 @@ class Metrics:
             "bytes-consumed-total": self.bytes_total,
             "bytes-consumed-rate": self.bytes_total / age,
             "fetch-total": self.fetch_responses,
+            "fetch-size-avg": self.fetch_bytes / self.fetch_responses if self.fetch_responses else 0.0,
+            "fetch-size-max": self.fetch_bytes_max,
             "fetch-latency-avg": self.fetch_latency_total_ms / self.fetch_responses if self.fetch_responses else 0.0,
             "fetch-latency-max": self.fetch_latency_max_ms,
             "records-lag": {f"{tp.topic}-{tp.partition}": v for tp, v in sorted(lag.items())},

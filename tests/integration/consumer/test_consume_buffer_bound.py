@@ -98,4 +98,7 @@ def test_slow_application_keeps_the_buffer_bounded(send, record_property):
     # response): the bound holds to within one response
     assert 0 < largest < LIMIT
     assert peak <= LIMIT + largest
-    assert growth < 2 * LIMIT
+    # RSS: the buffer (up to LIMIT + one response), one more response being read, the records in hand,
+    # and the allocator's slack (28 MiB here typically, once 32.8 in a CI run): bounded by the limit and
+    # the response size, not by the ~2 GB that went through
+    assert growth < 2 * LIMIT + largest

@@ -16,10 +16,11 @@ def topic_on(kafka, partitions: int = 1) -> str:
     return name
 
 
-def produce(kafka, topic: str, count: int, *, partition: int = 0, size: int = 10, key=None) -> None:
+def produce(kafka, topic: str, count: int, *, partition: int = 0, size: int = 10, key=None,
+            batch_bytes: int = 1_000_000) -> None:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 20})
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 20, "batch.size": batch_bytes})
     for i in range(count):
         producer.produce(topic, value=b"x" * size, key=key(i) if key else None, partition=partition)
     assert producer.flush(30) == 0
@@ -125,3 +126,23 @@ def test_parallel_progress_beyond_the_gap_travels_in_the_metadata(kafka):
     assert pc2.metrics()["skipped"] == len(skipped)
     assert consumer.committed(tp) == 200
     consumer.close()
+
+
+def test_max_partition_fetch_bytes_bounds_each_answer(kafka):
+    """Tansu ignores the limit (whole stored batches come back, ~5-7 MiB per answer); Kafka honours it."""
+    topic = topic_on(kafka)
+    produce(kafka, topic, 200, size=10_000, batch_bytes=16_384)  # a batch per record: none above the limit
+    limit = 32 * 1024
+    consumer = Consumer(bootstrap_servers=kafka.bootstrap_servers, auto_offset_reset="earliest",
+                        max_partition_fetch_bytes=limit)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    got = 0
+    deadline = time.monotonic() + 30
+    while got < 200 and time.monotonic() < deadline:
+        got += sum(len(r) for r in consumer.poll(timeout_ms=500).values())
+    metrics = consumer.metrics()
+    consumer.close()
+    assert got == 200
+    assert 0 < metrics["fetch-size-max"] <= limit
+    assert metrics["fetch-total"] >= 200 * 10_000 // limit  # ~2 MB in answers of at most 32 KiB
