@@ -355,7 +355,8 @@ class ParallelConsumer:
         return {tp: OffsetAndMetadata(offset, metadata, -1) for tp, (offset, metadata) in final.items()}
 
     def _finish(self) -> None:
-        """run() ends: drain and commit everything still owned, stop the workers, give the listener back."""
+        """run() ends: drain and commit everything still owned, stop the workers, give the listener and
+        the partitions it paused back."""
         try:
             if self._fatal is not None:  # a record failed: nothing more is handed out, running ones finish
                 for part in self._parts.values():
@@ -369,6 +370,10 @@ class ParallelConsumer:
             if self._swapped:
                 self.consumer.swap_rebalance_listener(self._user_listener)
                 self._swapped = False
+            paused = self._paused & self.consumer.assignment()
+            if paused:  # the consumer is the user's: give it back fetching as it came
+                self.consumer.resume(*paused)
+            self._paused = set()
 
     # -- the Owner protocol of PartitionRun (the spec's effects) ----------------------------------------
     def hold(self, tp, below: int | None = None) -> None:

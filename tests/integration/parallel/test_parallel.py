@@ -260,6 +260,7 @@ def test_a_stuck_record_blocks_only_its_partition_when_the_metadata_would_overfl
     assert not errors
     assert len(handled[0]) == per_partition
     assert pc.metrics()["partitions-blocked"] == 0
+    assert consumer.paused() == set()  # what run() paused is resumed: the consumer is the user's
     assert consumer.committed(TopicPartition(topic, 0)) == per_partition
     consumer.close()
 
