@@ -1,8 +1,16 @@
-"""Shared fixtures: an embedded Tansu broker, unique topics, and a confluent-kafka producer helper."""
+"""Shared fixtures: the brokers (Tansu and Apache Kafka), unique topics, and a confluent-kafka producer.
+
+Every test that uses ``broker`` (directly or through ``make_topic``, ``produce``, ...) runs once per
+broker: ``test_x[tansu]`` and ``test_x[kafka]``. ``@pytest.mark.brokers("tansu")`` limits a test to
+the brokers named (a test of a Tansu quirk, of EmbeddedBroker itself); ``pytest --broker kafka`` runs
+only one broker's half. Without Java or Kafka's jars the kafka half is skipped with the reason (fetch
+them with ``fsm-consumer broker fetch --kind kafka``); with FSM_REQUIRE_KAFKA=1 (CI) it fails instead.
+"""
 
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -10,18 +18,86 @@ from typing import Protocol
 
 import pytest
 
-from fsm_consumer.broker import EmbeddedBroker
+from fsm_consumer.broker import EmbeddedBroker, KafkaBroker, KafkaNotFoundError
+from fsm_consumer.broker._admin import LoopbackBroker
 
 Payload = bytes | str | None
 PayloadArg = Payload | Callable[[int], Payload]
 Headers = Mapping[str, bytes | str] | Sequence[tuple[str, bytes | str]] | None
 
+BROKER_KINDS = ("tansu", "kafka")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--broker", action="append", choices=BROKER_KINDS, default=None,
+                     help="run the broker tests on this broker only (repeatable; default: tansu and kafka)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "brokers(*kinds): the brokers a test runs on (default: all)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "broker" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("brokers")
+    allowed = marker.args if marker else BROKER_KINDS
+    chosen = metafunc.config.getoption("broker") or BROKER_KINDS
+    metafunc.parametrize("broker", [k for k in BROKER_KINDS if k in allowed and k in chosen],
+                         indirect=True, scope="session")
+
+
+class BrokerPool:
+    """One broker of each kind for the session, started when a test first asks for it."""
+
+    def __init__(self) -> None:
+        self._brokers: dict[str, LoopbackBroker] = {}
+        self._unavailable: dict[str, str] = {}
+
+    def get(self, kind: str) -> LoopbackBroker:
+        if kind in self._unavailable:
+            pytest.skip(self._unavailable[kind])
+        if kind not in self._brokers:
+            self._brokers[kind] = self._start(kind)
+        return self._brokers[kind]
+
+    def _start(self, kind: str) -> LoopbackBroker:
+        if kind == "tansu":
+            return EmbeddedBroker(storage="memory")
+        try:
+            return KafkaBroker()
+        except KafkaNotFoundError as exc:
+            if os.environ.get("FSM_REQUIRE_KAFKA") == "1":
+                pytest.fail(f"Apache Kafka is required here (FSM_REQUIRE_KAFKA=1) but: {exc}")
+            self._unavailable[kind] = f"Apache Kafka tests skipped: {exc}"
+            pytest.skip(self._unavailable[kind])
+
+    def stop(self) -> None:
+        for broker in self._brokers.values():
+            broker.stop()
+        self._brokers.clear()
+
 
 @pytest.fixture(scope="session")
-def broker() -> Iterator[EmbeddedBroker]:
-    """One in-memory Tansu broker for the whole session; tests isolate via unique topics."""
-    with EmbeddedBroker(storage="memory") as embedded:
-        yield embedded
+def broker_pool() -> Iterator[BrokerPool]:
+    pool = BrokerPool()
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(request: pytest.FixtureRequest, broker_pool: BrokerPool) -> LoopbackBroker:
+    """The session's broker of this test's kind (``broker.kind``); tests isolate via unique topics."""
+    return broker_pool.get(request.param)
+
+
+@pytest.fixture
+def exact_batches(broker: LoopbackBroker) -> bool:
+    """Whether end offsets are exact for multi-record batches: on Tansu 0.6 the high watermark is the
+    last batch's base offset + 1, so tests there produce one record per batch where ends matter."""
+    return broker.kind != "tansu"
 
 
 class MakeTopic(Protocol):
@@ -29,7 +105,7 @@ class MakeTopic(Protocol):
 
 
 @pytest.fixture
-def make_topic(broker: EmbeddedBroker, request: pytest.FixtureRequest) -> MakeTopic:
+def make_topic(broker: LoopbackBroker, request: pytest.FixtureRequest) -> MakeTopic:
     """Create topics with names unique to this test: ``make_topic(partitions=3)``."""
     # Kafka topic names allow [a-zA-Z0-9._-]; keep the test name readable in broker logs.
     stem = re.sub(r"[^a-zA-Z0-9._-]+", "-", request.node.name)[:80]
@@ -74,7 +150,7 @@ class Produce(Protocol):
 
 
 @pytest.fixture
-def produce(broker: EmbeddedBroker) -> Produce:
+def produce(broker: LoopbackBroker) -> Produce:
     """Produce ``count`` records with confluent-kafka and flush; returns (partition, offset) per record.
 
     ``key``/``value`` are bytes, str, None or ``f(i)``; the default value is ``"value-{i}"``.

@@ -5,12 +5,16 @@ Usage::
     with EmbeddedBroker() as broker:  # storage="s3" keeps data across restart()
         broker.create_topic("events", partitions=3)
         config = {"bootstrap.servers": broker.bootstrap_servers}
+
+    with start_broker("kafka") as broker:  # the reference: `fsm-consumer broker fetch --kind kafka` first
+        ...
 """
 
 from ._binary import locate_tansu
 from ._embedded import EmbeddedBroker, Storage
 from ._kafka import KafkaBroker
 from ._kafka_jars import KAFKA_VERSION, KafkaNotFoundError, fetch_kafka
+from ._kinds import BROKER_KINDS, start_broker
 from ._errors import (
     BrokerError,
     BrokerNotRunningError,
@@ -22,6 +26,7 @@ from ._errors import (
 )
 
 __all__ = [
+    "BROKER_KINDS",
     "BrokerError",
     "BrokerNotRunningError",
     "BrokerRequestError",
@@ -36,4 +41,5 @@ __all__ = [
     "TopicCreateError",
     "fetch_kafka",
     "locate_tansu",
+    "start_broker",
 ]

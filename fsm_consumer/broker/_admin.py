@@ -25,6 +25,8 @@ def _error_name(code: int) -> str:
 class LoopbackBroker:
     """A broker child process on 127.0.0.1; subclasses define ``start`` and ``stop``."""
 
+    #: Which broker this is: "tansu" or "kafka" (what ``--broker`` of the CLI takes).
+    kind: str = ""
     _port: int
     _api_versions: dict[int, tuple[int, int]]
     _process: GuardedProcess | None

@@ -41,6 +41,8 @@ class EmbeddedBroker(LoopbackBroker):
     Not thread-safe; start it from a long-lived thread (PDEATHSIG caveat).
     """
 
+    kind = "tansu"
+
     def __init__(
         self,
         storage: Storage = "memory",

@@ -6,7 +6,7 @@ jars come from the cache ``fetch_kafka()`` fills (``fsm-consumer broker fetch --
 storage is formatted for a static one-voter quorum and the server runs as ``java -cp libs/*
 kafka.Kafka server.properties`` with a small heap, so it starts in a few seconds on 2 cores.
 Settings are those a test wants: no initial rebalance delay (the point of the reference broker is
-prompt JoinGroups), replication factor 1 for the internal topics.
+prompt JoinGroups), sessions down to 500 ms, replication factor 1 for the internal topics.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from ._ports import LOOPBACK, free_loopback_port
 from ._process import GuardedProcess
 from ._wire import fetch_api_versions
 
-_HEAP = ["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"]
+_HEAP = ["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+         "-Djava.net.preferIPv4Stack=true"]  # IPv4 sockets: 127.0.0.1, not ::ffff:127.0.0.1 on a dual-stack one
 _BROKER_DEFAULTS = {
     "offsets.topic.replication.factor": "1",
     "offsets.topic.num.partitions": "4",     # 50 by default: slow to create on 2 cores, useless here
@@ -36,6 +37,7 @@ _BROKER_DEFAULTS = {
     "transaction.state.log.min.isr": "1",
     "transaction.state.log.num.partitions": "4",
     "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "500",   # 6 s by default: tests and demos use short sessions, as Tansu allows
     "num.partitions": "1",
     "auto.create.topics.enable": "true",     # as Tansu: asking for an unknown topic creates it
     "log.segment.bytes": str(64 * 1024 * 1024),
@@ -51,6 +53,8 @@ def _cluster_id() -> str:
 
 class KafkaBroker(LoopbackBroker):
     """Apache Kafka in a child process on loopback ports, started on construction."""
+
+    kind = "kafka"
 
     def __init__(self, port: int | None = None, *, version: str = KAFKA_VERSION,
                  config: Mapping[str, str] | None = None, sasl_users: Mapping[str, str] | None = None,
@@ -92,6 +96,11 @@ class KafkaBroker(LoopbackBroker):
         if self._ssl_port is None:
             raise ValueError("this KafkaBroker has no SSL listener: give ssl_keystore=(cert_chain.pem, key.pem)")
         return f"{LOOPBACK}:{self._ssl_port}"
+
+    @property
+    def controller_port(self) -> int:
+        """The KRaft controller's listener (loopback, like every other)."""
+        return self._controller_port
 
     @property
     def log_path(self) -> Path | None:

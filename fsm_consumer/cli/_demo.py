@@ -1,6 +1,7 @@
 """``fsm-consumer demo``: the main job on the embedded broker.
 
-Starts a Tansu broker on loopback, fills a topic with kafka-python's producer, reads it all back
+Starts a Tansu broker on loopback (``--broker kafka``: Apache Kafka, the reference, from the jars
+``fsm-consumer broker fetch --kind kafka`` cached), fills a topic with kafka-python's producer, reads it all back
 with fsm_consumer (checking every record arrives once, in order per partition), renders the state
 diagrams of the shipped specs, and prints what it did. Needs no running Kafka and no network.
 """
@@ -11,7 +12,10 @@ import argparse
 import time
 from pathlib import Path
 
-from ..broker import EmbeddedBroker
+import sys
+
+from ..broker import BROKER_KINDS, KafkaNotFoundError, start_broker
+from ..broker._kinds import describe
 from ..spec import all_spec_paths, load_spec
 from ..spec._diagram import have_dot, render_all
 
@@ -62,12 +66,18 @@ def demo(argv: list[str]) -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--topic", default="demo")
     ap.add_argument("--out", default="fsm-demo", help="where the diagrams go (default: ./fsm-demo)")
+    ap.add_argument("--broker", choices=BROKER_KINDS, default="tansu",
+                    help="tansu (default: embedded, starts in milliseconds) or kafka (Apache Kafka, the reference)")
     args = ap.parse_args(argv)
 
     t0 = time.monotonic()
-    with EmbeddedBroker() as broker:
-        print(f"broker: Tansu pid {broker.pid} on {broker.bootstrap_servers} "
-              f"(started in {broker.startup_seconds * 1000:.0f} ms)")
+    try:
+        broker = start_broker(args.broker)
+    except KafkaNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with broker:
+        print(f"broker: {describe(broker)}")
         broker.create_topic(args.topic, partitions=args.partitions)
         t1 = time.monotonic()
         last = _fill(broker.bootstrap_servers, args.topic, args.records, args.record_size)

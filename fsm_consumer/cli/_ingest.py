@@ -17,6 +17,8 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from ..broker import BROKER_KINDS
+
 _TRIGGERS = ("available-now", "once")
 
 
@@ -26,8 +28,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--topic", default="fsm-ingest-demo", help="topic to ingest (default: fsm-ingest-demo)")
     ap.add_argument("--to", default="fsm-ingest", help="output directory (default: ./fsm-ingest)")
     ap.add_argument("--format", default="parquet", choices=("parquet", "delta"))
-    ap.add_argument("--bootstrap-servers", help="Kafka brokers; without it the embedded broker is started "
-                                                "and filled with demo data")
+    ap.add_argument("--bootstrap-servers", help="Kafka brokers; without it a loopback broker (--broker) is "
+                                                "started and filled with demo data")
+    ap.add_argument("--broker", choices=BROKER_KINDS, default="tansu",
+                    help="without --bootstrap-servers: tansu (default: embedded, starts in milliseconds) or kafka "
+                         "(Apache Kafka, the reference; `fsm-consumer broker fetch --kind kafka` first)")
     ap.add_argument("--trigger", default="available-now",
                     help="available-now (default: everything there is, then stop), once, or an interval "
                          "such as '10 seconds' (runs until Ctrl-C or --duration)")
@@ -40,9 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-offsets-per-trigger", type=int, help="bound each micro-batch")
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                     help="more fsm_kafka source options, e.g. kafka.security.protocol=SSL (repeatable)")
-    ap.add_argument("--records", type=int, default=200_000, help="demo records (embedded broker only)")
-    ap.add_argument("--partitions", type=int, default=4, help="demo topic partitions (embedded broker only)")
-    ap.add_argument("--record-size", type=int, default=100, help="demo record size (embedded broker only)")
+    ap.add_argument("--records", type=int, default=200_000, help="demo records (loopback broker only)")
+    ap.add_argument("--partitions", type=int, default=4, help="demo topic partitions (loopback broker only)")
+    ap.add_argument("--record-size", type=int, default=100, help="demo record size (loopback broker only)")
     ap.add_argument("--quiet", action="store_true", help="no live progress display")
     return ap
 
@@ -143,7 +148,10 @@ def _watch(query, args, total_hint: int | None) -> None:
 
 
 def ingest(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if args.bootstrap_servers and "--broker" in argv:
+        ap.error("--broker starts a loopback broker; with --bootstrap-servers there is none to start")
     extra = {}
     for item in args.option:
         key, sep, value = item.partition("=")
@@ -156,11 +164,16 @@ def ingest(argv: list[str]) -> int:
         total_hint = None
         bootstrap = args.bootstrap_servers
         if bootstrap is None:
-            from ..broker import EmbeddedBroker
+            from ..broker import KafkaNotFoundError, start_broker
+            from ..broker._kinds import describe
             from ._demo import _fill
-            broker = stack.enter_context(EmbeddedBroker())
+            try:
+                broker = stack.enter_context(start_broker(args.broker))
+            except KafkaNotFoundError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
             bootstrap = broker.bootstrap_servers
-            print(f"broker: embedded Tansu on {bootstrap} (pid {broker.pid}); filling {args.topic!r} with "
+            print(f"broker: {describe(broker)}; filling {args.topic!r} with "
                   f"{args.records:,} records of {args.record_size} B in {args.partitions} partitions")
             broker.create_topic(args.topic, partitions=args.partitions)
             _fill(bootstrap, args.topic, args.records, args.record_size)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..spec import SpecError, all_spec_paths, load_spec, specs_dir
-from ..spec._coverage import coverage, merge_records
+from ..spec._coverage import broker_gaps, coverage, merge_records
 from ..spec._diagram import have_dot, render_all
 
 
@@ -79,26 +79,52 @@ def spec_coverage(argv: list[str]) -> int:
                                  description="Which spec transitions the last pytest run never fired.")
     ap.add_argument("--records", default=".fsm-coverage", help="directory the pytest plugin wrote")
     ap.add_argument("--kind", help="count only tests of this kind (unit, integration, spark)")
+    ap.add_argument("--broker", help="count only tests run on this broker (tansu, kafka)")
+    ap.add_argument("--compare-brokers", metavar="A,B", help="per machine, what each broker's tests fired, and "
+                    "the transitions fired on one broker but never on another; exit 1 if there is any")
+    ap.add_argument("--allow-gap", action="append", default=[], metavar="MACHINE:TRIGGER",
+                    help="with --compare-brokers: a transition only some brokers can reach, reported, not failed")
     ap.add_argument("--machines", help="comma-separated machines (default: all shipped specs)")
     ap.add_argument("--fail-under", type=float, default=None, help="exit 1 if any machine is below this percent")
     args = ap.parse_args(argv)
     if not Path(args.records).is_dir():
         print(f"no records in {args.records}: run pytest first (the tests' plugin writes them)", file=sys.stderr)
         return 1
+    if args.kind and args.broker:
+        ap.error("give --kind or --broker, not both")
     records = merge_records(Path(args.records))
     specs, failed = _load_all(None)
     wanted = set(args.machines.split(",")) if args.machines else None
+    specs = [s for s in specs if not wanted or s.machine in wanted]
+    if args.compare_brokers:
+        gaps = _compare_brokers(specs, records, args.compare_brokers.split(","), set(args.allow_gap))
+        return 1 if (failed or gaps) else 0
+    kind = f"broker:{args.broker}" if args.broker else args.kind
     below = False
     for s in specs:
-        if wanted and s.machine not in wanted:
-            continue
-        covered, missing = coverage(s, records, args.kind)
+        covered, missing = coverage(s, records, kind)
         pct = 100.0 * len(covered) / len(s.transitions)
         print(f"{s.machine}: {len(covered)}/{len(s.transitions)} transitions exercised ({pct:.1f}%)"
-              + (f" by {args.kind} tests" if args.kind else ""))
+              + (f" by {args.kind} tests" if args.kind else "") + (f" on {args.broker}" if args.broker else ""))
         for i in missing:
             t = s.transitions[i]
             print(f"  never fired: {t.label}  ({s.file}:{t.line})")
         if args.fail_under is not None and pct < args.fail_under:
             below = True
     return 1 if (failed or below) else 0
+
+
+def _compare_brokers(specs, records, brokers: list[str], allowed: set[str]) -> bool:
+    """Print each broker's share per machine and the gaps between them; True if a gap is not allowed."""
+    any_gap = False
+    for s in specs:
+        shares = ", ".join(f"{b} {len(coverage(s, records, f'broker:{b}')[0])}" for b in brokers)
+        print(f"{s.machine}: {len(s.transitions)} transitions; fired by broker tests on {shares}")
+        for b, missing in broker_gaps(s, records, brokers).items():
+            for i in missing:
+                t = s.transitions[i]
+                ok = f"{s.machine}:{t.trigger}" in allowed
+                print(f"  never fired on {b} (fired on another broker){' [allowed]' if ok else ''}: "
+                      f"{t.label}  ({s.file}:{t.line})")
+                any_gap |= not ok
+    return any_gap

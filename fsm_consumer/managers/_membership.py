@@ -72,7 +72,8 @@ class MembershipManager:
         self._revoked_this_round = False
         self._commit_on_revoke = True             # False once close(autocommit=False) began
         self._closing = False                     # close() began: a completed leave does not rejoin
-        self._sync_waits_for_metadata = False
+        self._sync_metadata_asked: float | None = None   # when the leader asked for topics it lacked
+        self._assigned_counts: dict[str, int] | None = None  # the leader's: partitions it assigned by
         self._request_in_flight = False           # a JoinGroup or SyncGroup
         self._leave_in_flight = False
         self._sent_visit = -1                     # the machine visit whose request went out
@@ -245,6 +246,8 @@ class MembershipManager:
         # (the topics this round joined with), not from a remembered request
         if self._subscribed_topics() != self._joined_topics:
             self._request_rejoin("the subscription changed during the rebalance")
+        elif self._assignment_outdated():
+            self._request_rejoin("the group's topics changed since the assignment was made")
 
     def drop_membership(self) -> None:
         self._awaiting = None  # a callback still running is abandoned: its late ack is ignored
@@ -403,7 +406,8 @@ class MembershipManager:
         if self.machine.state != "stable":
             return
         topics = self._subscribed_topics()
-        if topics != self._joined_topics or self._partition_counts(topics) != self._joined_counts:
+        if (topics != self._joined_topics or self._partition_counts(topics) != self._joined_counts
+                or self._assignment_outdated()):
             self._request_rejoin("subscribed topics or their partitions changed")
 
     def _join_request(self, node: int) -> Outgoing:
@@ -451,6 +455,7 @@ class MembershipManager:
             self.group_protocol = r.protocol_name
             self.leader_id = r.leader
             self._members = list(r.members)
+            self._assigned_counts = None  # set again by _assign if this member leads
             self._joined_at = now
             self.heartbeat.reset(now)
             log.info("group %s: joined generation %d as %s (leader %s, %d members)", self._config.group_id,
@@ -496,13 +501,30 @@ class MembershipManager:
                 subscriptions[m.member_id] = Subscription(topics=())
         topics = {t for s in subscriptions.values() for t in s.topics}
         missing = {t for t in topics if t not in self._metadata.topics}
-        if missing and not self._sync_waits_for_metadata:
-            self._sync_waits_for_metadata = True
-            self._metadata.request_update(missing)
-            return None
-        self._sync_waits_for_metadata = False
+        if missing:
+            # wait for an answer that came after the ask (a prompt JoinGroup can beat the first Metadata
+            # answer): a topic still missing then does not exist; the wait is bounded all the same
+            now = self.machine.now
+            if self._sync_metadata_asked is None:
+                self._sync_metadata_asked = now
+                self._metadata.request_update(missing)
+                return None
+            if (self._metadata.refreshed_at <= self._sync_metadata_asked
+                    and now - self._sync_metadata_asked < self._config.request_timeout_ms):
+                return None
+        self._sync_metadata_asked = None
         counts = {t: len(self._metadata.topics[t].leaders) for t in topics if t in self._metadata.topics}
+        # what this assignment was made from: metadata that differs later means a new one (Java's
+        # assignment snapshot), also when it changed while the round was still under way
+        self._assigned_counts = {t: counts.get(t, 0) for t in topics}
         return assignor.assign(counts, subscriptions)
+
+    def _assignment_outdated(self) -> bool:
+        """The leader's: the group's topics now have other partition counts than it assigned by."""
+        if self._assigned_counts is None or self.leader_id != self.member_id:
+            return False
+        now = self._partition_counts(self._assigned_counts)
+        return any(now.get(t, 0) != n for t, n in self._assigned_counts.items())
 
     def _on_sync(self, pending, now: float) -> None:
         code = self._round_answer(pending, "syncing")

@@ -46,6 +46,11 @@ class MetadataManager:
         self._waiters: list[tuple[object, float]] = []   # (event, requested at) for TopicMetadataEvent
         self.all_topics_wanted = False                    # pattern subscriptions need every topic
 
+    @property
+    def refreshed_at(self) -> float:
+        """When the last Metadata answer came (-FOREVER before the first)."""
+        return self._last_ok
+
     # -- asks -----------------------------------------------------------------------------
     def request_update(self, topics: set[str] | None = None, *, all_topics: bool = False) -> None:
         self._need = True

@@ -1,7 +1,8 @@
 """Spec coverage: which spec transitions a test run fired, from the records a pytest plugin saved.
 
 A record file is JSON: {"machines": {machine: {index: {kind: count}}}}, kind being the test
-directory (unit, integration, spark). Several files (one per process) are merged.
+directory (unit, integration, spark) or ``broker:NAME`` (tests run on that broker: tansu, kafka).
+Several files (one per process) are merged.
 """
 
 from __future__ import annotations
@@ -35,3 +36,17 @@ def coverage(spec: Spec, records: dict[str, dict[int, dict[str, int]]], kind: st
         hit = bool(kinds.get(kind)) if kind else bool(kinds)
         (covered if hit else missing).append(t.index)
     return covered, missing
+
+
+def broker_gaps(spec: Spec, records: dict[str, dict[int, dict[str, int]]], brokers: list[str]
+                ) -> dict[str, list[int]]:
+    """Per broker, the transitions of ``spec`` some other broker's tests fired and this one's never did."""
+    seen = records.get(spec.machine, {})
+    gaps: dict[str, list[int]] = {b: [] for b in brokers}
+    for t in spec.transitions:
+        fired = {b for b in brokers if seen.get(t.index, {}).get(f"broker:{b}")}
+        if fired:
+            for b in brokers:
+                if b not in fired:
+                    gaps[b].append(t.index)
+    return gaps

@@ -1,7 +1,8 @@
 """pytest plugin recording which spec transitions the tests fire (``-p fsm_consumer.spec.pytest_plugin``).
 
 Every transition any machine fires during a test is counted under the test's kind: the first
-directory below ``tests/`` (unit, integration, spark). At the end of the session the counts go to
+directory below ``tests/`` (unit, integration, spark), and under ``broker:NAME`` when the test runs
+on a broker (its ``broker`` parameter: tansu, kafka). At the end of the session the counts go to
 ``$FSM_COVERAGE_DIR`` (default ``.fsm-coverage/`` in the rootdir) for ``tools/spec-coverage``.
 Transitions fired in child processes are not seen.
 """
@@ -18,12 +19,16 @@ from ._log import TransitionRecord, add_observer, remove_observer
 
 _lock = threading.Lock()
 _kind = ["setup"]
+_broker: list[str | None] = [None]
 _counts: dict[str, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
 
 
 def _observe(rec: TransitionRecord) -> None:
     with _lock:  # background threads of consumers under test fire too
-        _counts[rec.machine][rec.index][_kind[0]] += 1
+        slot = _counts[rec.machine][rec.index]
+        slot[_kind[0]] += 1
+        if _broker[0] is not None:
+            slot[f"broker:{_broker[0]}"] += 1
 
 
 def _records_dir(config) -> Path:
@@ -44,6 +49,8 @@ def pytest_configure(config) -> None:
 def pytest_runtest_setup(item) -> None:
     parts = Path(str(item.path)).resolve().relative_to(Path(str(item.config.rootpath)).resolve()).parts
     _kind[0] = parts[1] if len(parts) > 2 and parts[0] == "tests" else parts[0]
+    callspec = getattr(item, "callspec", None)
+    _broker[0] = callspec.params.get("broker") if callspec is not None else None
 
 
 def pytest_sessionfinish(session) -> None:

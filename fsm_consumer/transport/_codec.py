@@ -28,6 +28,7 @@ __all__ = ["Decoded", "RequestCodec"]
 
 _CORRELATION_ID = struct.Struct(">i")
 _ERROR_CODE = struct.Struct(">h")
+_UNSUPPORTED_VERSION = 35  # UnsupportedVersionError.errno
 
 # (data, pos) -> (obj, end_pos); kafka-python's compiled decoders.
 _DecodeFn = Callable[[Any, int], tuple[Any, int]]
@@ -144,9 +145,9 @@ class RequestCodec:
         try:
             header, pos = decoders.header(frame, 0)
             body = decoders.body
-            if request.API_KEY == ApiKey.ApiVersions and _ERROR_CODE.unpack_from(frame, pos)[0]:
-                # A broker that rejects our ApiVersions version answers in v0
-                # so that we can read which versions it does support.
+            if request.API_KEY == ApiKey.ApiVersions and _ERROR_CODE.unpack_from(frame, pos)[0] == _UNSUPPORTED_VERSION:
+                # A broker that rejects our ApiVersions version answers in v0 so that we can read which
+                # versions it does support; any other error (INVALID_REQUEST) comes in the version asked.
                 body = _decoders(ApiVersionsResponse[0]).body
             response, end = body(frame, pos)
         except Exception as exc:  # any parse failure: struct.error, IndexError, ValueError...

@@ -66,6 +66,7 @@ _HANDSHAKE_STATES = frozenset({"connecting", "tls_hello", "tls_handshake", "api_
 _TLS_STATES = frozenset({"tls_hello", "tls_handshake"})
 # ApiVersions v3+ must name the client (KIP-511); brokers reject empty names.
 _SOFTWARE_NAME = "fsm-consumer"
+_ILLEGAL_SASL_STATE = 34  # IllegalSaslStateError.errno
 
 _Handler = Callable[[ApiMessage], None]
 # What a handshake_timed_out interrupted, for its message.
@@ -527,6 +528,9 @@ class Connection:
             low = high = request.API_VERSION
         try:
             request.API_VERSION = self.versions.pick_version(type(request), min_version=low, max_version=high)
+            if request.API_KEY == ApiKey.ApiVersions and request.API_VERSION >= 3 and not request.client_software_name:
+                # the version is ours to pick, so is making it valid: v3+ must name the client (KIP-511)
+                request.client_software_name, request.client_software_version = _SOFTWARE_NAME, __version__
             _, data = self._codec.encode(request, self._settings.client_id)
         except UnsupportedVersion as exc:
             self._fail(pending, exc)
@@ -582,8 +586,12 @@ class Connection:
             offered = ", ".join(listed) or "none"
             error = for_code(response.error_code).__name__
             name = self._sasl.name
-            if name in listed:  # then the mechanism is not what the broker objects to
-                message = (f"the broker answered SaslHandshake for {name} with {error} although it lists {name}: "
+            # The mechanism is not what the broker objects to if it lists it (Tansu without SASL) or if
+            # the listener takes no SASL at all (Kafka's PLAINTEXT and SSL listeners: ILLEGAL_SASL_STATE,
+            # listing nothing).
+            if name in listed or (not listed and response.error_code == _ILLEGAL_SASL_STATE):
+                although = f" although it lists {name}" if name in listed else ""
+                message = (f"the broker answered SaslHandshake for {name} with {error}{although}: "
                            f"check that SASL is enabled on this listener (security_protocol="
                            f"{self._without('sasl')!r} if it is not)")
             else:

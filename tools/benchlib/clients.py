@@ -109,4 +109,5 @@ CLIENTS = {
     "confluent-kafka(fetch.queue.backoff.ms=10)": (run_confluent, {"fetch.queue.backoff.ms": 10}),
     "confluent-kafka(defaults)": (run_confluent, {}),
     "aiokafka(getmany)": (run_aiokafka, {}),
+    "java(KafkaConsumer)": (None, {}),  # tools/peers/JavaBench.java in its own JVM: see consume.run_child
 }

@@ -1,4 +1,4 @@
-"""tools/bench consume: the same topic read by each client, alternately, on the embedded broker."""
+"""tools/bench consume: the same topic read by each client, alternately, on Tansu and on Apache Kafka."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from .clients import CLIENTS
+from .java import java_missing, peer_command
 
 HERE = Path(__file__).resolve().parent.parent
 
@@ -68,7 +69,10 @@ def child(argv: list[str]) -> int:
 
 
 def run_child(name: str, bootstrap: str, topic: str, partitions: int, expect: int) -> dict:
-    cmd = [sys.executable, str(HERE / "bench"), "_child", name, bootstrap, topic, str(partitions), str(expect)]
+    if CLIENTS[name][0] is None:  # Kafka's Java consumer: the JVM's own process
+        cmd = peer_command("JavaBench", bootstrap, topic, str(partitions), str(expect))
+    else:
+        cmd = [sys.executable, str(HERE / "bench"), "_child", name, bootstrap, topic, str(partitions), str(expect)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -91,29 +95,39 @@ SCENARIOS = {  # name: (records, size, compression); --quick divides records by 
 }
 
 
+def start_broker(kind: str):
+    """A fresh broker of ``kind`` (tansu, kafka) for one benchmark."""
+    from fsm_consumer.broker import EmbeddedBroker, KafkaBroker
+
+    return EmbeddedBroker() if kind == "tansu" else KafkaBroker()
+
+
 def bench_scenarios(args) -> list[dict]:
     names = list(SCENARIOS) if args.scenario == "all" else args.scenario.split(",")
     rows = []
-    for name in names:
-        records, size, compression = SCENARIOS[name]
-        if args.quick:
-            records //= 10
-        args.records, args.size, args.compression = records, size, compression
-        for r in bench_consume(args):
-            r["scenario"] = name
-            rows.append(r)
+    for kind in args.brokers:
+        for name in names:
+            records, size, compression = SCENARIOS[name]
+            if args.quick:
+                records //= 10
+            args.records, args.size, args.compression = records, size, compression
+            for r in bench_consume(args, kind):
+                r["scenario"] = name
+                rows.append(r)
     return rows
 
 
-def bench_consume(args) -> list[dict]:
-    from fsm_consumer.broker import EmbeddedBroker
-
+def bench_consume(args, kind: str = "tansu") -> list[dict]:
     clients = args.clients.split(",") if args.clients else list(CLIENTS)
     unknown = [c for c in clients if c not in CLIENTS]
     if unknown:
         raise SystemExit(f"unknown clients {unknown}; known: {', '.join(CLIENTS)}")
+    missing = java_missing()
+    if missing and any(CLIENTS[c][0] is None for c in clients):
+        print(f"# Kafka's Java consumer left out: {missing}", file=sys.stderr)
+        clients = [c for c in clients if CLIENTS[c][0] is not None]
     rows = []
-    with EmbeddedBroker() as broker:
+    with start_broker(kind) as broker:
         topic = f"bench-{args.records}x{args.size}-{args.compression}"
         broker.create_topic(topic, partitions=args.partitions)
         t = time.monotonic()
@@ -125,13 +139,13 @@ def bench_consume(args) -> list[dict]:
             for c in clients:  # alternate: A B C A B C ...
                 r = run_child(c, broker.bootstrap_servers, topic, args.partitions, args.records)
                 runs[c].append(r)
-                print(f"# run {i + 1} {c}: {r['rate_records'] / r['span_s']:,.0f} rec/s, cpu {r['cpu_s']:.2f} s",
+                print(f"# {kind} run {i + 1} {c}: {r['rate_records'] / r['span_s']:,.0f} rec/s, cpu {r['cpu_s']:.2f} s",
                       file=sys.stderr)
     for c, rs in runs.items():
         ok = [r for r in rs if r["records"] >= args.records]
         rate = statistics.median([r["rate_records"] / r["span_s"] for r in ok]) if ok else 0.0
         rows.append({
-            "bench": "consume", "client": c, "records": args.records, "size": args.size,
+            "bench": "consume", "broker": kind, "client": c, "records": args.records, "size": args.size,
             "compression": args.compression, "runs": len(rs), "complete_runs": len(ok),
             "records_per_s": round(rate), "mb_per_s": round(rate * args.size / 1e6, 1),
             "cpu_s_per_million": round(statistics.median([r["cpu_s"] for r in rs]) * 1e6 / args.records, 2),
@@ -146,12 +160,13 @@ def bench_consume(args) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| scenario | client | records/s | MB/s | CPU s per 1M | peak RSS MB (baseline) | first record s "
+    head = ("| broker | scenario | client | records/s | MB/s | CPU s per 1M | peak RSS MB (baseline) | first record s "
             "| poll() / client | poll_batch() / client |\n"
-            "|---|---|---|---|---|---|---|---|---|")
+            "|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
-        lines.append(f"| {r.get('scenario', '-')} ({r['records']:,} x {r['size']} B, {r['compression']}) | "
+        lines.append(f"| {r.get('broker', 'tansu')} | {r.get('scenario', '-')} "
+                     f"({r['records']:,} x {r['size']} B, {r['compression']}) | "
                      f"{r['client']} | {r['records_per_s']:,} | {r['mb_per_s']} | {r['cpu_s_per_million']} | "
                      f"{r['peak_rss_mb']} ({r.get('baseline_rss_mb', '-')}) | {r['first_record_s']} | "
                      f"{r['fsm_ratio']} | {r.get('batch_ratio')} |")
@@ -166,17 +181,20 @@ def chart(rows: list[dict], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    scenarios = sorted({r.get("scenario", "-") for r in rows})
+    def group(r: dict) -> str:
+        return f"{r.get('scenario', '-')} on {r.get('broker', 'tansu')}"
+
+    scenarios = sorted({group(r) for r in rows})
     clients = list(dict.fromkeys(r["client"] for r in rows))
     fig, ax = plt.subplots(figsize=(10, 4.5))
     width = 0.8 / max(len(clients), 1)
     for i, client in enumerate(clients):
-        vals = [next((r["records_per_s"] for r in rows if r["client"] == client and r.get("scenario", "-") == s), 0)
+        vals = [next((r["records_per_s"] for r in rows if r["client"] == client and group(r) == s), 0)
                 for s in scenarios]
         ax.bar([x + i * width for x in range(len(scenarios))], vals, width, label=client)
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(scenarios))], scenarios)
     ax.set_ylabel("records/s (median)")
-    ax.set_title("consume throughput on the embedded broker (same run, alternating clients)")
+    ax.set_title("consume throughput (same run, alternating clients)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -61,34 +61,38 @@ def _consume(kind, bootstrap, topic, seconds):
 
 
 def bench_latency(args) -> list[dict]:
-    from fsm_consumer.broker import EmbeddedBroker
+    from .consume import start_broker
 
     rows = []
-    with EmbeddedBroker() as broker:
-        for kind in ("fsm_consumer", "confluent-kafka"):
-            topic = f"latency-{kind}"
-            broker.create_topic(topic, partitions=1)
-            stop = threading.Event()
-            result = {}
-            consumer = threading.Thread(target=lambda: result.setdefault("lat", _consume(
-                kind, broker.bootstrap_servers, topic, args.seconds + 3)))
-            consumer.start()
-            time.sleep(2.5)  # let the consumer settle at the end of the log
-            _produce_steady(broker.bootstrap_servers, topic, args.rate, args.seconds, stop)
-            consumer.join()
-            lat = sorted(result.get("lat", []))
-            if not lat:
-                rows.append({"bench": "latency", "client": kind, "records": 0})
-                continue
-            rows.append({"bench": "latency", "client": kind, "rate": args.rate, "records": len(lat),
-                         "p50_ms": round(lat[len(lat) // 2] / 1e6, 2),
-                         "p99_ms": round(lat[int(len(lat) * 0.99)] / 1e6, 2),
-                         "mean_ms": round(statistics.fmean(lat) / 1e6, 2)})
+    for broker_kind in args.brokers:
+        with start_broker(broker_kind) as broker:
+            for kind in ("fsm_consumer", "confluent-kafka"):
+                rows.append({"bench": "latency", "broker": broker_kind, **_one_latency(args, broker, kind)})
     return rows
 
 
+def _one_latency(args, broker, kind: str) -> dict:
+    topic = f"latency-{kind}"
+    broker.create_topic(topic, partitions=1)
+    stop = threading.Event()
+    result = {}
+    consumer = threading.Thread(target=lambda: result.setdefault("lat", _consume(
+        kind, broker.bootstrap_servers, topic, args.seconds + 3)))
+    consumer.start()
+    time.sleep(2.5)  # let the consumer settle at the end of the log
+    _produce_steady(broker.bootstrap_servers, topic, args.rate, args.seconds, stop)
+    consumer.join()
+    lat = sorted(result.get("lat", []))
+    if not lat:
+        return {"client": kind, "records": 0}
+    return {"client": kind, "rate": args.rate, "records": len(lat),
+            "p50_ms": round(lat[len(lat) // 2] / 1e6, 2),
+            "p99_ms": round(lat[int(len(lat) * 0.99)] / 1e6, 2),
+            "mean_ms": round(statistics.fmean(lat) / 1e6, 2)}
+
+
 def table(rows) -> str:
-    out = ["| client | produced records/s | received | p50 ms | p99 ms |", "|---|---|---|---|---|"]
+    out = ["| broker | client | produced records/s | received | p50 ms | p99 ms |", "|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['client']} | {r.get('rate')} | {r['records']} | {r.get('p50_ms')} | {r.get('p99_ms')} |")
+        out.append(f"| {r.get('broker', 'tansu')} | {r['client']} | {r.get('rate')} | {r['records']} | {r.get('p50_ms')} | {r.get('p99_ms')} |")
     return "\n".join(out)

@@ -1,6 +1,6 @@
 """tools/bench rebalance: a fourth member joins a stable group of three; how long until the group is
-stable again (every member assigned, all partitions covered), for fsm_consumer and confluent-kafka members
-in the same run; while records are produced steadily, the largest gap in delivery of a partition that
+stable again (every member assigned, all partitions covered), for fsm_consumer, confluent-kafka and Kafka's
+Java consumer (tools/peers/JavaMember.java) members in the same run, on each broker; while records are produced steadily, the largest gap in delivery of a partition that
 stays with its member (what cooperative-sticky promises); and the time from subscribe() to the first
 record for one member."""
 
@@ -68,7 +68,72 @@ class _Rd:
         self.c.close()
 
 
-KINDS = {"fsm_consumer": _Fsm, "confluent-kafka": _Rd}
+class _Java:
+    """JavaMember in its own JVM, read through its JSON lines on a thread; ready once the JVM is up, so
+    the join is timed from its subscribe() as for the others, not from the JVM's start."""
+
+    def __init__(self, bootstrap, group, topic, strategy, name):
+        import json
+        import subprocess
+
+        from .java import peer_command
+
+        self._json = json
+        self.proc = subprocess.Popen(
+            peer_command("JavaMember", bootstrap, group, topic, strategy, str(GROUP_CFG["session_timeout_ms"]),
+                         str(GROUP_CFG["heartbeat_interval_ms"]), heap="256m"),
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.deliveries = defaultdict(list)
+        self._owned: set[int] = set()
+        self._received = 0
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self.ready_at = None
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self._ready.wait(60):
+            self.close()
+            raise RuntimeError("JavaMember did not start within 60 s")
+
+    def _read(self):
+        for line in self.proc.stdout:
+            ev = self._json.loads(line)
+            now = time.monotonic()
+            with self._lock:
+                if ev["ev"] == "subscribing":
+                    self.ready_at = now
+                    self._ready.set()
+                elif ev["ev"] == "assigned":
+                    self._owned |= set(ev["parts"])
+                elif ev["ev"] in ("revoked", "lost"):
+                    self._owned -= set(ev["parts"])
+                elif ev["ev"] == "records":
+                    self.deliveries[ev["p"]].append(now)
+                    self._received += len(ev["offsets"])
+
+    def poll(self):
+        time.sleep(0.002)  # the JVM polls itself; keep this thread from spinning
+        with self._lock:
+            n, self._received = self._received, 0
+        return n
+
+    def owned(self):
+        with self._lock:
+            return set(self._owned)
+
+    def settled(self):
+        return True  # as librdkafka: settled when assignments cover the topic
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+
+
+KINDS = {"fsm_consumer": _Fsm, "confluent-kafka": _Rd, "java": _Java}
 
 
 def _spin_until(members, pred, timeout_s):
@@ -144,6 +209,7 @@ def one_join(kind, strategy, bootstrap, topic, partitions, run):
             return None, None
         maker.join()
         members.append(made[0])
+        t0 = max(t0, getattr(made[0], "ready_at", None) or t0)  # a JVM's start is not the join
         t1 = _spin_until(members, lambda: _covered(members, partitions), 60)
         if t1 is None:
             return None, None
@@ -160,6 +226,7 @@ def first_record(kind, bootstrap, topic, run):
     cls = KINDS[kind]
     t0 = time.monotonic()
     m = cls(bootstrap, f"fr-{kind}-{run}-{time.time_ns()}", topic, "range", "solo")
+    t0 = getattr(m, "ready_at", None) or t0  # a JVM's start is not the subscribe
     try:
         t1 = _spin_until([m], lambda: False, 0) or None
         deadline = time.monotonic() + 30
@@ -172,26 +239,38 @@ def first_record(kind, bootstrap, topic, run):
 
 
 def bench_rebalance(args) -> list[dict]:
+    from .java import java_missing
+
+    kinds = [k for k in KINDS if k != "java" or not java_missing()]
+    if "java" not in kinds:
+        print(f"# Kafka's Java consumer left out: {java_missing()}", file=sys.stderr)
+    rows = []
+    for broker_kind in args.brokers:
+        rows += [{"broker": broker_kind, **r} for r in _rebalance_on(broker_kind, kinds, args)]
+    return rows
+
+
+def _rebalance_on(broker_kind, kinds, args) -> list[dict]:
     from confluent_kafka import Producer
 
-    from fsm_consumer.broker import EmbeddedBroker
+    from .consume import start_broker
 
     rows = []
-    with EmbeddedBroker() as broker:
+    with start_broker(broker_kind) as broker:
         topic = "rebalance"
         broker.create_topic(topic, partitions=args.partitions)
         p = Producer({"bootstrap.servers": broker.bootstrap_servers})
         for i in range(1000):
             p.produce(topic, value=b"x" * 100, partition=i % args.partitions)
         p.flush()
-        combos = [(k, s) for s in ("range", "cooperative-sticky") for k in KINDS]
+        combos = [(k, s) for s in ("range", "cooperative-sticky") for k in kinds]
         results = {c: [] for c in combos}
-        firsts = {k: [] for k in KINDS}
+        firsts = {k: [] for k in kinds}
         for run in range(args.runs):
             for combo in combos:  # alternate
                 results[combo].append(one_join(combo[0], combo[1], broker.bootstrap_servers, topic, args.partitions, run))
-                print(f"# run {run + 1} {combo[0]} {combo[1]}: {results[combo][-1]}", file=sys.stderr)
-            for k in KINDS:
+                print(f"# {broker_kind} run {run + 1} {combo[0]} {combo[1]}: {results[combo][-1]}", file=sys.stderr)
+            for k in kinds:
                 firsts[k].append(first_record(k, broker.bootstrap_servers, topic, run))
     for (kind, strategy), vals in results.items():
         ok = [v for v, _ in vals if v is not None]
@@ -208,15 +287,15 @@ def bench_rebalance(args) -> list[dict]:
 
 
 def table(rows) -> str:
-    out = ["| client | strategy | 4th member joins: ms until stable (median) | largest delivery gap of a partition "
-           "that stayed, ms (max over runs; bound: heartbeat interval + fetch wait) | settled runs |",
-           "|---|---|---|---|---|"]
+    out = ["| broker | client | strategy | 4th member joins: ms until stable (median) | largest delivery gap of a "
+           "partition that stayed, ms (max over runs; bound: heartbeat interval + fetch wait) | settled runs |",
+           "|---|---|---|---|---|---|"]
     for r in rows:
         if r["bench"] == "rebalance":
-            out.append(f"| {r['client']} | {r['strategy']} | {r['join_to_stable_ms']} | {r['stayed_gap_ms']} "
+            out.append(f"| {r['broker']} | {r['client']} | {r['strategy']} | {r['join_to_stable_ms']} | {r['stayed_gap_ms']} "
                        f"(bound {r['gap_bound_ms']}) | {r['settled_runs']}/{r['runs']} |")
-    out += ["", "| client | subscribe() to first record, ms (median) |", "|---|---|"]
+    out += ["", "| broker | client | subscribe() to first record, ms (median) |", "|---|---|---|"]
     for r in rows:
         if r["bench"] == "first-record":
-            out.append(f"| {r['client']} | {r['subscribe_to_first_record_ms']} |")
+            out.append(f"| {r['broker']} | {r['client']} | {r['subscribe_to_first_record_ms']} |")
     return "\n".join(out)

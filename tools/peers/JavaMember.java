@@ -1,7 +1,8 @@
 // A group member on Kafka's own Java consumer (classic protocol), the reference peer of the interop tests.
 // Prints JSON lines: {"ev":"assigned"|"revoked"|"lost","parts":[...],"t":ms} and
-// {"ev":"records","p":partition,"offsets":[...]}; exits on SIGTERM or SIGINT after close().
-//   java -cp <peer dir>:<kafka libs>/* JavaMember BOOTSTRAP GROUP TOPIC range|cooperative-sticky
+// {"ev":"records","p":partition,"offsets":[...]}, after {"ev":"subscribing","t":ms} once the JVM is up;
+// exits on SIGTERM or SIGINT after close().
+//   java -cp <peer dir>:<kafka libs>/* JavaMember BOOTSTRAP GROUP TOPIC range|cooperative-sticky [SESSION_MS HEARTBEAT_MS]
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -46,8 +47,8 @@ public class JavaMember {
         p.put("value.deserializer", ByteArrayDeserializer.class.getName());
         p.put("auto.offset.reset", "earliest");
         p.put("auto.commit.interval.ms", "200");
-        p.put("session.timeout.ms", "10000");
-        p.put("heartbeat.interval.ms", "1000");
+        p.put("session.timeout.ms", args.length > 4 ? args[4] : "10000");
+        p.put("heartbeat.interval.ms", args.length > 5 ? args[5] : "1000");
         KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p);
         AtomicBoolean stopping = new AtomicBoolean(false);
         CountDownLatch closed = new CountDownLatch(1);
@@ -59,6 +60,7 @@ public class JavaMember {
             } catch (InterruptedException ignored) {
             }
         }));
+        out("{\"ev\":\"subscribing\",\"t\":" + System.currentTimeMillis() + "}");
         consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
             public void onPartitionsAssigned(Collection<TopicPartition> tps) {
                 out("{\"ev\":\"assigned\",\"parts\":" + parts(tps) + ",\"t\":" + System.currentTimeMillis() + "}");

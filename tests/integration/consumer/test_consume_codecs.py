@@ -58,8 +58,8 @@ def test_every_record_once_in_order_with_its_fields(codec, make_topic, send, mak
 
 @pytest.mark.parametrize("codec", ["none", "zstd"])
 def test_one_mib_values(codec, make_topic, send, make_consumer, collect):
-    topic = make_topic(partitions=1)
     size = 1024 * 1024
+    topic = make_topic(partitions=1, config={"max.message.bytes": str(8 * size)})  # Kafka's default: 1 MB
     # random bytes do not compress: the batch stays > 1 MiB in either codec
     values = [os.urandom(size) for _ in range(4)]
     send(topic, [{"value": v, "key": b"big-%d" % i} for i, v in enumerate(values)],

@@ -1,9 +1,10 @@
 """Positions: poll advances them, seek / seek_to_beginning / seek_to_end move them, pause and
 resume hold them; beginning/end offsets, offsets_for_times, auto_offset_reset, topic metadata.
 
-Where exact end offsets matter, records are produced one batch each (``send(..., each=True)``):
+Where exact end offsets matter, records are produced one batch each on Tansu (``send(..., each=True)``):
 Tansu 0.6 answers ListOffsets latest (and the high watermark) with the last batch's base offset
-+ 1, which is short of the log end for a multi-record batch."""
++ 1, which is short of the log end for a multi-record batch. On Apache Kafka they share batches and
+the same exact offsets are asserted."""
 
 from __future__ import annotations
 
@@ -57,11 +58,11 @@ def test_position_follows_poll_and_seek(make_topic, send, make_consumer, collect
     assert [r.offset for r in collect(consumer, 2, max_records=2)] == [0, 1]
 
 
-def test_seek_to_end_and_beginning_with_exact_offsets(make_topic, send, make_consumer, collect):
+def test_seek_to_end_and_beginning_with_exact_offsets(make_topic, send, make_consumer, collect, exact_batches):
     topic = make_topic(partitions=2)
     tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
-    _fill(send, topic, 7, partition=0)
-    _fill(send, topic, 4, partition=1)
+    _fill(send, topic, 7, partition=0, each=not exact_batches)
+    _fill(send, topic, 4, partition=1, each=not exact_batches)
     consumer = make_consumer()
     consumer.assign(tps)
     assert consumer.beginning_offsets(tps) == {tps[0]: 0, tps[1]: 0}
@@ -71,7 +72,7 @@ def test_seek_to_end_and_beginning_with_exact_offsets(make_topic, send, make_con
     assert consumer.position(tps[0]) == 7
     assert consumer.position(tps[1]) == 4
     assert collect(consumer, 1, timeout=0.5) == []
-    _fill(send, topic, 2, partition=1, start=100)
+    _fill(send, topic, 2, partition=1, start=100, each=not exact_batches)
     got = collect(consumer, 2, settle_ms=200)
     assert [(r.partition, r.offset, r.value) for r in got] == [(1, 4, b"v100"), (1, 5, b"v101")]
     assert consumer.end_offsets([tps[1]]) == {tps[1]: 6}
@@ -150,6 +151,24 @@ def test_offsets_for_times(make_topic, send, make_consumer, collect):
     assert found == {tp: None, other: None}
     with pytest.raises(ValueError):
         consumer.offsets_for_times({tp: -5})
+
+
+@pytest.mark.brokers("kafka")
+def test_offsets_for_times_by_the_records_own_timestamps(make_topic, send, make_consumer):
+    """Apache Kafka looks up the records' own (CreateTime) timestamps, also inside one batch, which
+    Tansu 0.6 cannot (see above)."""
+    topic = make_topic()
+    tp = TopicPartition(topic, 0)
+    base = int(time.time() * 1000) - 3_600_000
+    _fill(send, topic, 5, each=False, ts=[base + 1000 * i for i in range(5)])  # one batch
+    consumer = make_consumer()
+    found = consumer.offsets_for_times({tp: base - 1})
+    assert (found[tp].offset, found[tp].timestamp) == (0, base)
+    found = consumer.offsets_for_times({tp: base + 2000})  # exactly record 2's
+    assert (found[tp].offset, found[tp].timestamp) == (2, base + 2000)
+    found = consumer.offsets_for_times({tp: base + 2500})  # between records 2 and 3: the later one
+    assert (found[tp].offset, found[tp].timestamp) == (3, base + 3000)
+    assert consumer.offsets_for_times({tp: base + 4001}) == {tp: None}
 
 
 @pytest.mark.parametrize("policy", ["earliest", "latest"])

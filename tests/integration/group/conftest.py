@@ -19,6 +19,7 @@ def members():
         made.append(m)
         return m
 
+    make.made = made  # the members made so far, for a test that needs one it did not keep
     yield make
     for m in made:
         if not m._stop.is_set():

@@ -128,6 +128,14 @@ class Member(ConsumerRebalanceListener):
             self.open.clear()
 
 
+NODE_ID = {"tansu": 111, "kafka": 1}  # the broker's node id: Tansu's default, KafkaBroker's node.id
+
+
+def coordinator_node(broker) -> int:
+    """The synthetic node id of the coordinator connection (2**31 - 1 - the broker's node id)."""
+    return 2**31 - 1 - NODE_ID[broker.kind]
+
+
 def wait_until(predicate, timeout_s: float, what: str, explain=None) -> None:
     """Wait for ``predicate``; on timeout the error says what was awaited and ``explain()``, if given."""
     deadline = time.monotonic() + timeout_s

@@ -15,7 +15,7 @@ import pytest
 from fsm_consumer import Consumer, ConsumerRebalanceListener
 from fsm_consumer._config import ConsumerConfig
 from fsm_consumer.transport import FaultyTransport, KafkaTransport
-from group_harness import FAST, wait_until
+from group_harness import FAST, coordinator_node, wait_until
 
 pytestmark = pytest.mark.integration
 CLOSE_MS = 8000
@@ -101,10 +101,13 @@ def test_close_in_revoking_partitions(broker, make_topic, members):
 def test_close_in_joining_keeps_no_partition(broker, make_topic, members):
     topic = make_topic(partitions=2)
     group = f"g-{topic}"
-    c, _, sent, listener = _member(broker.bootstrap_servers, group, topic, "cooperative-sticky")
+    c, faults, sent, listener = _member(broker.bootstrap_servers, group, topic, "cooperative-sticky")
     _poll_until_stable(c)
+    if broker.kind == "kafka":  # it answers the JoinGroup at once (Tansu holds it): slow its answers to see the round
+        faults.add_latency(coordinator_node(broker), 1500)
     members(broker.bootstrap_servers, group, topic, "other", partition_assignment_strategy=["cooperative-sticky"])
     wait_until(lambda: _state(c) == "joining", 20, "a cooperative rejoin")
+    faults.add_latency(coordinator_node(broker), 0)
     _close_and_check(c, sent, listener, "joining")
     assert listener.calls[-1] == ("revoked", [0, 1])  # cooperative: kept while joining, revoked to leave
 

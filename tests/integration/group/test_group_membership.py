@@ -210,7 +210,10 @@ def test_cooperative_partitions_that_stay_keep_flowing(broker, make_topic, produ
     # may be answered on its own timer and cost one more. Four or more meant the leader's follow-up
     # JoinGroup had cut off the followers' delayed SyncGroups (now held back: see follower_sync_delay_ms).
     rounds = max(m.generation for m in everyone) - generation
-    assert 2 <= rounds <= 3, f"{rounds} generations for one member joining"
+    if broker.kind == "kafka":
+        assert rounds == 2, f"{rounds} generations for one member joining"
+    else:
+        assert 2 <= rounds <= 3, f"{rounds} generations for one member joining"
 
 
 def test_static_member_restart_keeps_its_partitions(broker, make_topic, members):
@@ -228,6 +231,7 @@ def test_static_member_restart_keeps_its_partitions(broker, make_topic, members)
     leader = a.consumer._group.membership.leader_id
     stay, restart = (a, b) if leader == a.consumer._group.membership.member_id else (b, a)
     owned_stay, owned_restart = stay.owned(), restart.owned()
+    generation = stay.generation
     name, instance = restart.name, f"{restart.name}-1"
     restart.stop()  # a static member sends no LeaveGroup: its place is kept for session_timeout_ms
     assert "left" in restart.triggers() and restart.consumer._group.membership.member_id  # id kept, no leave
@@ -239,6 +243,8 @@ def test_static_member_restart_keeps_its_partitions(broker, make_topic, members)
     wait_until(lambda: again.state == stay.state == "stable" and again.owned() == owned_restart
                and stay.owned() == owned_stay, 30, "the same partitions back with both members",
                explain=lambda: f"stayed: {stay.triggers()[-8:]}, restarted: {again.triggers()[-8:]}")
+    if broker.kind == "kafka":
+        assert stay.generation == generation, "Apache Kafka took the static member back without a rebalance"
 
 
 def test_pattern_subscription_picks_up_new_topics(broker, make_topic, produce):

@@ -6,8 +6,12 @@ import threading
 import time
 import uuid
 
+import pytest
+
 from fsm_consumer import Consumer, OffsetAndMetadata, TopicPartition
 from fsm_consumer.parallel import ParallelConsumer, PartitionProgress
+
+pytestmark = pytest.mark.brokers("kafka")
 
 
 def topic_on(kafka, partitions: int = 1) -> str:

@@ -18,6 +18,8 @@ from group_harness import Member, assert_disjoint, describe, wait_until  # noqa:
 
 from fsm_consumer.broker import KafkaBroker  # noqa: E402
 
+pytestmark = pytest.mark.brokers("kafka")
+
 PEER_SOURCE = Path(__file__).parents[3] / "tools" / "peers" / "JavaMember.java"
 PARTITIONS = 8
 TOTAL = 100_000

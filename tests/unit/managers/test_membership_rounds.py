@@ -114,3 +114,56 @@ def test_after_a_cooperative_revocation_the_follow_up_join_waits_for_the_others_
     answer(join, clock, error_code=0, member_id="me", generation_id=3, protocol_name="cooperative-sticky",
            leader="other", members=[])
     assert manager.machine.state == "syncing" and manager.generation == 3
+
+
+def _lead(manager, clock, generation=1):
+    """JoinGroup answered with this member as the leader of a group of one subscribed to "t"."""
+    from fsm_consumer.assignors import Subscription, encode_subscription
+    me = SimpleNamespace(member_id="me", group_instance_id=None,
+                         metadata=encode_subscription(Subscription(topics=("t",))))
+    answer(sent(manager, clock, JoinGroupRequest), clock, error_code=0, member_id="me", generation_id=generation,
+           protocol_name="cooperative-sticky", leader="me", members=[me])
+
+
+def _assigned(sync) -> set:
+    from fsm_consumer.assignors import decode_assignment
+    (only,) = sync.request.assignments
+    return set(decode_assignment(bytes(only.assignment)).partitions)
+
+
+def test_a_leader_waits_for_an_answer_to_its_metadata_ask_before_it_assigns():
+    """Apache Kafka answers a JoinGroup at once, before the first Metadata answer may have come: the leader
+    asks for the topics it lacks and assigns only from an answer that came after the ask."""
+    manager, clock = make(0)
+    md, asked = manager._metadata, []
+    md.topics, md.refreshed_at, md.request_update = {}, clock.now_ms(), lambda topics: asked.append(set(topics))
+    manager.on_subscription_changed(clock.now_ms())
+    _lead(manager, clock)
+    for _ in range(3):  # polled again and again before the answer: still no SyncGroup, one ask
+        assert not any(isinstance(o.request, SyncGroupRequest) for o in polled(manager, clock)[1])
+        clock.advance(20)
+    assert asked == [{"t"}]
+    md.topics = {"t": SimpleNamespace(leaders={0: 7, 1: 7}, internal=False)}
+    md.refreshed_at = clock.now_ms()
+    assert _assigned(sent(manager, clock, SyncGroupRequest)) == {T0, T1}
+
+
+def test_a_leader_rejoins_when_the_topics_changed_after_its_assignment():
+    """The metadata arriving while the round is still under way (after the assignment, before stable)
+    is caught by comparing with what the assignment was made from (Java's assignment snapshot)."""
+    manager, clock = make(0)
+    md = manager._metadata
+    md.topics, md.refreshed_at = {}, clock.now_ms()
+    manager.on_subscription_changed(clock.now_ms())
+    _lead(manager, clock)
+    polled(manager, clock)  # asks
+    clock.advance(20)
+    md.refreshed_at = clock.now_ms()  # answered: "t" does not exist (yet)
+    sync = sent(manager, clock, SyncGroupRequest)
+    assert _assigned(sync) == set()
+    md.topics = {"t": SimpleNamespace(leaders={0: 7, 1: 7}, internal=False)}  # created meanwhile
+    md.version += 1
+    polled(manager, clock)  # seen while syncing
+    answer(sync, clock, error_code=0, assignment=encode_assignment(Assignment(partitions=[])))
+    join = sent(manager, clock, JoinGroupRequest)
+    assert join.request.member_id == "me"

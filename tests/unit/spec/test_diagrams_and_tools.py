@@ -98,6 +98,24 @@ def test_spec_coverage_reports_missing_and_percent(tmp_path, capsys):
     assert "1/12" in capsys.readouterr().out
 
 
+def test_spec_coverage_per_broker_and_the_gaps_between_brokers(tmp_path, capsys):
+    spec = shipped_spec("background")
+    first, second = spec.transitions[0], spec.transitions[1]
+    hits = {str(first.index): {"integration": 2, "broker:tansu": 1, "broker:kafka": 1},
+            str(second.index): {"integration": 1, "broker:tansu": 1}}
+    (tmp_path / "records-1.json").write_text(json.dumps({"machines": {"background": hits}}))
+    base = ["spec-coverage", "--records", str(tmp_path), "--machines", "background"]
+    assert main([*base, "--broker", "kafka"]) == 0
+    assert "background: 1/12 transitions exercised (8.3%) on kafka" in capsys.readouterr().out
+    assert main([*base, "--compare-brokers", "tansu,kafka"]) == 1
+    out = capsys.readouterr().out
+    assert "fired by broker tests on tansu 2, kafka 1" in out
+    assert f"never fired on kafka (fired on another broker): {second.label}" in out
+    assert "never fired on tansu" not in out
+    assert main([*base, "--compare-brokers", "tansu,kafka", "--allow-gap", f"background:{second.trigger}"]) == 0
+    assert f"never fired on kafka (fired on another broker) [allowed]: {second.label}" in capsys.readouterr().out
+
+
 def test_tools_run_from_a_checkout():
     for tool in ("check-specs", "render-diagrams"):
         args = [sys.executable, str(ROOT / "tools" / tool)] + (["--check"] if tool == "render-diagrams" else [])

@@ -211,6 +211,8 @@ def test_a_node_that_leaves_the_cluster_takes_its_auth_failure_along(fake_broker
                                  "(security_protocol='PLAINTEXT' if it is not)", "does not enable"),
     (["SCRAM-SHA-512"], "the broker does not enable SASL mechanism PLAIN (IllegalSaslStateError; it lists: "
                         "SCRAM-SHA-512): set sasl_mechanism to one it lists", "although"),
+    ([], "the broker answered SaslHandshake for PLAIN with IllegalSaslStateError: check that SASL is enabled on "
+         "this listener (security_protocol='PLAINTEXT' if it is not)", "does not enable"),  # Kafka's PLAINTEXT listener
 ])
 def test_the_sasl_handshake_error_claims_only_what_the_broker_said(fake_broker, transports, caplog, listed,
                                                                    expected, not_expected):
