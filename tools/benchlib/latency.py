@@ -77,7 +77,7 @@ def _one_latency(args, broker, kind: str) -> dict:
     stop = threading.Event()
     result = {}
     consumer = threading.Thread(target=lambda: result.setdefault("lat", _consume(
-        kind, broker.bootstrap_servers, topic, args.seconds + 3)))
+        kind, broker.bootstrap_servers, topic, args.seconds + 5)))  # 2.5 s to settle, 2.5 s for the last records
     consumer.start()
     time.sleep(2.5)  # let the consumer settle at the end of the log
     _produce_steady(broker.bootstrap_servers, topic, args.rate, args.seconds, stop)

@@ -263,6 +263,7 @@ def _rebalance_on(broker_kind, kinds, args) -> list[dict]:
         for i in range(1000):
             p.produce(topic, value=b"x" * 100, partition=i % args.partitions)
         p.flush()
+        del p  # closed now, not when the broker is gone (librdkafka would log the disconnect)
         combos = [(k, s) for s in ("range", "cooperative-sticky") for k in kinds]
         results = {c: [] for c in combos}
         firsts = {k: [] for k in kinds}
