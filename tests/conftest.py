@@ -26,6 +26,7 @@ PayloadArg = Payload | Callable[[int], Payload]
 Headers = Mapping[str, bytes | str] | Sequence[tuple[str, bytes | str]] | None
 
 BROKER_KINDS = ("tansu", "kafka")
+_UNAVAILABLE: dict[str, str] = {}  # broker kind -> why its tests were skipped, said once at the end
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -35,6 +36,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "brokers(*kinds): the brokers a test runs on (default: all)")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    for kind, reason in _UNAVAILABLE.items():
+        terminalreporter.write_sep("-", f"the {kind} half of the broker tests was skipped", yellow=True)
+        terminalreporter.write_line(reason)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -69,7 +76,7 @@ class BrokerPool:
         except KafkaNotFoundError as exc:
             if os.environ.get("FSM_REQUIRE_KAFKA") == "1":
                 pytest.fail(f"Apache Kafka is required here (FSM_REQUIRE_KAFKA=1) but: {exc}")
-            self._unavailable[kind] = f"Apache Kafka tests skipped: {exc}"
+            self._unavailable[kind] = _UNAVAILABLE[kind] = f"Apache Kafka tests skipped: {exc}"
             pytest.skip(self._unavailable[kind])
 
     def stop(self) -> None:
