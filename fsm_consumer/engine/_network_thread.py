@@ -1,6 +1,7 @@
 """The background thread: one per consumer, the only owner of the transport and of time.
 
-Each pass of the loop (Kafka's ConsumerNetworkThread.runOnce): drain application events into the
+Each pass of the loop (Kafka's ConsumerNetworkThread.runOnce): tick the machines (timers due
+after a stall fire before anything is judged by the state); drain application events into the
 processor; let every request manager poll(now) for requests and how long it may wait; hand the
 requests to the transport; tick the machines; let the transport do I/O for at most the shortest
 wait; route completions to the managers; expire events whose deadline passed.
@@ -18,6 +19,9 @@ from ..events import ErrorEvent
 log = logging.getLogger("fsm_consumer.engine")
 
 _MAX_WAIT_MS = 5000.0  # even an idle loop wakes now and then (metadata age, deadlines of late events)
+# A pass that takes this much longer than it asked to wait was stalled (the process stopped, starved):
+# answers read after it may have waited unread since the pass before (see Pending.heard_after)
+_STALL_MS = 100.0
 
 
 class NetworkThread:
@@ -40,6 +44,7 @@ class NetworkThread:
         self._waiting = []
         self._broker_sources = [metadata, *broker_sources]   # each has .brokers and .version
         self._brokers_version: tuple = ()
+        self._last_read: float | None = None   # when the previous pass's transport.poll returned
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     # -- application thread ------------------------------------------------------------------
@@ -86,6 +91,10 @@ class NetworkThread:
         clock, machine = self._clock, self._machine
         now = clock.now_ms()
         self._metrics.loop_iterations += 1
+        # timers first: after a stall (a frozen process) an expired session must be seen before any
+        # application event is judged by the state (a commit must not pass as "stable" and then go out)
+        for m in self._machines:
+            m.tick(now)
         for event in self._app_queue.drain():
             self._processor.process(event, now)
             if event.future is not None and not event.future.done:
@@ -116,10 +125,26 @@ class NetworkThread:
         for m in self._machines:
             if m.next_deadline is not None:
                 wait = min(wait, m.next_deadline - now)
-        wait = min(wait, self._expire(now))
-        for pending in self._transport.poll(max(0.0, wait)):
+        wait = max(0.0, min(wait, self._expire(now)))
+        polled = clock.now_ms()
+        done = self._transport.poll(wait)
+        read = clock.now_ms()
+        heard_after = self._heard_after(now, polled, read, wait)
+        for pending in done:
+            pending.heard_after = heard_after
             pending.tag(pending, clock.now_ms())
         self._watch_authentication()
+
+    def _heard_after(self, started: float, polled: float, read: float, wait: float) -> float:
+        """The earliest time an answer read at ``read`` can have been sent by its broker. A pass that ran
+        as asked read it within _STALL_MS of its arrival; after a stall (this process stopped between
+        passes or inside the wait) it may have arrived any time since the previous pass read."""
+        last, self._last_read = self._last_read, read
+        stalled = (last is None or started - last > _STALL_MS or polled - started > _STALL_MS
+                   or read - polled > wait + _STALL_MS)
+        if stalled:
+            return last if last is not None else started
+        return read - 2 * _STALL_MS
 
     def _watch_authentication(self) -> None:
         """A TLS or SASL failure is the user's to fix: held (raised by poll() and blocking calls) while

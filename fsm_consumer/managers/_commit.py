@@ -6,10 +6,16 @@
   loading or moved, a request timed out) are retried after a per-commit backoff, exponential up
   to ``retry_backoff_max_ms``, until the commit's deadline, and the timeout then names the last
   error; the user's (ACLs, metadata too large) fail the commit at once, saying how to fix it.
-- As the Java client: a commit asked for while the member is rejoining (or answered
-  REBALANCE_IN_PROGRESS, or answered ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID while it rejoins) fails
-  at once with the retriable RebalanceInProgressError: the member may keep its partitions, and
-  poll() completes the rebalance. CommitFailedError when the membership itself is gone.
+- What a commit may do in each membership state is the ``commit`` attribute of
+  specs/membership.yaml. As the Java client: a commit asked for while the member is rejoining (or
+  answered REBALANCE_IN_PROGRESS, or answered ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID while it
+  rejoins) fails at once with the retriable RebalanceInProgressError: the member may keep its
+  partitions, and poll() completes the rebalance. CommitFailedError when the membership itself is gone.
+- A commit carries the generation and member id of when it was accepted. Before every send (a
+  retry too) the state is read again: if the membership moved meanwhile the commit fails instead of
+  going out under the new generation (the broker does not check who owns a partition: an old owner's
+  offset would overwrite the new owner's). A periodic auto-commit only ever sends partitions still
+  assigned when it goes out.
 - Newly assigned partitions without a position get it from the group's committed offset,
   else from the reset policy. A GROUP/TOPIC_AUTHORIZATION_FAILED answer to that OffsetFetch is
   held (raised by poll()) and not asked again while held.
@@ -38,15 +44,17 @@ _GENERATION_MOVED = {22, 25}
 _REBALANCE_IN_PROGRESS = 27
 _GROUP_AUTHORIZATION_FAILED = 30
 _TOPIC_AUTHORIZATION_FAILED = 29
-_REJOINING = frozenset({"joining", "join_backoff", "syncing"})
+_SENDABLE = frozenset({"open", "revoking", "simple"})   # the membership spec's commit attribute values
+_AUTO = frozenset({"open", "simple"})
 
 
 class _Commit:
     __slots__ = ("offsets", "deadline", "timeout_ms", "started", "on_done", "retry_at", "sent_at", "in_flight",
-                 "auto", "event", "last_error")
+                 "auto", "event", "last_error", "stamp")
 
-    def __init__(self, offsets, on_done, *, deadline=None, timeout_ms=None, started=None, auto=False,
+    def __init__(self, offsets, on_done, *, stamp, deadline=None, timeout_ms=None, started=None, auto=False,
                  event=None) -> None:
+        self.stamp = stamp              # (generation, member id) when accepted: sent only under it
         self.offsets = offsets          # tp -> OffsetAndMetadata
         self.deadline = deadline        # None: now + timeout_ms at the first poll
         self.timeout_ms = timeout_ms
@@ -118,34 +126,59 @@ class CommitManager:
             self._finish(event, None)
             return
         self._queue.append(_Commit(offsets, lambda err, ev=event: self._finish(ev, err), deadline=event.deadline_ms,
-                                   started=now, event=event))
+                                   started=now, event=event, stamp=self._stamp()))
 
-    def _rejoining(self) -> bool:
-        m = self.membership
-        return m is not None and (m.machine.state in _REJOINING or (
-            m.machine.state == "unjoined" and self._subs.kind in ("topics", "pattern")))
-
-    def _refusal(self) -> BaseException | None:
-        """Why an explicit commit cannot be sent now (None: it can)."""
+    def _mode(self) -> str:
+        """What a commit may do now: the ``commit`` attribute of the membership's state."""
         m = self.membership
         if m is None:
+            return "simple"
+        mode = m.machine.attribute("commit")
+        if mode == "simple" and self._subs.kind in ("topics", "pattern"):
+            return "rebalancing"  # subscribed, waiting to join: a member soon, not a simple consumer
+        return mode
+
+    def _stamp(self) -> tuple[int, str]:
+        m = self.membership
+        if m is None or m.generation < 0:
+            return -1, ""
+        return m.generation, m.member_id
+
+    def _refusal(self) -> BaseException | None:
+        """Why a commit cannot be sent now (None: it can)."""
+        mode = self._mode()
+        if mode in _SENDABLE:
             return None
+        m = self.membership
         state = m.machine.state
         group = self._config.group_id
-        if self._rejoining():
+        if mode == "rebalancing":
             return RebalanceInProgressError(
                 f"commit refused: group {group!r} is rebalancing and this member is rejoining (state {state}); "
                 "call poll() to complete the rebalance, then commit again")
-        if state in ("fenced", "stale", "lost_then_leave", "leave_lost"):
+        if mode == "gone":
             return CommitFailedError(
                 f"commit refused: this member's membership of group {group!r} is gone ({state}: its session "
                 "ran out or it stopped polling); its partitions are lost and poll() rejoins")
-        if state == "fatal":
-            return m.fatal
+        return m.fatal
+
+    def _moved(self, commit: _Commit) -> BaseException | None:
+        """Why a queued commit must not go out now: the state refuses commits, or the membership it was
+        accepted under has moved on (Java re-checks generationIfStable() on every send)."""
+        refused = self._refusal()
+        if refused is not None:
+            return refused
+        if commit.stamp != self._stamp():
+            (gen, member), (now_gen, now_member) = commit.stamp, self._stamp()
+            return CommitFailedError(
+                f"commit of {_describe(commit.offsets)} not sent: it was accepted under generation {gen} of "
+                f"group {self._config.group_id!r} (member {member or '-'}), and the membership has moved on "
+                f"(generation {now_gen}, member {now_member or '-'}); the partitions may be owned by another "
+                "member now, so their offsets are no longer this member's to commit")
         return None
 
     def _generation_error(self, code: int) -> BaseException:
-        if code == _REBALANCE_IN_PROGRESS or self._rejoining():
+        if code == _REBALANCE_IN_PROGRESS or self._mode() == "rebalancing":
             return RebalanceInProgressError(
                 f"the commit was answered {error_of(code).__name__}: group {self._config.group_id!r} is "
                 "rebalancing; call poll() to complete the rebalance, then commit again")
@@ -166,7 +199,8 @@ class CommitManager:
     def commit_positions(self, positions: dict[TopicPartition, int], on_done) -> None:
         """Commit before revocation completes (auto-commit on): bounded by default_api_timeout_ms."""
         offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in positions.items()}
-        self._queue.append(_Commit(offsets, on_done, timeout_ms=self._config.default_api_timeout_ms))
+        self._queue.append(_Commit(offsets, on_done, timeout_ms=self._config.default_api_timeout_ms,
+                                   stamp=self._stamp()))
 
     def on_fetch_committed(self, event: FetchCommittedEvent, now: float) -> None:
         self._lookups.append(event)
@@ -214,9 +248,19 @@ class CommitManager:
             if now < commit.retry_at:
                 wait = min(wait, min(commit.retry_at, commit.deadline) - now)
                 continue
+            moved = self._moved(commit)
+            if moved is None and commit.auto:
+                assigned = self._subs.assignment()
+                commit.offsets = {tp: om for tp, om in commit.offsets.items() if tp in assigned}
+                if not commit.offsets:
+                    moved = CommitFailedError("auto-commit not sent: none of its partitions is assigned any more")
+            if moved is not None:
+                self._queue.remove(commit)
+                self._done(commit, moved, now)
+                continue
             commit.in_flight = True
             commit.sent_at = now
-            out.append(Outgoing(self._commit_request(commit.offsets), node,
+            out.append(Outgoing(self._commit_request(commit.offsets, commit.stamp), node,
                                 lambda p, n, c=commit: self._on_commit(p, n, c), max_version=9))
         ready = set()
         for tp in need_committed:
@@ -273,19 +317,24 @@ class CommitManager:
         if not positions or any(c.auto and c.in_flight for c in self._queue):
             return
         offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in positions.items()}
+        stamp = self._stamp()
         waiting = next((c for c in self._queue if c.auto), None)
-        if waiting is not None:  # one still backing off takes the newer positions: never two queued
+        if waiting is not None and waiting.stamp == stamp:
+            # one still backing off takes the newer positions (never two queued); partitions that left
+            # the assignment meanwhile are dropped when it is sent
             waiting.offsets = {**waiting.offsets, **offsets}
             return
-        commit = _Commit(offsets, None, timeout_ms=self._config.default_api_timeout_ms, auto=True)
+        if waiting is not None:  # accepted under a membership that has moved on: never sent
+            self._queue.remove(waiting)
+            waiting.on_done(CommitFailedError("auto-commit dropped: the membership moved on since it was taken"))
+        commit = _Commit(offsets, None, timeout_ms=self._config.default_api_timeout_ms, auto=True, stamp=stamp)
         commit.on_done = lambda err, c=commit: self._auto_done({tp: om.offset for tp, om in c.offsets.items()}, err)
         self._queue.append(commit)
 
     def _may_auto_commit(self) -> bool:
         """Manual assignment (not a member: generation -1, as Kafka's simple consumers commit), or a
         member whose assignment is settled; never in the middle of a rebalance."""
-        m = self.membership
-        return m is None or m.machine.state in ("unjoined", "stable", "assigning_partitions")
+        return self._mode() in _AUTO
 
     def _auto_done(self, positions, error) -> None:
         if error is None:
@@ -300,8 +349,9 @@ class CommitManager:
             return -1, "", self._config.group_instance_id if m is not None else None
         return m.generation, m.member_id, self._config.group_instance_id
 
-    def _commit_request(self, offsets) -> OffsetCommitRequest:
-        generation, member_id, instance = self._generation()
+    def _commit_request(self, offsets, stamp: tuple[int, str]) -> OffsetCommitRequest:
+        generation, member_id = stamp
+        instance = self._config.group_instance_id if self.membership is not None else None
         topics: dict[str, list] = defaultdict(list)
         for tp, om in offsets.items():
             topics[tp.topic].append(OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
@@ -364,8 +414,12 @@ class CommitManager:
             self.commits_failed += 1
         history = getattr(self.membership, "history_file", None)
         if history is not None:
-            generation, member_id, _ = self._generation()
+            # the commit's own membership and when it went out: one sent before a freeze may be
+            # acknowledged after it, so a checker orders commits by sending
+            generation, member_id = commit.stamp
+            sent = commit.sent_at if commit.sent_at else None
             history.write("commit", member_id, generation, now, error=None if error is None else repr(error),
+                          sent_ago_ms=None if sent is None else round(now - sent, 3),
                           offsets=[[tp.topic, tp.partition, om.offset] for tp, om in sorted(commit.offsets.items())])
         commit.on_done(error)
 
@@ -455,7 +509,7 @@ class CommitManager:
                 self._holding.discard(key)  # released by someone else (a seek, a Metadata answer)
             elif not any(_covers(key, tp) for tp in awaiting):
                 m = self.membership
-                if key == ("group",) and m is not None and m.machine.state == "fatal":
+                if key == ("group",) and m is not None and m.machine.attribute("commit") == "fatal":
                     self._holding.discard(key)  # now the membership's: raised until close()
                     continue
                 self._held.release(key)

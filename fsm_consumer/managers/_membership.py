@@ -32,15 +32,18 @@ _REBALANCE_IN_PROGRESS = 27
 _MEMBER_ID_REQUIRED = 79
 _FATAL = {23, 24, 26, 30, 81, 82}      # inconsistent protocol, invalid group id, invalid session timeout,
                                        # group authorization, group max size, fenced instance id
-# heartbeats go on while SyncGroup is answered (Kafka accepts them in CompletingRebalance and Java's
-# heartbeat thread sends them; Tansu 0.6 holds SyncGroup up to session_timeout_ms and expires a member
-# that is silent meanwhile), while callbacks run on the application thread, and while leaving until
-# LeaveGroup goes out
-_HEARTBEAT_STATES = frozenset({"syncing", "stable", "assigning_partitions", "revoking_partitions",
-                               "partitions_revoked", "revoking_then_leave", "committing_then_leave",
-                               "assigning_then_leave", "leave_revoking", "leave_committing"})
-# states whose request goes out once per visit (SpecMachine.visit tells visits apart)
-_REQUEST_OF_STATE = {"joining": "join", "syncing": "sync", "leaving": "leave", "stale": "leave"}
+def _heard(pending, sent_at: float) -> float:
+    """When the coordinator at the earliest renewed this member's session by answering: not before the
+    request went out, nor before the engine's bound on the answer's arrival (Pending.heard_after). An
+    answer read after this process was frozen may have waited in the socket for the whole freeze: its
+    reading time would extend a lease the coordinator let run out."""
+    heard = getattr(pending, "heard_after", None)
+    return sent_at if heard is None else max(sent_at, heard)
+
+
+_ACK_TRIGGER = {"revoke": "revoke_acked", "assign": "assign_acked", "lost": "lost_acked"}
+# Which states heartbeat, which request a state sends, which acknowledgement it waits for and what a
+# commit may do there are attributes of the states in specs/membership.yaml (machine.attribute).
 
 
 class MembershipManager:
@@ -80,8 +83,9 @@ class MembershipManager:
         self._sync_not_before = 0.0
         self._join_not_before = 0.0
         self._joined_at = 0.0  # when this round's JoinGroup was answered
-        self._token = 0
-        self._awaiting: str | None = None         # which ack the machine waits for
+        self._token = 0                           # identifies the callback request last posted
+        self._token_kind: str | None = None       # and what it was (revoke, assign, lost)
+        self._request_sent_at = 0.0               # when the JoinGroup or SyncGroup in flight went out
         self._last_poll: float | None = None
         self._joined_topics: tuple[str, ...] = ()
         self._joined_counts: dict[str, int] = {}
@@ -140,13 +144,18 @@ class MembershipManager:
 
     def on_callback_ack(self, event: CallbackAckEvent, now: float) -> None:
         event.complete(None)
-        if event.token != self._token or self._awaiting is None:
-            return  # an abandoned callback finished late: nothing waits for it any more
-        kind, self._awaiting = self._awaiting, None
+        kind = self._token_kind
+        if event.token != self._token or kind is None or self.machine.attribute("awaits") != kind:
+            # an abandoned callback finished late (the state no longer waits for it: timed out, fenced,
+            # fatal, or another callback was asked for since): nothing waits for it any more
+            log.debug("group %s: late acknowledgement of %s ignored (state %s)", self._config.group_id,
+                      kind, self.machine.state)
+            return
+        self._token_kind = None  # each request is acknowledged once
         self._record(f"{kind}_done", ())
         if kind == "lost":
             self._forget_lost()
-        self.machine.fire({"revoke": "revoke_acked", "assign": "assign_acked", "lost": "lost_acked"}[kind], now)
+        self.machine.fire(_ACK_TRIGGER[kind], now)
 
     def _request_rejoin(self, why: str) -> None:
         if self.machine.state == "stable":
@@ -207,24 +216,23 @@ class MembershipManager:
     def finish_revocation(self) -> None:
         revoked = self._to_revoke
         positions = {tp: off for tp, off in self._subs.positions().items() if tp in revoked}
-        self.owned = self.owned - revoked
-        self._subs.set_group_assignment(self.owned)
+        self._own(self.owned - revoked)
         self._record("revoked", revoked)
         self._revoked_this_round = bool(revoked) and self.protocol is RebalanceProtocol.COOPERATIVE
         if positions and self._config.enable_auto_commit and self._commit_on_revoke and self.generation >= 0:
-            self._commits.commit_positions(positions, on_done=self._revocation_committed)
+            visit = self.machine.visit
+            self._commits.commit_positions(positions, on_done=lambda error: self._revocation_committed(visit))
         else:
             self.machine.fire("revocation_completed")
 
-    def _revocation_committed(self, error) -> None:
-        # the commit outlived its state when revocation_commit_timeout fired first: nothing waits for it
-        if self.machine.state in ("partitions_revoked", "committing_then_leave", "leave_committing"):
+    def _revocation_committed(self, visit: int) -> None:
+        # the commit outlived its visit when revocation_commit_timeout fired first: nothing waits for it
+        if self.machine.visit == visit:
             self.machine.fire("revocation_completed")
 
     def install_assignment(self) -> None:
         self._added = self._new - self.owned
-        self.owned = self._new
-        self._subs.set_group_assignment(self.owned)
+        self._own(self._new)
         self._record("assigned", self._added)
 
     def request_assign_callback(self) -> None:
@@ -250,7 +258,6 @@ class MembershipManager:
             self._request_rejoin("the group's topics changed since the assignment was made")
 
     def drop_membership(self) -> None:
-        self._awaiting = None  # a callback still running is abandoned: its late ack is ignored
         self._lost = self._lost | self.owned
         self._subs.set_revoking(self._lost, True)
         self.generation = -1
@@ -266,13 +273,11 @@ class MembershipManager:
 
     def _forget_lost(self) -> None:
         self._record("lost", self._lost)
-        self.owned = self.owned - self._lost
-        self._subs.set_group_assignment(self.owned)
+        self._own(self.owned - self._lost)
         self._lost = frozenset()
 
     def leave_as_stale(self) -> None:
         """LeaveGroup (best effort, sent by poll() once for this visit) so the group rebalances now."""
-        self._awaiting = None  # a callback still running is abandoned
         self._lost = self.owned
         self._subs.set_revoking(self.owned, True)
         self.rebalance_started = None
@@ -299,13 +304,10 @@ class MembershipManager:
 
     def abandon_partitions(self) -> None:
         """Leaving and a callback did not return in time: the partitions go without it."""
-        self._awaiting = None
         self._record("abandoned", self.owned)
-        self.owned = frozenset()
-        self._subs.set_group_assignment(())
+        self._own(frozenset())
 
     def forget_membership(self) -> None:
-        self._awaiting = None
         self._lost = frozenset()
         self._reset_after_leave()
 
@@ -326,7 +328,7 @@ class MembershipManager:
                 self.machine.fire(trigger)
             return False
         self._token += 1
-        token, self._awaiting = self._token, kind
+        token, self._token_kind = self._token, kind
         post = self._post
 
         def ack(error, token=token):
@@ -346,15 +348,16 @@ class MembershipManager:
         wait = FOREVER
         self._watch_metadata()
         state = self.machine.state
-        request = _REQUEST_OF_STATE.get(state)
-        if request is not None and self._sent_visit == self.machine.visit:
+        request = self.machine.attribute("request")
+        if request == "none" or self._sent_visit == self.machine.visit:
             request = None  # this visit's request went out already
         if request == "leave" and not self._leave_needed():
             request = None
+        heartbeats = self.machine.attribute("heartbeat") == "send"
         node = self._coordinator.node
         out: list[Outgoing] = []
         if node is None:
-            if request is not None or state in _HEARTBEAT_STATES:
+            if request is not None or heartbeats:
                 self._coordinator.needed()
                 if request == "leave" and state == "stale":
                     self._sent_visit = self.machine.visit  # best effort only: no coordinator, no leave
@@ -376,13 +379,14 @@ class MembershipManager:
             # not held behind a JoinGroup in flight: leaving must not wait out a rebalance
             self._sent_visit = self.machine.visit
             out.append(self._leave_request(node))
-        if state in _HEARTBEAT_STATES and self.generation >= 0:
+        if heartbeats and self.generation >= 0:
             if self.heartbeat.due(now):
                 self.heartbeat.sent(now)
                 out.append(Outgoing(HeartbeatRequest(
                     group_id=self._config.group_id, generation_id=self.generation, member_id=self.member_id,
                     group_instance_id=self._config.group_instance_id), node,
-                    lambda pending, now, sent=(self.member_id, self.generation): self._on_heartbeat(pending, now, sent)))
+                    lambda pending, answered, sent=(self.member_id, self.generation), at=now:
+                    self._on_heartbeat(pending, answered, sent, at)))
             wait = min(wait, self.heartbeat.wait(now))
         return wait, out
 
@@ -426,17 +430,20 @@ class MembershipManager:
             group_instance_id=self._config.group_instance_id, protocol_type="consumer", protocols=protocols,
             reason=None)
         self._request_in_flight = True
+        self._request_sent_at = self.machine.now
         log.info("group %s: JoinGroup (generation %d, owned %s)", self._config.group_id, self.generation,
                  sorted(tp.partition for tp in owned))
         # the coordinator holds JoinGroup until the group rebalances: allow the rebalance timeout
         timeout = max(self._config.request_timeout_ms, self._config.max_poll_interval_ms + 5000)
-        return Outgoing(request, node, self._on_join, timeout_ms=timeout)
+        visit = self.machine.visit
+        return Outgoing(request, node, lambda pending, now: self._on_join(pending, now, visit), timeout_ms=timeout)
 
-    def _round_answer(self, pending, state: str) -> int | None:
+    def _round_answer(self, pending, visit: int) -> int | None:
         """The error code of a JoinGroup or SyncGroup answer; None when there is nothing to do (the
-        machine has moved on, or the request failed and the round is retried after join_backoff)."""
+        machine has left the visit that sent it, or the request failed and the round is retried after
+        join_backoff)."""
         self._request_in_flight = False
-        if self.machine.state != state:
+        if self.machine.visit != visit:
             return None
         if pending.error is not None:
             self._coordinator.mark_unknown()
@@ -444,8 +451,8 @@ class MembershipManager:
             return None
         return pending.response.error_code
 
-    def _on_join(self, pending, now: float) -> None:
-        code = self._round_answer(pending, "joining")
+    def _on_join(self, pending, now: float, visit: int) -> None:
+        code = self._round_answer(pending, visit)
         if code is None:
             return
         r = pending.response
@@ -458,6 +465,7 @@ class MembershipManager:
             self._assigned_counts = None  # set again by _assign if this member leads
             self._joined_at = now
             self.heartbeat.reset(now)
+            self.machine.restart_timer("session", _heard(pending, self._request_sent_at))
             log.info("group %s: joined generation %d as %s (leader %s, %d members)", self._config.group_id,
                      self.generation, self.member_id, self.leader_id, len(self._members))
             self._record("joined", ())
@@ -477,11 +485,13 @@ class MembershipManager:
             assignments = [SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=encode_assignment(a))
                            for m, a in sorted(assignment.items())]
         self._request_in_flight = True
+        self._request_sent_at = self.machine.now
         request = SyncGroupRequest(
             group_id=self._config.group_id, generation_id=self.generation, member_id=self.member_id,
             group_instance_id=self._config.group_instance_id, protocol_type="consumer",
             protocol_name=self.group_protocol, assignments=assignments)
-        return [Outgoing(request, node, self._on_sync)]
+        visit = self.machine.visit
+        return [Outgoing(request, node, lambda pending, now: self._on_sync(pending, now, visit))]
 
     def _assign(self) -> dict[str, Assignment] | None:
         assignor = next((a for a in self.assignors if a.name == self.group_protocol), None)
@@ -526,8 +536,8 @@ class MembershipManager:
         now = self._partition_counts(self._assigned_counts)
         return any(now.get(t, 0) != n for t, n in self._assigned_counts.items())
 
-    def _on_sync(self, pending, now: float) -> None:
-        code = self._round_answer(pending, "syncing")
+    def _on_sync(self, pending, now: float, visit: int) -> None:
+        code = self._round_answer(pending, visit)
         if code is None:
             return
         r = pending.response
@@ -540,6 +550,7 @@ class MembershipManager:
             for a in self.assignors:
                 if a.name == self.group_protocol:
                     a.on_assignment(assignment, self.generation)
+            self.machine.restart_timer("session", _heard(pending, self._request_sent_at))
             self.machine.fire("synced", now)
         else:
             self._round_failed(code, "SyncGroup")
@@ -558,9 +569,9 @@ class MembershipManager:
                 self._coordinator.mark_unknown()
             self.machine.fire("join_failed")
 
-    def _on_heartbeat(self, pending, now: float, sent: tuple[str, int]) -> None:
+    def _on_heartbeat(self, pending, now: float, sent: tuple[str, int], sent_at: float) -> None:
         state = self.machine.state
-        if sent != (self.member_id, self.generation) or state not in _HEARTBEAT_STATES:
+        if sent != (self.member_id, self.generation) or self.machine.attribute("heartbeat") != "send":
             # an answer about a membership this member has already left behind (Java: generationUnchanged)
             log.debug("group %s: stale heartbeat answer ignored (state %s)", self._config.group_id, state)
             return
@@ -572,7 +583,7 @@ class MembershipManager:
         self.heartbeat.answered(now, ok=code == 0)
         if code in (0, _REBALANCE_IN_PROGRESS):
             # the coordinator holds this member's session (Java counts a rebalance answer too)
-            self.machine.restart_timer("session", now)
+            self.machine.restart_timer("session", _heard(pending, sent_at))
         if code == 0:
             return
         if code == _REBALANCE_IN_PROGRESS:
@@ -609,8 +620,14 @@ class MembershipManager:
         self.generation = -1
         if self._config.group_instance_id is None:
             self.member_id = ""
-        self.owned = frozenset()
-        self._subs.set_group_assignment(())
+        self._own(frozenset())
+
+    def _own(self, partitions: frozenset[TopicPartition]) -> None:
+        """The one place the member's partitions change: errors held for partitions it gives up go with
+        them (the user could not clear them: a seek of a partition not assigned is refused)."""
+        self.owned = partitions
+        self._subs.set_group_assignment(partitions)
+        self._held.release_where(lambda key: key[0] == "partition" and key[1] not in partitions)
 
     def _fail(self, code: int, what: str) -> None:
         self.fatal = public_error(code, f"{what} for group {self._config.group_id!r}")

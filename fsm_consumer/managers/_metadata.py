@@ -133,12 +133,19 @@ class MetadataManager:
             leaders = {p.partition_index: p.leader_id for p in t.partitions}
             epochs = {p.partition_index: p.leader_epoch for p in t.partitions}
             old = self.topics.get(t.name)
+            if t.error_code not in (0, 3) and classify(t.error_code) is not Action.FATAL and old is not None \
+                    and not old.error:
+                # an answer with a transient error (LEADER_NOT_AVAILABLE, a broker loading) says nothing of
+                # the topic's partitions: keep what was known, ask again (partitions retired here would come
+                # back at auto_offset_reset, past every record in between)
+                retry = True
+                continue
             if old is None or old.leaders != leaders:
                 changed = True
             leaderless = any(p.error_code == 5 for p in t.partitions)  # LEADER_NOT_AVAILABLE
             if (t.error_code not in (0, 3)) or leaderless:
                 retry = True  # e.g. a topic still being created
-            if t.error_code == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+            if t.error_code == 3:  # UNKNOWN_TOPIC_OR_PARTITION: the topic is gone (or not there yet)
                 self.topics.pop(t.name, None)
                 continue
             if self._held is not None:

@@ -4,6 +4,11 @@ kafka-python's first example, ``KafkaConsumer("topic", bootstrap_servers=...)`` 
 every partition of the topic and follows metadata: partitions added later (or topics that start
 matching a pattern) are picked up at the next metadata refresh (``metadata_max_age_ms``), starting
 at ``auto_offset_reset``; with no group there are no committed offsets and no rebalance callbacks.
+
+A partition leaves only when its topic is gone (the metadata layer keeps what it knew through an
+answer that carried a transient error); if it comes back (a topic briefly reported unknown), it
+resumes at the position it had, never at ``auto_offset_reset`` past the records in between. A topic
+deleted and recreated shorter is then answered OFFSET_OUT_OF_RANGE and reset by policy.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ class SelfAssignManager:
         self._subs = subscription
         self._metadata = metadata
         self._seen: tuple[int, int] = (-1, -1)
+        self._retired: dict[TopicPartition, int] = {}   # positions of partitions whose topic went away
 
     def poll(self, now: float):
         subs, metadata = self._subs, self._metadata
@@ -31,7 +37,11 @@ class SelfAssignManager:
             metadata.request_update(all_topics=True)
         wanted = {TopicPartition(t, p) for t in self._topics() for p in (metadata.partitions(t) or ())}
         if wanted != subs.assignment():
+            leaving = subs.assignment() - wanted
+            self._retired.update({tp: pos for tp, pos in subs.positions().items() if tp in leaving})
             subs.set_group_assignment(wanted, awaiting_committed=False)
+            for tp in wanted & self._retired.keys():
+                subs.seek(tp, self._retired.pop(tp))
         self._seen = (metadata.version, subs.changes)
         return FOREVER, []
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 
 from ._errors import SpecError
-from ._model import Duration, Event, Ignore, Spec, State, Timeout, Timer, Transition
+from ._model import Attribute, Duration, Event, Ignore, Spec, State, Timeout, Timer, Transition
 from ._yaml import Located
 
 
@@ -66,6 +66,9 @@ def build_spec(doc: Located, expected_name: str | None = None) -> Spec:
                 spath = path + (("source",) if isinstance(src, str) else ("source", j))
                 raise doc.error(spath, f"transition {raw['trigger']!r}: source {s!r} is not a declared state")
         dest = None if raw["dest"] == "=" else raw["dest"]
+        if raw.get("internal") and dest is not None:
+            raise doc.error(path + ("internal",), f"transition {raw['trigger']!r} is internal (it stays in its "
+                                                  f"state), so its dest must be '=', not {dest!r}", key=True)
         if dest is not None and dest not in states:
             raise doc.error(path + ("dest",), f"transition {raw['trigger']!r}: dest {dest!r} is not a declared state")
         for s in sources:
@@ -75,7 +78,7 @@ def build_spec(doc: Located, expected_name: str | None = None) -> Spec:
             index=i, trigger=raw["trigger"], sources=sources, dest=dest, wildcard=wildcard,
             conditions=_hooks(raw.get("conditions")), unless=_hooks(raw.get("unless")),
             before=_hooks(raw.get("before")), after=_hooks(raw.get("after")),
-            description=raw.get("description", ""), line=doc.line_of(path)))
+            description=raw.get("description", ""), line=doc.line_of(path), internal=bool(raw.get("internal"))))
 
     timers = _build_timers(doc, data, states, durations)
     events = {trig: Event(trigger=trig, arrives_in=_states_of(doc, ("events", trig, "arrives_in"), body["arrives_in"],
@@ -92,9 +95,11 @@ def build_spec(doc: Located, expected_name: str | None = None) -> Spec:
             sources = _states_of(doc, path + ("source",), raw["source"], states, ())
         ignores.append(Ignore(trigger=raw["trigger"], sources=sources, line=doc.line_of(path),
                               description=raw["description"]))
+    attributes = _build_attributes(doc, data, states)
     spec = Spec(machine=name, file=doc.file, initial=data["initial"], states=states,
                 transitions=tuple(transitions), terminal=terminal, durations=durations,
-                description=data.get("description", ""), timers=timers, events=events, ignores=tuple(ignores))
+                description=data.get("description", ""), timers=timers, events=events, ignores=tuple(ignores),
+                attributes=attributes)
     _check_ambiguity(spec, doc)
     _check_timeouts(spec, doc)
     _check_ignores(spec, doc)
@@ -125,6 +130,44 @@ def _build_timers(doc: Located, data: dict, states, durations) -> dict[str, Time
         timers[tname] = Timer(name=tname, after=body["after"], trigger=body["trigger"], states=frozenset(covered),
                               line=doc.line_of(path, key=True), description=body.get("description", ""))
     return timers
+
+
+def _build_attributes(doc: Located, data: dict, states) -> dict[str, Attribute]:
+    """Every state gets exactly one value of every attribute: a state added later must say what it
+    means (may it heartbeat, what does a commit do there) instead of silently counting as one."""
+    out = {}
+    for aname, body in (data.get("attributes") or {}).items():
+        path = ("attributes", aname)
+        of_state: dict[str, str] = {}
+        values: dict[str, tuple[str, ...]] = {}
+        rest = None
+        for value, vbody in body["values"].items():
+            vpath = path + ("values", value, "states")
+            if vbody["states"] == "*":
+                if rest is not None:
+                    raise doc.error(vpath, f"attribute {aname!r}: only one value may take the rest ('*'); "
+                                           f"{rest!r} does already")
+                rest = value
+                continue
+            names = _states_of(doc, vpath, vbody["states"], states, ())
+            for s in names:
+                if s in of_state:
+                    raise doc.error(vpath, f"attribute {aname!r}: state {s!r} is given two values "
+                                           f"({of_state[s]!r} and {value!r})")
+                of_state[s] = value
+            values[value] = names
+        missing = [s for s in states if s not in of_state]
+        if rest is not None:
+            values[rest] = tuple(missing)
+            of_state.update({s: rest for s in missing})
+        elif missing:
+            raise doc.error(path + ("values",), f"attribute {aname!r} gives no value to state(s) "
+                                                f"{', '.join(missing)}: every state must have one")
+        out[aname] = Attribute(name=aname, values=values, of_state=of_state, line=doc.line_of(path, key=True),
+                               description=body.get("description", ""),
+                               value_descriptions={v: b.get("description", "") for v, b in body["values"].items()},
+                               rest=rest)
+    return out
 
 
 def _handles(spec: Spec, trigger: str, state: str, ignored: dict[str, frozenset[str]]) -> bool:

@@ -2,6 +2,8 @@
 
 Timeout edges (a state's timeout trigger leaving that state) are dashed and labelled with the
 duration's name; '*' sources are drawn once, from an "any state" node, not copied onto every state.
+A state's attributes are written under its name (except the values a spec gives by '*'); an internal
+transition is a self-loop marked "stays".
 """
 
 from __future__ import annotations
@@ -21,6 +23,12 @@ def _guard(t: Transition) -> str:
     return f" [{' & '.join(parts)}]" if parts else ""
 
 
+def _attributes(spec: Spec, state: str) -> str:
+    """``commit: open, heartbeat: send`` for a node: the values named for this state."""
+    return ", ".join(f"{a.name}: {a.of_state[state]}" for a in spec.attributes.values()
+                     if a.of_state[state] != a.rest)
+
+
 def _edges(spec: Spec):
     """(source, dest, trigger, guard, timeout_duration_or_None) in spec order, '*' folded."""
     timeouts = {(s.name, to.trigger): to.after for s in spec.states.values() for to in s.timeouts}
@@ -28,11 +36,12 @@ def _edges(spec: Spec):
         for st in tm.states:
             timeouts.setdefault((st, tm.trigger), f"{tm.after} (timer {tm.name})")
     for t in spec.transitions:
+        guard = _guard(t) + (" (stays)" if t.internal else "")
         if t.wildcard:
-            yield _ANY, t.dest or _ANY, t.trigger, _guard(t), None
+            yield _ANY, t.dest or _ANY, t.trigger, guard, None
             continue
         for src in t.sources:
-            yield src, t.dest_from(src), t.trigger, _guard(t), timeouts.get((src, t.trigger))
+            yield src, t.dest_from(src), t.trigger, guard, timeouts.get((src, t.trigger))
 
 
 def render_dot(spec: Spec) -> str:
@@ -44,6 +53,9 @@ def render_dot(spec: Spec) -> str:
     g.node(_START, label="", shape="point", width="0.15")
     for name, st in spec.states.items():
         extra = "".join(f"\\nentry / {h}" for h in st.on_enter) + "".join(f"\\nexit / {h}" for h in st.on_exit)
+        attributes = _attributes(spec, name)
+        if attributes:
+            extra += f"\\n[{attributes}]"
         attrs = {"peripheries": "2"} if name in spec.terminal else {}
         g.node(name, label=name + extra, **attrs)
     if any(t.wildcard for t in spec.transitions):
@@ -78,6 +90,10 @@ def render_mermaid(spec: Spec) -> str:
         lines.append(f"    {_mm_id(src)} --> {_mm_id(dest)}: {label}")
     for name in spec.terminal:
         lines.append(f"    {name} --> [*]")
+    for name in spec.states:
+        attributes = _attributes(spec, name)
+        if attributes:
+            lines.append(f"    note right of {name}: {attributes}")
     return "\n".join(lines) + "\n"
 
 

@@ -34,6 +34,7 @@ class LeanTransition(Transition):
     index = -1                # spec transition index
     trigger_name = ""
     checks: tuple = ()        # ((callable, expected_truth), ...)
+    internal = False          # stays in the state: no exit/entry, the visit goes on
 
     def execute(self, event_data):
         for fn, expected in self.checks:
@@ -41,6 +42,11 @@ class LeanTransition(Transition):
                 return False
         for fn in self.before:
             fn()
+        if self.internal:
+            self.owner._stayed(self)
+            for fn in self.after:
+                fn()
+            return True
         states = event_data.machine.states
         states[self.source].exit(event_data)
         event_data.model.state = self.dest  # what Machine.set_state does, minus its type checks

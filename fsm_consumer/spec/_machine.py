@@ -114,7 +114,9 @@ class SpecMachine:
                 compiled = self._machine.events[t.trigger].transitions[source][-1]
                 compiled.owner, compiled.index, compiled.checks = self, t.index, checks
                 compiled.trigger_name = t.trigger
+                compiled.internal = t.internal
         self._machine.fsm_ignored = self._ignored
+        self._attributes = {name: a.of_state for name, a in spec.attributes.items()}
         self._events = dict(self._machine.events)
         self._arm(spec.initial, self._now)
         for name, timer in self._timers.items():
@@ -175,10 +177,11 @@ class SpecMachine:
             fired += 1
         return fired
 
-    def restart_timer(self, name: str, now: float) -> None:
-        """Re-arm timer ``name`` at ``now`` (a heartbeat answered): only while it runs."""
-        if name in self._timer_due:
-            self._timer_due[name] = now + self.durations[self._timers[name].after]
+    def restart_timer(self, name: str, since: float) -> None:
+        """Re-arm timer ``name`` to run its whole duration from ``since`` (a heartbeat answered: the
+        time it was sent) while the machine is in one of the timer's states, also after it fired."""
+        if self.state in self._timers[name].states:
+            self._timer_due[name] = since + self.durations[self._timers[name].after]
             self._update_next()
 
     def timer_deadline(self, name: str) -> float | None:
@@ -208,6 +211,13 @@ class SpecMachine:
     def legal_triggers(self) -> list[str]:
         return [name for name, ev in self._events.items() if self.state in ev.transitions]
 
+    def attribute(self, name: str) -> str:
+        """The current state's value of attribute ``name`` (declared under attributes in the spec)."""
+        return self._attributes[name][self._carrier.state]
+
+    def attribute_of(self, name: str, state: str) -> str:
+        return self._attributes[name][state]
+
     @property
     def is_terminal(self) -> bool:
         return self.state in self.spec.terminal
@@ -216,17 +226,25 @@ class SpecMachine:
         return f"<SpecMachine {self.name}{'/' + self.instance if self.instance else ''} state={self.state}>"
 
     # -- called by LeanTransition between exit and enter ---------------------------------
-    def _entered(self, transition: LeanTransition) -> float:
-        now = self._now
+    def _record(self, transition: LeanTransition) -> TransitionRecord:
         self._changes += 1
         rec = TransitionRecord(self.name, transition.source, transition.trigger_name,
-                               transition.dest, now, transition.index, self.instance)
+                               transition.dest, self._now, transition.index, self.instance)
         self.log.append(rec)
         if logger.isEnabledFor(_DEBUG):
             logger.debug("%s%s: %s --%s--> %s", self.name, "/" + self.instance if self.instance else "",
                          rec.source, rec.trigger, rec.dest)
         for fn in observers():
             fn(rec)
+        return rec
+
+    def _stayed(self, transition: LeanTransition) -> None:
+        """An internal transition: logged and counted, but the visit, its timeouts and timers go on."""
+        self._record(transition)
+
+    def _entered(self, transition: LeanTransition) -> float:
+        now = self._now
+        rec = self._record(transition)
         self._visit += 1  # from here on, the old visit's deadlines are void
         self._pending = []
         for name, timer in self._timers.items():

@@ -45,6 +45,7 @@ class Transition:
     after: tuple[str, ...] = ()
     description: str = ""
     line: int = 0
+    internal: bool = False        # stays in the source state: no exit/entry hooks, timeouts run on
 
     def dest_from(self, source: str) -> str:
         return source if self.dest is None else self.dest
@@ -89,6 +90,19 @@ class Ignore:
 
 
 @attrs.frozen
+class Attribute:
+    """What the model reads of the current state: each state has exactly one of ``values``."""
+
+    name: str
+    values: dict[str, tuple[str, ...]]    # value -> the states that have it
+    of_state: dict[str, str]              # state -> its value
+    line: int = 0
+    description: str = ""
+    value_descriptions: dict[str, str] = attrs.field(factory=dict)
+    rest: str | None = None               # the value of every state not named ('*'), if any
+
+
+@attrs.frozen
 class Spec:
     machine: str
     file: str
@@ -101,6 +115,7 @@ class Spec:
     timers: dict[str, Timer] = attrs.field(factory=dict)
     events: dict[str, Event] = attrs.field(factory=dict)
     ignores: tuple[Ignore, ...] = ()
+    attributes: dict[str, Attribute] = attrs.field(factory=dict)
 
     def ignored(self) -> dict[str, frozenset[str]]:
         """trigger -> the states where firing it is a no-op."""

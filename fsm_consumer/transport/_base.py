@@ -38,6 +38,9 @@ class Pending:
     response: ApiMessage | None = None
     error: Exception | None = None
     done: bool = False
+    # the earliest the broker can have answered, as the loop that read the answer judges it (set by the
+    # consumer's engine): an answer read after the process was stopped may have waited unread meanwhile
+    heard_after: float | None = None
 
     def __repr__(self) -> str:
         state = "done" if self.done else ("in flight" if self.sent_to is not None else "queued")

@@ -17,6 +17,7 @@ from fsm_consumer.errors import CommitFailedError, RebalanceInProgressError
 from fsm_consumer.events import CommitEvent
 from fsm_consumer.fetch import OffsetAndMetadata, TopicPartition
 from fsm_consumer.managers import CommitManager
+from fsm_consumer.spec import shipped_spec
 from fsm_consumer.state import HeldErrors, SubscriptionState
 
 TP = TopicPartition("t", 0)
@@ -36,9 +37,19 @@ def make(state: str):
     coordinator = SimpleNamespace(node=1, gone_for_close=False, needed=lambda: None, mark_unknown=lambda: None)
     commits = CommitManager(config, subscription=subs, coordinator=coordinator, background_events=Events(),
                             metrics=Metrics(), held=HeldErrors())
-    commits.membership = SimpleNamespace(machine=SimpleNamespace(state=state), generation=3, member_id="m",
+    commits.membership = SimpleNamespace(machine=StateOnly(state), generation=3, member_id="m",
                                          fatal=None, history_file=None)
     return commits
+
+
+class StateOnly:
+    """The membership machine as the commit manager reads it: a state and its attributes in the spec."""
+
+    def __init__(self, state: str) -> None:
+        self.state = state
+
+    def attribute(self, name: str) -> str:
+        return shipped_spec("membership").attributes[name].of_state[self.state]
 
 
 def commit(commits, now=0.0):
@@ -101,3 +112,57 @@ def test_commit_after_the_membership_is_gone_is_commit_failed(state):
     event = commit(make(state))
     with pytest.raises(CommitFailedError, match="membership of group 'g' is gone"):
         event.future.result()
+
+
+# -- issue 23: a commit goes out only under the membership it was accepted in ----------------------------
+
+def test_a_retried_commit_fails_once_the_generation_moved():
+    """A commit that failed retriably is not retried under a newer generation: the partition may belong to
+    another member by then, and the broker does not check ownership on OffsetCommit."""
+    commits = make("stable")
+    event = commit(commits)
+    _, out = commits.poll(0.0)
+    answer(out[0], 15)  # COORDINATOR_NOT_AVAILABLE: retried after a backoff
+    assert not event.future.done
+    commits.membership.generation = 4  # a rebalance moved the member to a new generation meanwhile
+    _, out = commits.poll(10_000.0)
+    assert out == []  # nothing sent under generation 4
+    with pytest.raises(CommitFailedError, match="accepted under generation 3"):
+        event.future.result()
+
+
+@pytest.mark.parametrize("state,error", [("joining", RebalanceInProgressError), ("fenced", CommitFailedError)])
+def test_a_queued_commit_is_not_sent_once_the_member_rejoins_or_is_fenced(state, error):
+    commits = make("stable")
+    event = commit(commits)
+    commits.membership.machine.state = state
+    commits.membership.generation = -1 if state == "fenced" else 3
+    _, out = commits.poll(0.0)
+    assert out == []  # never sent with generation -1 or while rejoining
+    with pytest.raises(error):
+        event.future.result()
+
+
+def test_a_waiting_auto_commit_sends_only_partitions_still_assigned():
+    config = ConsumerConfig.from_kwargs(bootstrap_servers="127.0.0.1:1", group_id="g", enable_auto_commit=True,
+                                        auto_commit_interval_ms=100)
+    subs = SubscriptionState()
+    subs.subscribe(["t"])
+    t1 = TopicPartition("t", 1)
+    subs.set_group_assignment([TP, t1])
+    subs.set_committed_position(TP, 5)
+    subs.set_committed_position(t1, 7)
+    coordinator = SimpleNamespace(node=1, gone_for_close=False, needed=lambda: None, mark_unknown=lambda: None)
+    commits = CommitManager(config, subscription=subs, coordinator=coordinator, background_events=Events(),
+                            metrics=Metrics(), held=HeldErrors())
+    commits.membership = SimpleNamespace(machine=StateOnly("stable"), generation=3, member_id="m",
+                                         fatal=None, history_file=None)
+    commits.start_auto_commit(0.0)
+    _, out = commits.poll(100.0)
+    (first,) = out
+    assert {(t.name, p.partition_index) for t in first.request.topics for p in t.partitions} == {("t", 0), ("t", 1)}
+    answer(first, 15)  # retriable: the auto-commit waits for its retry
+    subs.set_group_assignment([TP])  # t-1 left the assignment (same generation: revoked cooperatively)
+    _, out = commits.poll(10_000.0)
+    (retry,) = [o for o in out if o.request.__class__.__name__ == "OffsetCommitRequest"]
+    assert [(t.name, p.partition_index) for t in retry.request.topics for p in t.partitions] == [("t", 0)]

@@ -73,3 +73,52 @@ def test_nothing_after_unsubscribe_and_nothing_redone_without_changes():
     subs.unsubscribe()
     manager.poll(2.0)
     assert subs.assignment() == set()
+
+
+# -- issue 23: a Metadata answer with an error is not "the topic is gone" -------------------------------------
+
+def _metadata_answer(topic_error: int, partitions: int):
+    from kafka.protocol.metadata import MetadataResponse
+    P = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
+    topic = MetadataResponse.MetadataResponseTopic(
+        error_code=topic_error, name="a", is_internal=False,
+        partitions=[P(error_code=0, partition_index=p, leader_id=1, leader_epoch=0, replica_nodes=[1], isr_nodes=[1],
+                      offline_replicas=[]) for p in range(partitions)])
+    return SimpleNamespace(error=None, response=SimpleNamespace(
+        brokers=[SimpleNamespace(node_id=1, host="127.0.0.1", port=1)], cluster_id="c", topics=[topic]))
+
+
+def test_a_metadata_answer_with_a_transient_topic_error_keeps_the_partitions_and_their_positions():
+    """Without a group: LEADER_NOT_AVAILABLE for the whole topic must not retire its partitions (they
+    would come back at auto_offset_reset="latest", silently skipping every record in between)."""
+    from fsm_consumer.managers import MetadataManager
+    config = ConsumerConfig.from_kwargs(bootstrap_servers="127.0.0.1:1", auto_offset_reset="latest")
+    subs = SubscriptionState("latest")
+    subs.subscribe(["a"], None)
+    meta = MetadataManager(config, lambda: {"a"})
+    manager = SelfAssignManager(config, subs, meta)
+    meta.poll(0.0)  # the request goes out (the manager remembers what it asked)
+    meta.on_response(_metadata_answer(0, 2), 0.0)
+    manager.poll(0.0)
+    t0 = TopicPartition("a", 0)
+    subs.seek(t0, 40)
+    meta._need = True
+    meta.poll(1.0)
+    meta.on_response(_metadata_answer(5, 0), 1.0)  # LEADER_NOT_AVAILABLE, no partitions listed
+    manager.poll(1.0)
+    assert subs.assignment() == {t0, TopicPartition("a", 1)} and subs.positions()[t0] == 40
+    assert meta.partitions("a") == [0, 1]  # what partitions_for_topic and the Spark source read
+
+
+def test_a_partition_whose_topic_briefly_went_away_resumes_at_its_position():
+    manager, subs, meta = make(["a"], a=2)
+    manager.poll(0.0)
+    t0 = TopicPartition("a", 0)
+    subs.seek(t0, 40)
+    meta.set({})  # an answer said UNKNOWN_TOPIC_OR_PARTITION
+    manager.poll(1.0)
+    assert subs.assignment() == set()
+    meta.set({"a": 2})
+    manager.poll(2.0)
+    assert subs.positions()[t0] == 40  # not reset to the policy past the records in between
+    assert subs.needing_reset() == {TopicPartition("a", 1): "earliest"}

@@ -261,14 +261,18 @@ def test_membership_leave_during_a_callback_is_never_lost(waiting, ack):
 
 def test_membership_session_timer_spans_states_and_restarts():
     _, d, m, clock = machine("membership", config={"session_timeout_ms": 6000, "max_poll_interval_ms": 600000})
-    for trig in ["join_requested", "joined"]:
-        m.fire(trig)
-    assert m.timer_deadline("session") is None  # JoinGroup/SyncGroup may be held by the coordinator
+    m.fire("join_requested")
+    # the lease runs while JoinGroup and SyncGroup are in flight too (issue 23): armed on joining
+    assert m.timer_deadline("session") == clock.now_ms() + 6000
+    clock.advance(2000)
+    m.fire("joined")
+    m.restart_timer("session", clock.now_ms() - 2000)  # the model: from when JoinGroup was sent
+    assert m.timer_deadline("session") == clock.now_ms() + 4000
     m.fire("synced")
-    assert m.timer_deadline("session") == clock.now_ms() + 6000  # armed by the SyncGroup answer
-    clock.advance(4000)
+    assert m.timer_deadline("session") == clock.now_ms() + 4000  # not re-armed by a state change
+    clock.advance(3000)
     m.fire("assign_acked")
-    assert m.state == "stable" and m.timer_deadline("session") == clock.now_ms() + 2000  # not re-armed
+    assert m.state == "stable" and m.timer_deadline("session") == clock.now_ms() + 1000
     m.restart_timer("session", clock.now_ms())  # a heartbeat answered
     clock.advance(5999)
     assert m.tick(clock.now_ms()) == 0
@@ -276,6 +280,26 @@ def test_membership_session_timer_spans_states_and_restarts():
     m.tick(clock.now_ms())
     assert m.state == "fenced" and "note_session_expired" in d.calls
     assert m.timer_deadline("session") is None  # fenced is outside the session: disarmed
+
+
+@pytest.mark.parametrize("owns", [True, False])
+def test_membership_lease_expires_while_rejoining_only_with_partitions(owns):
+    """A cooperative member rejoining keeps its partitions; its lease runs on while JoinGroup is in
+    flight, and on expiry they are lost. With nothing owned the expiry changes nothing (an internal
+    transition): the JoinGroup in flight carries the membership."""
+    _, d, m, clock = machine("membership", config={"session_timeout_ms": 6000})
+    d.flags["owns_partitions"] = owns
+    m.fire("join_requested")
+    visit = m.visit
+    clock.advance(6000)
+    assert m.tick(clock.now_ms()) == 1
+    if owns:
+        assert m.state == "fenced" and "note_session_expired" in d.calls
+    else:
+        assert m.state == "joining" and m.visit == visit and d.calls.count("send_join_group") == 1
+        assert m.timer_deadline("session") is None
+        m.restart_timer("session", clock.now_ms())  # a JoinGroup answer arms it again
+        assert m.timer_deadline("session") == clock.now_ms() + 6000
 
 
 def test_membership_fatal_from_anywhere():

@@ -188,3 +188,70 @@ def test_unreadable_file(tmp_path):
     with pytest.raises(SpecError) as info:
         load_spec(tmp_path / "missing.yaml")
     assert "missing.yaml" in str(info.value) and "cannot read" in str(info.value)
+
+
+# -- attributes: what the model reads of a state, given by every state (issue 23) ------------------------------
+
+ATTRS = GOOD + """\
+attributes:
+  commit:
+    description: what a commit may do
+    values:
+      open: {states: [a]}
+      refused: {states: [b]}
+"""
+
+
+def test_attributes_load_and_a_machine_reads_them(tmp_path):
+    spec = load(tmp_path, ATTRS)
+    assert spec.attributes["commit"].of_state == {"a": "open", "b": "refused"}
+
+    class Model:
+        pass
+    m = SpecMachine(spec, Model(), clock=FakeClock(0))
+    assert m.attribute("commit") == "open"
+    m.fire("go")
+    assert m.attribute("commit") == "refused"
+
+
+def test_an_attribute_must_give_every_state_a_value(tmp_path):
+    fails(tmp_path, ATTRS.replace("      refused: {states: [b]}\n", ""), 16, "no value to state(s) b")
+
+
+def test_an_attribute_gives_a_state_one_value(tmp_path):
+    fails(tmp_path, ATTRS.replace("refused: {states: [b]}", "refused: {states: [b, a]}"), 17,
+          "state 'a' is given two values")
+
+
+def test_an_attribute_value_names_declared_states(tmp_path):
+    fails(tmp_path, ATTRS.replace("refused: {states: [b]}", "refused: {states: [b, c]}"), 17, "'c' is not a declared")
+
+
+def test_an_attribute_may_give_the_rest_once(tmp_path):
+    spec = load(tmp_path, ATTRS.replace("refused: {states: [b]}", 'refused: {states: "*"}'))
+    assert spec.attributes["commit"].of_state == {"a": "open", "b": "refused"}
+    fails(tmp_path, ATTRS.replace("refused: {states: [b]}", 'refused: {states: "*"}').replace(
+        "open: {states: [a]}", 'open: {states: "*"}'), 17, "only one value may take the rest")
+
+
+def test_an_internal_transition_stays_in_its_state(tmp_path):
+    text = GOOD.replace("  - {trigger: go, source: a, dest: b}",
+                        "  - {trigger: go, source: a, dest: b, conditions: ready}\n"
+                        "  - {trigger: go, source: a, dest: '=', internal: true}")
+
+    class Model:
+        ready = False
+        entered = 0
+
+        def is_ready(self):
+            return self.ready
+    text = text.replace("conditions: ready", "conditions: is_ready")
+    spec = load(tmp_path, text)
+    model = Model()
+    m = SpecMachine(spec, model, clock=FakeClock(0))
+    visit = m.visit
+    assert m.fire("go") and m.state == "a" and m.visit == visit and m.log[-1].trigger == "go"
+    model.ready = True
+    assert m.fire("go") and m.state == "b"
+    fails(tmp_path, GOOD.replace("  - {trigger: go, source: a, dest: b}",
+                                 "  - {trigger: go, source: a, dest: b, internal: true}"), 10, "must be '='")

@@ -1,0 +1,74 @@
+"""A commit asked for right after a freeze (issue 23): one pass of the background loop sees the session
+that ran out while the process was stopped before it judges the commit by the membership's state, so
+the commit is refused instead of passing as "stable" and going out under generation -1 (application events used to be
+handled before the timers in a pass)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from fsm_consumer._metrics import Metrics
+from fsm_consumer.engine._network_thread import NetworkThread
+from fsm_consumer.errors import RebalanceInProgressError
+from fsm_consumer.events import CommitEvent
+from fsm_consumer.fetch import OffsetAndMetadata
+from fsm_consumer.managers import CommitManager
+from fsm_consumer.state import HeldErrors
+
+from .test_membership_rounds import T0, T1, join_round, make
+
+
+class _Queue:
+    def __init__(self, events=()):
+        self.events = list(events)
+
+    def drain(self):
+        out, self.events = self.events, []
+        return out
+
+
+class _Transport:
+    auth_failure = None
+
+    def __init__(self):
+        self.sent = []
+
+    def update_brokers(self, brokers):
+        pass
+
+    def send(self, request, node, **kw):
+        self.sent.append(request)
+
+    def poll(self, wait):
+        return []
+
+
+def test_a_commit_asked_right_after_a_freeze_is_refused_not_sent():
+    membership, clock = make(0)
+    membership.on_subscription_changed(clock.now_ms())
+    join_round(membership, clock, 1, [T0, T1], 0)
+    assert membership.machine.state == "stable"
+    commits = CommitManager(membership._config, subscription=membership._subs, coordinator=membership._coordinator,
+                            background_events=SimpleNamespace(put=lambda e: None), metrics=Metrics(),
+                            held=HeldErrors())
+    commits.membership = membership
+
+    clock.advance(2 * 3000)  # frozen past its session (3000 ms) with no heartbeat
+    event = CommitEvent(offsets={T0: OffsetAndMetadata(5, "", -1)}, sync=True, deadline_ms=clock.now_ms() + 60_000)
+    processor = SimpleNamespace(process=lambda ev, now: commits.on_commit_event(ev, now))
+    transport = _Transport()
+    background = SimpleNamespace(state="running", next_deadline=None, tick=lambda now: 0, fire=lambda t: None)
+    thread = NetworkThread(name="t", clock=clock, transport=transport, managers=[commits], processor=processor,
+                           machine=background, lifecycle=SimpleNamespace(stopped=False, closers_done=False),
+                           app_queue=_Queue([event]), background_queue=None,
+                           metadata=SimpleNamespace(brokers={}, version=0), metrics=SimpleNamespace(loop_iterations=0),
+                           extra_machines=[membership.machine])
+    thread.run_once()
+    assert membership.session_expiries == 1
+    assert not [r for r in transport.sent if type(r).__name__ == "OffsetCommitRequest"]
+    # the partitions were lost and the member rejoins at once (no listener to wait for): refused as the
+    # Java client refuses a commit while a rebalance is in progress
+    with pytest.raises(RebalanceInProgressError, match="rejoining"):
+        event.future.result()
