@@ -12,6 +12,7 @@ prompt JoinGroups), sessions down to 500 ms, replication factor 1 for the intern
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import tempfile
@@ -195,6 +196,29 @@ class KafkaBroker(LoopbackBroker):
         return {"listener.name.ssl.ssl.keystore.type": "PEM",
                 "listener.name.ssl.ssl.keystore.certificate.chain": chain.strip().replace("\n", "\\n"),
                 "listener.name.ssl.ssl.keystore.key": key.strip().replace("\n", "\\n")}
+
+    def commit_log(self, group: str, timeout_s: float = 120) -> list[tuple[str, int, int]]:
+        """The offset commits of ``group`` as the broker applied them, in order: (topic, partition, offset),
+        read back from ``__consumer_offsets`` with Kafka's own ``OffsetsMessageFormatter`` (a group's
+        commits all go to one partition of it, so their order there is the order they took effect)."""
+        argv = self._java("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
+                          self.bootstrap_servers, "--topic", "__consumer_offsets", "--from-beginning",
+                          "--formatter", "org.apache.kafka.tools.consumer.OffsetsMessageFormatter",
+                          "--timeout-ms", "5000")
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+        if done.returncode != 0:
+            raise RuntimeError(f"reading __consumer_offsets failed (exit {done.returncode}): {done.stderr[-2000:]}")
+        out, text, at, decoder = [], done.stdout, 0, json.JSONDecoder()
+        while True:  # the formatter writes its JSON objects back to back
+            while at < len(text) and text[at].isspace():
+                at += 1
+            if at >= len(text):
+                return out
+            record, at = decoder.raw_decode(text, at)
+            key, value = record.get("key") or {}, record.get("value")
+            data = key.get("data") or {}
+            if key.get("type") in (0, 1) and data.get("group") == group and value:  # not a tombstone
+                out.append((data["topic"], int(data["partition"]), int(value["data"]["offset"])))
 
     def _java(self, main: str, *args: str) -> list[str]:
         log4j = Path(__file__).with_name("kafka") / "log4j2.properties"

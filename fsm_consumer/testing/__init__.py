@@ -8,21 +8,25 @@ dependency."""
 from ._group_history import (
     CheckResult,
     Violation,
+    broker_commits_backwards,
     check,
     commits_backwards,
     load_histories,
     reads_below_commit,
     shared_reads,
+    stale_reads,
     summarize,
 )
 
 __all__ = [
     "CheckResult",
     "Violation",
+    "broker_commits_backwards",
     "check",
     "commits_backwards",
     "load_histories",
     "reads_below_commit",
     "shared_reads",
+    "stale_reads",
     "summarize",
 ]

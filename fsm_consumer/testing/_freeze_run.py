@@ -28,19 +28,24 @@ def run(bootstrap: str, topic: str, partitions: int, duration_s: float, session_
         freeze_every_s: float, out_dir: str | os.PathLike, produce_rate: float, members: int = 3, *,
         heartbeat_interval_ms: int | None = None, max_poll_records: int | None = None,
         request_timeout_ms: int | None = None, commit: str = "every-poll", group: str | None = None,
-        assign_timeout_s: float = 60.0, drain_timeout_s: float = 20.0,
+        assign_timeout_s: float = 60.0, drain_timeout_s: float = 20.0, rotate: bool = False,
+        freeze_s: float | None = None, records: int | None = None, create_topic: bool = True,
         log: Callable[[str], None] | None = None) -> CheckResult:
     """Create ``topic``, produce ``produce_rate`` records/s, start ``members`` member processes, and once
     all own partitions: steady for ``freeze_every_s`` (and until member 0 owns partitions again), member 0
-    frozen for 2 x ``session_timeout_ms``, again while a freeze fits in ``duration_s``. Then stop
-    producing, wait (at most ``drain_timeout_s``) until every produced record was read, stop the members
-    and check their histories (files in ``out_dir``). The other options go to ``_member_process``."""
+    frozen for ``freeze_s`` (2 x ``session_timeout_ms``), again while a freeze fits in ``duration_s``.
+    With ``rotate``, every member in turn is frozen for ``freeze_s``, one freeze beginning every
+    ``freeze_every_s`` whoever owns what, so two may be frozen at once when ``freeze_s`` is longer (issue
+    23's scenario). ``records`` stops the producer after that many. Then stop producing, wait (at most
+    ``drain_timeout_s``) until every produced record was read, stop the members and check their histories
+    (files in ``out_dir``). The other options go to ``_member_process``."""
     say = log or (lambda _: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     group = group or f"freeze-{topic}"
-    _create_topic(bootstrap, topic, partitions)
-    producer = _Producer(bootstrap, topic, produce_rate)
+    if create_topic:
+        _create_topic(bootstrap, topic, partitions)
+    producer = _Producer(bootstrap, topic, produce_rate, limit=records)
     procs: list[_MemberProcess] = []
     context: dict = {}
     try:
@@ -54,11 +59,14 @@ def run(bootstrap: str, topic: str, partitions: int, duration_s: float, session_
         say(f"{members} members started in group {group!r}; waiting for all to own partitions")
         watch.wait(lambda: watch.all_assigned(partitions), assign_timeout_s, "every member to own partitions")
         say(f"all assigned: {watch.describe()}")
-        victim, freeze_s = procs[0], 2 * session_timeout_ms / 1000
+        freeze_s = freeze_s if freeze_s is not None else 2 * session_timeout_ms / 1000
+        victim = procs[0]
         deadline = time.monotonic() + duration_s
         left = lambda: deadline - time.monotonic()  # noqa: E731
         freezes = freezes_owning = 0
-        while True:
+        if rotate:
+            freezes, freezes_owning = _rotate(procs, watch, freeze_s, freeze_every_s, left, say)
+        while not rotate:  # member 0 only
             # steady for freeze_every_s, then until the victim owns partitions again (freezing a member
             # that owns nothing proves nothing), while a whole freeze still fits in the duration
             time.sleep(max(0.0, min(freeze_every_s, left())))
@@ -74,6 +82,8 @@ def run(bootstrap: str, topic: str, partitions: int, duration_s: float, session_
             victim.signal(signal.SIGCONT)
             watch.update()
             say(f"thawed {victim.name}: {watch.describe()}")
+        if records is not None:  # the rest of what was asked for, at the same rate
+            producer.wait_sent(records / produce_rate + 30)
         producer.stop()
         produced = producer.delivered()
         say(f"produced {sum(map(len, produced.values()))} records; draining")
@@ -114,20 +124,59 @@ def _create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float 
         time.sleep(0.05)
 
 
-class _Producer:
-    """Produces small keyed records at a steady rate on its own thread; remembers what was delivered."""
+def _rotate(procs, watch: _Watch, freeze_s: float, every_s: float, left: Callable[[], float],
+            say: Callable[[str], None]) -> tuple[int, int]:
+    """Freeze each member in turn for ``freeze_s``, one freeze starting every ``every_s``, while a whole
+    freeze fits in the time ``left()``; thaw each on time. Returns (freezes, freezes of an owner)."""
+    thaw_at: dict[int, float] = {}
+    freezes = owning = 0
+    turn = 0
+    next_at = time.monotonic() + every_s
+    try:
+        while thaw_at or left() >= freeze_s:
+            now = time.monotonic()
+            for i, at in list(thaw_at.items()):
+                if now >= at:
+                    procs[i].signal(signal.SIGCONT)
+                    del thaw_at[i]
+                    watch.update()
+                    say(f"thawed {procs[i].name}: {watch.describe()}")
+            if now >= next_at and left() >= freeze_s:
+                i = turn % len(procs)
+                turn += 1
+                next_at += every_s
+                if i not in thaw_at and len(thaw_at) < len(procs) - 1:  # someone stays awake
+                    watch.update()
+                    held = sorted(p for _, p in watch.owned[procs[i].name])
+                    procs[i].signal(signal.SIGSTOP)
+                    thaw_at[i] = now + freeze_s
+                    freezes += 1
+                    owning += bool(held)
+                    say(f"froze {procs[i].name} (#{freezes}, owning {held}) for {freeze_s:g} s; frozen now: "
+                        f"{sorted(procs[j].name for j in thaw_at)}")
+            time.sleep(0.05)
+    finally:
+        for i in thaw_at:
+            procs[i].signal(signal.SIGCONT)
+    return freezes, owning
 
-    def __init__(self, bootstrap: str, topic: str, rate: float) -> None:
+
+class _Producer:
+    """Produces small keyed records at a steady rate on its own thread (at most ``limit`` of them);
+    remembers what was delivered."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: float, limit: int | None = None) -> None:
         from confluent_kafka import Producer
 
         self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "message.timeout.ms": 30000})
-        self._topic, self._rate = topic, rate
+        self._topic, self._rate, self._limit = topic, rate, limit
         self._delivered: dict[tuple[str, int], set[int]] = defaultdict(set)
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="freeze-run-producer", daemon=True)
         self._flushed = False
+        self.sent = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -143,6 +192,8 @@ class _Producer:
         began, sent = time.monotonic(), 0
         while not self._stopping.is_set():
             due = int((time.monotonic() - began) * self._rate)
+            if self._limit is not None:
+                due = min(due, self._limit)
             while sent < due:
                 try:
                     self._producer.produce(self._topic, key=b"k%d" % sent, value=b"v%d" % sent,
@@ -150,8 +201,15 @@ class _Producer:
                 except BufferError:  # the local queue is full: let deliveries drain it
                     break
                 sent += 1
+            self.sent = sent
             self._producer.poll(0)
             time.sleep(0.01)
+
+    def wait_sent(self, timeout_s: float) -> None:
+        """Until the ``limit`` records were handed to the producer (bounded)."""
+        deadline = time.monotonic() + timeout_s
+        while self.sent < (self._limit or 0) and time.monotonic() < deadline and self._thread.is_alive():
+            time.sleep(0.05)
 
     def stop(self) -> None:
         """Stop producing and wait for outstanding deliveries. Idempotent."""

@@ -1,6 +1,9 @@
 """A checker over group members' logged histories (the JSON lines of ``_member_process``): proves that
-no record was read by two members of one generation at once (R1), no commit moved backwards (R2) and no
-record below a completed commit was read again (R3). Pure: events in, a ``CheckResult`` out.
+no record was read by two members of one generation at once (R1), no partition was read by a member
+while another held it, whatever their generations (E, compared by the clock: a member that has not
+heard that its session ran out still believes in its old generation, which is the case that matters),
+no commit moved backwards (R2) and no record below a completed commit was read again (R3). Pure:
+events in, a ``CheckResult`` out.
 
 Times are ``time.monotonic()`` milliseconds. On Linux that clock is system-wide, so the times of
 different member processes on one machine can be compared, which R2 and R3 rely on.
@@ -26,11 +29,13 @@ from typing import Any
 __all__ = [
     "CheckResult",
     "Violation",
+    "broker_commits_backwards",
     "check",
     "commits_backwards",
     "load_histories",
     "reads_below_commit",
     "shared_reads",
+    "stale_reads",
     "summarize",
 ]
 
@@ -68,6 +73,9 @@ class CheckResult:
         lines = [f"records read {s['records_read']} (distinct {s['distinct_offsets']}, "
                  f"re-reads {s['duplicates']}), commits {s['commits']} (failed {s['commits_failed']}), "
                  f"reads outside a generation {s['reads_without_generation']}"]
+        if "held_twice" in s:
+            lines.append(f"partitions held by two members at once {s['held_twice']} times; records the stale "
+                         f"member read meanwhile {s['stale_records']} (one poll under way at a freeze is allowed)")
         for name, m in sorted(s["members"].items()):
             lines.append(f"  {name}: read {m['records_read']} in {m['read_lines']} lines, commits {m['commits']} "
                          f"(failed {m['commits_failed']}), assigned/revoked/lost {m['assigned']}/{m['revoked']}/"
@@ -176,6 +184,69 @@ def shared_reads(events: Iterable[dict]) -> list[Violation]:
     return out
 
 
+def _ownership(events: list[dict]) -> dict[TP, list[tuple[float, float, str]]]:
+    """Per tp, each member's ownership periods (start, end, member) as its own callbacks say: from
+    ``assigned`` to ``revoked``/``lost`` (or ``closed``, or its last line)."""
+    open_: dict[tuple[str, TP], float] = {}
+    last: dict[str, float] = {}
+    out: dict[TP, list[tuple[float, float, str]]] = defaultdict(list)
+    for e in sorted(events, key=lambda e: e["t"]):
+        member, kind = e.get("member", "?"), e.get("event")
+        last[member] = e["t"]
+        if kind == "assigned":
+            for tp in e["partitions"]:
+                open_.setdefault((member, _tp(tp)), e["t"])
+        elif kind in ("revoked", "lost"):
+            for tp in e["partitions"]:
+                start = open_.pop((member, _tp(tp)), None)
+                if start is not None:
+                    out[_tp(tp)].append((start, e["t"], member))
+        elif kind == "closed":
+            for (m, tp), start in list(open_.items()):
+                if m == member:
+                    out[tp].append((start, e["t"], member))
+                    del open_[(m, tp)]
+    for (member, tp), start in open_.items():
+        out[tp].append((start, last[member], member))
+    return out
+
+
+def _stale_windows(events: list[dict]):
+    """(tp, stale, fresh, start, end, reads of the stale member in [start, end]) for every time two members
+    held one tp: the later was assigned it before the earlier gave it up."""
+    reads: dict[tuple[str, TP], list[dict]] = defaultdict(list)
+    for r in _reads(events):
+        reads[(r["member"], _tp(r["tp"]))].append(r)
+    for tp, periods in sorted(_ownership(events).items()):
+        for a0, a1, stale in periods:
+            for b0, b1, fresh in periods:
+                if fresh != stale and a0 < b0 < a1:
+                    end = min(a1, b1)
+                    yield tp, stale, fresh, b0, end, [r for r in reads.get((stale, tp), ()) if b0 <= r["t"] <= end]
+
+
+def stale_reads(events: Iterable[dict]) -> list[Violation]:
+    """E: no partition is read by a member while another member holds it, whatever their generations.
+
+    Two members hold a tp at once when the later one was assigned it before the earlier one gave it up
+    (revoked, lost, closed): the earlier one is then stale (its session ran out while it was frozen or cut
+    off, and it has not noticed). A stale member may return the one poll that was under way when it
+    froze (its records were taken while its lease held); any further poll of the tp while the other
+    holds it is a violation, and so is any poll at all that began after the other member got the tp."""
+    out = []
+    for tp, stale, fresh, start, end, inside in _stale_windows(list(events)):
+        late = [r for r in inside if r["t_poll_start"] >= start]
+        if len(inside) <= 1 and not late:
+            continue
+        count = sum(r["count"] for r in inside)
+        out.append(Violation("E", (
+            f"{_fmt_tp(tp)}: {stale} read {count} records (offsets {min(r['offsets'][0] for r in inside)}.."
+            f"{max(r['offsets'][1] for r in inside)}, {len(inside)} polls, {len(late)} begun after) while {fresh} "
+            f"held it ({fresh} assigned at {start:.0f} ms, {stale} gave it up at {end:.0f} ms or later)"),
+            dict(tp=tp, stale=stale, fresh=fresh, window=(start, end), records=count, polls=len(inside))))
+    return out
+
+
 def commits_backwards(events: Iterable[dict]) -> list[Violation]:
     """R2: per tp, a commit never lands below one that completed before it started.
 
@@ -192,6 +263,20 @@ def commits_backwards(events: Iterable[dict]) -> list[Violation]:
                     f"{c['t_start']:.0f}-{c['t']:.0f} ms) after {prior['member']} committed {prior['offset']} "
                     f"(gen {prior.get('generation')}, completed {prior['t']:.0f} ms)"),
                     dict(tp=tp, commit=c, earlier=prior)))
+    return out
+
+
+def broker_commits_backwards(log: Iterable[tuple[str, int, int]]) -> list[Violation]:
+    """C: in the broker's own commit log (Apache Kafka's ``__consumer_offsets``, in the order the commits
+    took effect), no partition's committed offset ever goes down (no member seeks in these runs)."""
+    best: dict[TP, int] = {}
+    out = []
+    for i, (topic, partition, offset) in enumerate(log):
+        tp = (topic, partition)
+        if tp in best and offset < best[tp]:
+            out.append(Violation("C", f"{_fmt_tp(tp)}: the broker's commit log goes from {best[tp]} down to {offset} "
+                                      f"(entry {i})", dict(tp=tp, offset=offset, before=best[tp], entry=i)))
+        best[tp] = max(best.get(tp, offset), offset)
     return out
 
 
@@ -275,8 +360,12 @@ def check(events: Iterable[dict], produced: Mapping[TP, int | Iterable[int]] | N
           context: Mapping[str, Any] | None = None) -> CheckResult:
     """All rules over the members' events; ``context`` (e.g. what the run did) is shown by format()."""
     events = list(events)
-    violations = shared_reads(events) + commits_backwards(events) + reads_below_commit(events)
+    violations = (shared_reads(events) + stale_reads(events) + commits_backwards(events)
+                  + reads_below_commit(events))
     summary = summarize(events, produced)
+    windows = list(_stale_windows(events))
+    summary["held_twice"] = len(windows)  # times a tp was held by two members (the stale one frozen)
+    summary["stale_records"] = sum(r["count"] for *_, inside in windows for r in inside)
     if context:
         summary["context"] = dict(context)
     return CheckResult(violations, summary)

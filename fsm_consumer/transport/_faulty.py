@@ -63,6 +63,7 @@ class _Rule:
     error_code: int = 0
     mutate: Callable[[bytes], bytes] | None = None
     target: str = "frame"
+    delay_ms: float = 0.0
 
     def matches(self, pending: Pending) -> bool:
         node = pending.sent_to if pending.sent_to is not None else pending.node
@@ -91,6 +92,7 @@ class FaultyTransport(Transport):
         self._blackholed: set[int | None] = set()
         self._fail_rules: list[_Rule] = []
         self._corrupt_rules: list[_Rule] = []
+        self._delay_rules: list[_Rule] = []
         self._held: list[tuple[float, int, _Held]] = []
         self._live: dict[Pending, Pending] = {}  # the inner transport's Pending -> the caller's
         self._seq = itertools.count()
@@ -121,6 +123,14 @@ class FaultyTransport(Transport):
         error_code field set to ``error_code``; the rest of the real response is kept."""
         self._fail_rules.append(_Rule(_api_name(api_name), times, node, error_code=error_code))
 
+    def delay(self, api_name: str | type[ApiMessage], ms: float, times: int = 1, node: int | None = None) -> None:
+        """Hold back the next ``times`` answers to ``api_name`` (from ``node``) for ``ms`` after they
+        arrive, as a coordinator holding that request would (a JoinGroup held for a whole rebalance);
+        past a request's deadline it fails with RequestTimedOut instead."""
+        if ms < 0:
+            raise ValueError("delay must be >= 0")
+        self._delay_rules.append(_Rule(_api_name(api_name), times, node, delay_ms=float(ms)))
+
     def corrupt(self, api_name: str | type[ApiMessage], mutate_fn: Callable[[bytes], bytes], times: int = 1,
                 node: int | None = None, *, target: Literal["frame", "records"] = "frame") -> None:
         """Pass the next ``times`` ``api_name`` responses through ``mutate_fn``.
@@ -140,6 +150,7 @@ class FaultyTransport(Transport):
         self._blackholed.clear()
         self._fail_rules.clear()
         self._corrupt_rules.clear()
+        self._delay_rules.clear()
 
     # -- the interface ------------------------------------------------------------------------------
     def send(self, request: ApiMessage, node: int | None = None, *, timeout_ms: float | None = None,
@@ -241,6 +252,11 @@ class FaultyTransport(Transport):
             self._apply_fail(pending)
             self._apply_corrupt(pending)
         latency = self._latency.get(node, self._latency.get(_ALL, 0.0))
+        for rule in self._delay_rules:
+            if rule.matches(pending):
+                rule.times -= 1
+                latency = max(latency, rule.delay_ms)
+                break
         if not latency:
             pending.done = True
             self._ready.append(pending)

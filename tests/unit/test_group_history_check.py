@@ -131,3 +131,38 @@ def test_load_histories_skips_a_torn_last_line(tmp_path):
     torn.write_text(json.dumps(CLEAN[5]) + "\n" + '{"event": "re')
     events, bad = load_histories([good, torn])
     assert len(events) == 4 and bad == 1
+
+
+def test_e_a_stale_member_reading_while_another_holds_the_partition_whatever_the_generations():
+    """Issue 23: a thawed member that has not noticed its session ran out (old generation 1) reads its old
+    partition while the member it went to (generation 2) holds it. R1 (one generation) cannot see it."""
+    from fsm_consumer.testing._group_history import stale_reads
+    events = [
+        owned("assigned", "a", 1, 0, t=0),
+        read("a", 1, 0, 0, 9, 10, 15),
+        # a frozen from 20; the group moves on: b gets p0 at 100 and reads from a's last commit
+        owned("assigned", "b", 2, 0, t=100),
+        read("b", 2, 0, 0, 19, 110),
+        read("a", 1, 0, 10, 14, 18, 205),      # the poll under way at the freeze, returned on waking: allowed
+        read("a", 1, 0, 15, 19, 210),          # a poll begun after b got p0: stale
+        read("a", 1, 0, 20, 24, 220),
+        owned("lost", "a", -1, 0, t=230),       # a notices at last
+        read("b", 2, 0, 20, 24, 240),
+    ]
+    assert shared_reads(events) == []  # different generations: the old rule sees nothing
+    (v,) = stale_reads(events)
+    assert v.rule == "E" and "a read 15 records" in v.message and "while b held it" in v.message
+    assert v.details["polls"] == 3
+    # the thawed member's one poll that was under way at the freeze alone is not a violation
+    assert stale_reads(events[:5] + events[7:]) == []
+    result = check(events)
+    assert result.summary["held_twice"] == 1 and result.summary["stale_records"] == 15
+    # a clean handover (revoked before the other is assigned) holds nothing twice
+    assert check(CLEAN).summary["held_twice"] == 0
+
+
+def test_c_the_broker_commit_log_never_goes_down():
+    from fsm_consumer.testing import broker_commits_backwards
+    assert broker_commits_backwards([(T, 0, 5), (T, 1, 3), (T, 0, 5), (T, 0, 9)]) == []
+    (v,) = broker_commits_backwards([(T, 0, 5), (T, 0, 9), (T, 1, 1), (T, 0, 7)])
+    assert v.rule == "C" and "events-0: the broker's commit log goes from 9 down to 7 (entry 3)" in v.message

@@ -26,3 +26,25 @@ def test_a_member_frozen_past_its_session_again_and_again(broker, make_topic, tm
     assert result.violations == [], report
     assert all(s["members"][f"m{i}"]["records_read"] > 0 for i in range(3)), report
     assert s["produced"] > 0 and s["never_read"] == 0, report
+
+
+@pytest.mark.timeout(150)
+def test_members_frozen_in_turn_two_at_once(broker, make_topic, tmp_path):
+    """Issue 23's scenario, short: every member frozen past its session in turn, a freeze beginning every
+    2 s and lasting 4 s (session 1.5 s), so two are often frozen at once. Rule E compares owners by the
+    clock whatever their generations: a thawed member must not read a partition another member holds
+    (but for the one poll under way when it froze); nothing is lost, no commit goes backwards."""
+    topic = make_topic(partitions=6)
+    result = run(broker.bootstrap_servers, topic, 6, duration_s=24, session_timeout_ms=1500, freeze_every_s=2,
+                 out_dir=tmp_path, produce_rate=500, members=3, heartbeat_interval_ms=150, drain_timeout_s=30,
+                 rotate=True, freeze_s=4, create_topic=False)
+    report = result.format()
+    print(report)
+    if broker.kind == "kafka":
+        from fsm_consumer.testing import broker_commits_backwards
+        commit_log = broker.commit_log(result.summary["context"]["group"])
+        assert commit_log and broker_commits_backwards(commit_log) == [], commit_log[-20:]
+    s = result.summary
+    assert s["context"]["freezes_owning"] >= 4, report
+    assert result.violations == [], report
+    assert s["produced"] > 0 and s["never_read"] == 0, report

@@ -162,3 +162,45 @@ def test_fenced_member_closing_loses_partitions_and_stops(broker, make_topic, me
     # without a member id -> unjoined
     assert m.triggers()[-4:] == ["fenced_error", "leave_requested", "lost_acked", "left"] and m.state == "unjoined"
     assert all(iv[2] is not None for iv in m.intervals)
+
+
+def test_a_rejoin_held_past_the_session_loses_its_partitions(broker, make_topic, produce, members):
+    """Issue 23: a cooperative member that rejoins keeps its partitions while its JoinGroup is in flight,
+    but its lease on them runs on: when the answer is held past the session (held here in front of the
+    real broker, as a coordinator waiting for a frozen member would), they are lost (on_partitions_lost;
+    no record of them is handed out after the lease) and it rejoins. A new member's first JoinGroup held
+    as long owns nothing and keeps its membership (the spec's internal transition)."""
+    topic = make_topic(partitions=2)
+    group = f"g-{topic}"
+    session = 3000  # group_harness.FAST
+    a = members(broker.bootstrap_servers, group, topic, "held", faulty=True,
+                partition_assignment_strategy=["cooperative-sticky"])
+    _stable_with(a, 2)
+    a.faults.delay("JoinGroup", 2 * session)
+    a.faults.fail("Heartbeat", 27)  # REBALANCE_IN_PROGRESS: a cooperative rejoin, keeping both partitions
+    wait_until(lambda: "session_expired" in a.triggers(), 15, "the lease to run out while rejoining",
+               explain=lambda: a.triggers()[-8:])
+    log = a.consumer._group.membership.machine.log
+    expired = next(r for r in log if r.trigger == "session_expired")
+    assert (expired.source, expired.dest) == ("joining", "fenced"), expired
+    with a.lock:
+        closed = [iv for iv in a.intervals if iv[2] is not None]
+        consumed_before = len(a.consumed)
+    assert len(closed) == 2, "on_partitions_lost ran for both"
+    lease_end = expired.time / 1000  # the engine's clock is time.monotonic() in ms
+    lost_at = max(iv[2] for iv in closed)
+    with a.lock:  # nothing handed out between the lease's end and on_partitions_lost
+        assert not [t for times in a.delivery_times.values() for t in times if lease_end <= t <= lost_at]
+    produce(topic, count=20)
+    _stable_with(a, 2, timeout=40)  # rejoined as a new member, both partitions back
+    wait_until(lambda: len(a.consumed) >= consumed_before + 20, 20, "records after the rejoin")
+
+    b = members(broker.bootstrap_servers, group, topic, "late", faulty=True,
+                partition_assignment_strategy=["cooperative-sticky"])
+    b.faults.delay("JoinGroup", 2 * session)  # before its first answer can arrive (discovery comes first)
+    wait_until(lambda: b.state == a.state == "stable" and a.owned() | b.owned() == {0, 1}
+               and not a.owned() & b.owned(), 60, "the group of two to settle",
+               explain=lambda: f"a: {a.triggers()[-6:]}, b: {b.triggers()[-6:]}")
+    first = next(r for r in b.consumer._group.membership.machine.log if r.trigger == "session_expired")
+    assert (first.source, first.dest) == ("joining", "joining"), first
+    assert b.consumer._group.membership.session_expiries == 0

@@ -150,3 +150,20 @@ def test_max_partition_fetch_bytes_bounds_each_answer(kafka):
     assert got == 200
     assert 0 < metrics["fetch-size-max"] <= limit
     assert metrics["fetch-total"] >= 200 * 10_000 // limit  # ~2 MB in answers of at most 32 KiB
+
+
+def test_the_commit_log_reads_back_what_took_effect_in_order(kafka):
+    """KafkaBroker.commit_log: the group's commits as the broker applied them, from __consumer_offsets (the
+    frozen-members runs judge 'no commit backwards' by it)."""
+    topic = topic_on(kafka, partitions=2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer(bootstrap_servers=kafka.bootstrap_servers, group_id=group, enable_auto_commit=False)
+    try:
+        t0, t1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+        consumer.assign([t0, t1])
+        for offsets in ({t0: 5}, {t1: 2}, {t0: 9}):
+            consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+    finally:
+        consumer.close(autocommit=False)
+    assert kafka.commit_log(group) == [(topic, 0, 5), (topic, 1, 2), (topic, 0, 9)]
+    assert kafka.commit_log(f"other-{group}") == []

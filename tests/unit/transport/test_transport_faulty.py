@@ -85,6 +85,15 @@ def test_latency_hides_the_answer_until_released(setup):
     assert faulty.poll(0) == [p] and p.done and p.error is None and p.response.topics[0].name == "t"
 
 
+def test_delay_holds_back_the_next_answers_of_one_api_only(setup):
+    clock, inner, faulty = setup
+    faulty.delay("Metadata", 200, times=1)
+    held, prompt = faulty.send(request(), 1), faulty.send(request(), 1)
+    assert faulty.poll(0) == [prompt] and not held.done  # the rule was used up by the first answer
+    clock.advance(200)
+    assert faulty.poll(0) == [held] and held.error is None and held.response.topics[0].name == "t"
+
+
 def test_latency_past_the_deadline_is_a_timeout_at_the_deadline(setup):
     clock, inner, faulty = setup
     faulty.add_latency(None, 5000)
