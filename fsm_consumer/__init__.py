@@ -10,12 +10,14 @@ from .consumer import Consumer, ConsumerRebalanceListener, KafkaConsumer
 from .errors import (BackgroundThreadError, CommitFailedError, ConfigError, ConsumerClosedError,
                      FsmConsumerError, IllegalStateError, KafkaTimeoutError, NoOffsetForPartitionError,
                      RebalanceInProgressError, WakeupException)
-from .fetch import (ConsumerRecord, CorruptRecordError, DeserializationError, OffsetAndMetadata, RecordError,
-                    RecordTooLargeError, TopicPartition)
+# a failing deserializer's own exception is raised as it is (kafka-python's behaviour): fetch's
+# DeserializationError, what decode_partition reports, is no error a consumer raises
+from .fetch import (ConsumerRecord, CorruptRecordError, OffsetAndMetadata, RecordError, RecordTooLargeError,
+                    TopicPartition)
 
 __all__ = [
     "Assignor", "BackgroundThreadError", "CommitFailedError", "ConfigError", "Consumer", "ConsumerClosedError",
-    "ConsumerConfig", "ConsumerRebalanceListener", "ConsumerRecord", "CorruptRecordError", "DeserializationError",
+    "ConsumerConfig", "ConsumerRebalanceListener", "ConsumerRecord", "CorruptRecordError",
     "FsmConsumerError", "IllegalStateError", "KafkaConsumer", "KafkaTimeoutError", "NoOffsetForPartitionError",
     "OffsetAndMetadata", "RebalanceInProgressError", "RebalanceProtocol", "RecordError", "RecordTooLargeError", "TopicPartition",
     "WakeupException", "__version__",

@@ -25,11 +25,12 @@ IGNORED_KEYS = frozenset({
     "selector", "metric_reporters", "metrics_num_samples", "metrics_sample_window_ms", "metric_group_prefix",
     "metrics_enabled", "kafka_client", "client_dns_lookup", "socket_options", "sasl_kerberos_service_name",
     "sasl_kerberos_domain_name", "sasl_kerberos_name", "ssl_ciphers", "ssl_crlfile", "proxy_url", "socks5_proxy",
-    "bootstrap_timeout_ms",
     # kafka-python 2.x: its two iterators yield the same records, and there is one iterator here
     "legacy_iterator", "sock_chunk_buffer_count",
 })
-ALIASES = {"receive_message_max_bytes": "receive_buffer_max"}
+# kafka-python 2.x's api_version_auto_timeout_ms is 3.0's bootstrap_timeout_ms: the constructor's wait for a broker
+ALIASES = {"receive_message_max_bytes": "receive_buffer_max", "api_version_auto_timeout_ms": "bootstrap_timeout_ms"}
+_KAFKA_PYTHON_SERVERS = "localhost"  # kafka-python's default bootstrap_servers, as config["bootstrap_servers"] shows it
 
 
 def _fail(key: str, value: Any, allowed: str) -> ConfigError:
@@ -145,6 +146,8 @@ class ConsumerConfig:
     """Every setting of a Consumer. Build with ``ConsumerConfig.from_kwargs(**kw)``."""
 
     bootstrap_servers: tuple[str, ...] = attrs.field(default=("localhost:9092",), converter=_servers)
+    # what config["bootstrap_servers"] returns: the value as given (kafka-python keeps the user's string or list)
+    _bootstrap_servers_given: Any = attrs.field(default=None, alias="_bootstrap_servers_given", repr=False, eq=False)
     client_id: str = attrs.field(default=f"fsm-consumer-{__version__}", validator=_str_or_none)
     client_rack: str = ""
     group_id: str | None = attrs.field(default=None, validator=_str_or_none)
@@ -200,9 +203,11 @@ class ConsumerConfig:
     consumer_timeout_ms: float = attrs.field(default=math.inf)
     max_in_flight_requests_per_connection: int = attrs.field(default=5, validator=_int(1))
     # kafka-python: a broker release tuple caps request versions; None infers the release (reported by
-    # consumer.config["api_version"] once known: the constructor waits api_version_auto_timeout_ms for it)
+    # consumer.config["api_version"] once known: the constructor waits bootstrap_timeout_ms for it)
     api_version: tuple[int, ...] | None = attrs.field(default=None, converter=_api_version)
-    api_version_auto_timeout_ms: int = attrs.field(default=2000, validator=_int(0))
+    # kafka-python 3.0: no broker answered within this of the start -> KafkaTimeoutError naming the servers,
+    # from the constructor when it infers api_version, else from poll() and blocking calls; None: never
+    bootstrap_timeout_ms: int | None = attrs.field(default=30_000, validator=_int(0, none=True))
     # sockets
     receive_buffer_max: int = attrs.field(default=100 * 1024 * 1024, validator=_int(1024))
     send_buffer_bytes: int | None = attrs.field(default=None, validator=_int(1, none=True))
@@ -232,7 +237,7 @@ class ConsumerConfig:
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
-        return tuple(a.name for a in attrs.fields(cls))
+        return tuple(a.name for a in attrs.fields(cls) if not a.name.startswith("_"))
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "ConsumerConfig":
@@ -247,6 +252,7 @@ class ConsumerConfig:
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise ConfigError(f"unknown config key {key!r}{hint}", key=key)
             clean[key] = value
+        clean["_bootstrap_servers_given"] = kw.get("bootstrap_servers", _KAFKA_PYTHON_SERVERS)
         return cls(**clean)
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -254,16 +260,21 @@ class ConsumerConfig:
         return getattr(self, key, default)
 
     def __getitem__(self, key: str) -> Any:
-        """``config["key"]``, as kafka-python's ``consumer.config`` dict; KeyError for unknown keys."""
-        key = ALIASES.get(key, key)
-        if key not in attrs.fields_dict(type(self)):
+        """``config["key"]``, as kafka-python's ``consumer.config`` dict; KeyError for unknown keys.
+        ``bootstrap_servers`` is the value as given (a string stays a string), not the parsed tuple."""
+        if key == "bootstrap_servers" and self._bootstrap_servers_given is not None:
+            return self._bootstrap_servers_given
+        if key not in self:
             raise KeyError(key)
-        return getattr(self, key)
+        return getattr(self, ALIASES.get(key, key))
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and ALIASES.get(key, key) in attrs.fields_dict(type(self))
+        return (isinstance(key, str) and not key.startswith("_")
+                and ALIASES.get(key, key) in attrs.fields_dict(type(self)))
 
     def replace(self, **changes: Any) -> "ConsumerConfig":
+        if "bootstrap_servers" in changes:
+            changes["_bootstrap_servers_given"] = changes["bootstrap_servers"]
         return attrs.evolve(self, **changes)
 
     def as_mapping(self) -> Mapping[str, Any]:

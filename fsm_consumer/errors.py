@@ -14,8 +14,9 @@ class FsmConsumerError(_ke.KafkaError):
         return Exception.__str__(self) or type(self).__name__
 
 
-class ConfigError(FsmConsumerError, ValueError):
-    """A configuration key is unknown or its value is not allowed; ``key`` names it."""
+class ConfigError(FsmConsumerError, _ke.KafkaConfigurationError, ValueError):
+    """A configuration key is unknown or its value is not allowed; ``key`` names it (kafka-python's
+    ``KafkaConfigurationError``)."""
 
     def __init__(self, message: str, *, key: str | None = None) -> None:
         super().__init__(message)
@@ -30,7 +31,7 @@ class WakeupException(FsmConsumerError):
     """``wakeup()`` interrupted a blocking call from another thread."""
 
 
-class NoOffsetForPartitionError(FsmConsumerError):
+class NoOffsetForPartitionError(FsmConsumerError, _ke.NoOffsetForPartitionError):
     """No committed offset and ``auto_offset_reset='none'``; ``partitions`` says which."""
 
     def __init__(self, partitions) -> None:

@@ -53,7 +53,7 @@ def consume(argv: list[str]) -> int:
               "`fsm-consumer demo` starts an embedded one)", file=sys.stderr)
         return 2
     from ..consumer import Consumer
-    from ..errors import ConfigError
+    from ..errors import ConfigError, KafkaTimeoutError
     from ..fetch import TopicPartition
 
     extra = {}
@@ -67,6 +67,9 @@ def consume(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"fsm-consumer consume: {exc}", file=sys.stderr)
         return 2
+    except KafkaTimeoutError as exc:  # no broker answered within bootstrap_timeout_ms: which, and why
+        print(f"fsm-consumer consume: {exc}", file=sys.stderr)
+        return 1
     printed = 0
     try:
         partitions = args.partition or sorted(consumer.partitions_for_topic(args.topic, timeout_ms=10_000) or [])

@@ -55,7 +55,7 @@ def _read_back(bootstrap: str, topic: str, partitions: int, expected: int) -> tu
                         raise RuntimeError(f"{tp}: offset {r.offset} after {seen.get(tp.partition, -1)}")
                     seen[tp.partition] = r.offset
                 got += len(records)
-        metrics = c.metrics()
+        metrics = c.metrics_flat()
     return got, time.monotonic() - t0, metrics
 
 

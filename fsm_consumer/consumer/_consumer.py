@@ -16,7 +16,7 @@ from typing import Any
 from kafka.structs import ConsumerGroupMetadata, MemberState, OffsetAndTimestamp
 
 from .._config import ConsumerConfig
-from .._metrics import Metrics
+from .._metrics import Metrics, kafka_python_view
 from ..engine import ApplicationEventProcessor, BackgroundLifecycle, NetworkThread
 from ..errors import (ConsumerClosedError, KafkaTimeoutError, NoOffsetForPartitionError,
                       WakeupException)
@@ -68,7 +68,8 @@ class Consumer(GroupApi):
         self._buffer = buffer = FetchBuffer(config.fetch_buffer_max_bytes, on_data=self._signal.set)
         self._transport = transport = transport or KafkaTransport(config, clock=clock)
         self._app_queue.bind_waker(transport.wakeup)
-        self._metadata = metadata = MetadataManager(config, subs.topics_needed, held)
+        self._metadata = metadata = MetadataManager(config, subs.topics_needed, held,
+                                                    getattr(transport, "node_states", None))
         offsets = OffsetsManager(config, subs, metadata, bg, held)
         fetch = FetchManager(config, subs, metadata, buffer, held, metrics)
         self._lifecycle = lifecycle = BackgroundLifecycle()
@@ -95,21 +96,23 @@ class Consumer(GroupApi):
         try:
             if subscription is not None:
                 self.subscribe(*subscription)
-            if config.api_version is None and config.api_version_auto_timeout_ms > 0:
-                self._infer_api_version(config.api_version_auto_timeout_ms)
+            if config.api_version is None:
+                self._infer_api_version(config.bootstrap_timeout_ms)
         except BaseException:
             self.close(autocommit=False, timeout_ms=1000)  # a failed construction leaves no thread behind
             raise
 
-    def _infer_api_version(self, timeout_ms: float) -> None:
-        """kafka-python's api_version=None: learn the broker release (config['api_version']), waiting at
-        most ``timeout_ms`` in the constructor as kafka-python does; a broker that is not up yet is no
-        error here (it is retried in the background), the release is then filled in once known."""
+    def _infer_api_version(self, timeout_ms: float | None) -> None:
+        """kafka-python 3.0's api_version=None: learn the broker release (config['api_version']) in the
+        constructor, waiting at most ``timeout_ms`` (bootstrap_timeout_ms; None: no limit) for a broker to
+        answer. None did: KafkaTimeoutError naming the bootstrap servers and why each failed, as kafka-python
+        raises (the constructor then closes what it started)."""
         try:
-            self.bootstrap(timeout_ms=timeout_ms)
+            self.bootstrap(timeout_ms=math.inf if timeout_ms is None else timeout_ms)
         except KafkaTimeoutError:
-            _log.warning("no broker of %s answered within api_version_auto_timeout_ms=%d; going on in the "
-                         "background", ",".join(self.config.bootstrap_servers), timeout_ms)
+            if not self._metadata.ready:  # else a broker answered just as the wait ended
+                error = self._metadata.bootstrap_error()
+                raise error from error.__cause__
         self._note_api_version()
 
     def _note_api_version(self) -> None:
@@ -354,7 +357,9 @@ class Consumer(GroupApi):
             self._iterator = self._records()
         try:
             return next(self._iterator)
-        except StopIteration:
+        except BaseException:
+            # ended, or raised (a deserializer's error, a held error): a generator that raised is done,
+            # the next call starts a fresh one from the positions (kafka-python's iterator goes on too)
             self._iterator = None
             raise
 
@@ -416,11 +421,12 @@ class Consumer(GroupApi):
     def topics(self, timeout_ms: float | None = None) -> set[str]:
         return set(self._call(TopicMetadataEvent(topics=None), timeout_ms, "topics()"))
 
-    def partitions_for_topic(self, topic: str, timeout_ms: float | None = None) -> set[int] | None:
-        """The partition ids of ``topic``, None if it does not exist (never creates it)."""
+    def partitions_for_topic(self, topic: str, timeout_ms: float | None = None) -> set[int]:
+        """The partition ids of ``topic``, an empty set if it does not exist (kafka-python 3.0); never
+        creates it."""
         found = self._call(TopicMetadataEvent(topics=frozenset([topic])), timeout_ms,
                            f"partitions_for_topic({topic!r})")
-        return set(found[topic]) if topic in found else None
+        return set(found.get(topic, ()))
 
     # -- the rest --------------------------------------------------------------------------------------------
     def group_metadata(self) -> ConsumerGroupMetadata:
@@ -431,9 +437,15 @@ class Consumer(GroupApi):
         return ConsumerGroupMetadata(self.config.group_id, m.generation, m.member_id, self.config.group_instance_id,
                                      _MEMBER_STATES.get(m.machine.state, MemberState.REBALANCING))
 
-    def metrics(self, raw: bool = False) -> dict[str, Any]:
-        """Figures by name (flat; see the README). ``raw`` is accepted for kafka-python's signature: there
-        are no KafkaMetric objects here, so both forms give the values."""
+    def metrics(self, raw: bool = False) -> dict:
+        """kafka-python 3.0's metrics(): metric group -> {metric name -> value}, with kafka-python's groups
+        and names (``consumer-fetch-manager-metrics``, ``consumer-coordinator-metrics``, ``consumer-metrics``)
+        for the figures there are here; ``raw=True``: {MetricName: KafkaMetric} as kafka-python's. Every
+        figure of this consumer, flat: metrics_flat()."""
+        return kafka_python_view(self.metrics_flat(), client_id=self.config.client_id, raw=raw)
+
+    def metrics_flat(self) -> dict[str, Any]:
+        """Every figure by name, in one flat dict (see the README); read it from any thread."""
         lag = self._subs.lag()
         # snapshots: the transport is the background thread's, node_states() copies what it reads
         node_states = getattr(self._transport, "node_states", None)
@@ -444,6 +456,7 @@ class Consumer(GroupApi):
         # fetched data not handed out because its partition was sought, paused or revoked meanwhile
         out["fetches-dropped-stale"] = self._collector.stale_fetches
         out["records-dropped-stale"] = self._collector.stale_records
+        out["assigned-partitions"] = len(self._subs.assignment())
         if self._group is not None:
             out.update(self._group.metrics(self._clock.now_ms()))
         return out

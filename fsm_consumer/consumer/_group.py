@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ..events import (CallbackAckEvent, CommitEvent, FetchCommittedEvent, SubscriptionChangedEvent,
                       UnsubscribeEvent)
 from ..managers import CommitManager, CoordinatorManager, MembershipManager
@@ -23,6 +25,7 @@ class GroupParts:
         self.commits.membership = self.membership
         lifecycle.closers.extend([self.membership, self.commits])
         self.unsubscribes: list[UnsubscribeEvent] = []  # waiting for the member to have left
+        self._metrics = metrics
         processor.register(SubscriptionChangedEvent, self._subscription_changed)
         processor.register(UnsubscribeEvent, self._unsubscribe)
         processor.register(CallbackAckEvent, self.membership.on_callback_ack)
@@ -32,9 +35,10 @@ class GroupParts:
         processor.poll_listeners.append(lambda event, now: self.commits.start_auto_commit(now))
 
     def metrics(self, now: float) -> dict:
-        """Group figures for Consumer.metrics() (read from the application thread: plain values)."""
+        """Group figures for Consumer.metrics_flat() (read from the application thread: plain values)."""
         m, c = self.membership, self.commits
         last_poll = m.last_poll
+        last_heartbeat = m.heartbeat.last_ok
         return {
             "member-state": m.machine.state,
             "session-expiries": m.session_expiries,
@@ -44,9 +48,11 @@ class GroupParts:
             "rebalance-latency-avg": m.rebalance_total_ms / m.rebalances if m.rebalances else 0.0,
             "last-rebalance-ms": m.rebalance_last_ms,
             "heartbeat-response-time-ms": m.heartbeat.last_rtt_ms,
+            "last-heartbeat-seconds-ago": math.inf if last_heartbeat is None else (now - last_heartbeat) / 1000,
             "time-since-last-poll-ms": None if last_poll is None else now - last_poll,
             "commit-total": c.commits_ok,
             "commit-failed-total": c.commits_failed,
+            "commit-rate": c.commits_ok / self._metrics.age_s(),
             "commit-latency-avg": c.commit_latency_total_ms / c.commits_ok if c.commits_ok else 0.0,
             "commit-latency-max": c.commit_latency_max_ms,
         }

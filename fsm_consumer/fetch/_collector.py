@@ -13,7 +13,8 @@ is dropped and counted (``stale_fetches``, ``stale_records``); past the lease no
 the data is kept. The iterator (records lent by ``collect(advance=False)``) takes each record with
 ``take_record``.
 A decoding fault is raised for its partition only: records before it are returned first, the
-error comes from the next poll (and again for as long as the partition is read from that offset).
+error comes from the next poll (and again for as long as the partition is read from that offset); a
+failing deserializer's exception is raised as it is (kafka-python's behaviour), not wrapped.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Callable
 from ..state._subscription import Take
 from ._buffer import CompletedFetch, FetchBuffer
 from ._decode import decode_partition
+from ._errors import DeserializationError
 from ._records import TopicPartition
 
 _OFFSET = operator.attrgetter("offset")
@@ -261,8 +263,11 @@ class FetchCollector:
             return False
         subs.release_fetch(fetch.tp, fetch.epoch, to_back=True)
         self._finish()
-        if cur.error is not None:
-            self._error = cur.error
+        error = cur.error
+        if error is not None:
+            # a deserializer's own exception is raised as itself, as kafka-python does (it carries a
+            # note saying where); the position stays at its record either way
+            self._error = error.__cause__ if isinstance(error, DeserializationError) else error
         return False
 
     def _start(self, fetch: CompletedFetch, columnar: bool) -> _Draining | None:

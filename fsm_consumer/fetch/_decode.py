@@ -113,7 +113,8 @@ def _deserialize(out: list, start: int, topic: str, partition: int, key_fn, valu
     """Deserialize keys and values of ``out[start:]`` in place.
 
     On failure the failing record and those after it are dropped and the
-    error returned.
+    error returned; the deserializer's exception (its ``__cause__``, which the
+    consumer raises as it is) gets a note saying where it happened.
     """
     new = tuple.__new__
     for i in range(start, len(out)):
@@ -125,8 +126,14 @@ def _deserialize(out: list, start: int, topic: str, partition: int, key_fn, valu
             value = record[7] if value_fn is None else value_fn(topic, record[8], record[7])
         except Exception as exc:  # noqa: BLE001 - any deserializer failure is the user's to see
             del out[i:]
-            error = DeserializationError(
-                topic, partition, record[3], f"{origin} deserializer failed: {exc!r}", origin=origin)
+            offset = record[3]
+            note = (f"fsm_consumer: the {origin} deserializer failed on the record at offset {offset} of "
+                    f"{topic}-{partition}; the partition's position stays there (it fails again when read), "
+                    f"seek(TopicPartition({topic!r}, {partition}), {offset + 1}) skips the record")
+            if note not in getattr(exc, "__notes__", ()):  # a deserializer may raise one instance again and again
+                exc.add_note(note)
+            error = DeserializationError(topic, partition, offset, f"{origin} deserializer failed: {exc!r}",
+                                         origin=origin)
             error.__cause__ = exc
             return error
         out[i] = new(ConsumerRecord, record[:6] + (key, value) + record[8:])

@@ -3,12 +3,19 @@
 Decoding never raises these out of ``decode_partition``: it returns the
 records decoded before the failure with the error attached, so the consumer
 can hand out what was good and raise the error when the bad offset is next.
+Each one the consumer raises is the kafka-python class its consumer raises
+for the same failure (a subclass of it), with this library's message.
 """
 
 from __future__ import annotations
 
+import kafka.errors as _ke
+from kafka.consumer.fetcher import RecordTooLargeError as _KafkaPythonRecordTooLargeError
 
-class RecordError(Exception):
+from ..errors import FsmConsumerError
+
+
+class RecordError(FsmConsumerError):
     """Base of every record decoding failure at ``offset`` of ``topic``/``partition``."""
 
     def __init__(self, topic: str, partition: int, offset: int, message: str) -> None:
@@ -34,20 +41,26 @@ def _restore(cls: type[RecordError], args: tuple, state: dict) -> RecordError:
     return error
 
 
-class CorruptRecordError(RecordError):
-    """A batch failed its CRC or could not be parsed; ``offset`` is the batch's base offset."""
+class CorruptRecordError(RecordError, _ke.CorruptRecordError):
+    """A batch failed its CRC or could not be parsed; ``offset`` is the batch's base offset
+    (``kafka.errors.CorruptRecordError``, errno 2)."""
 
 
-class RecordTooLargeError(RecordError):
+class RecordTooLargeError(RecordError, _KafkaPythonRecordTooLargeError):
     """The fetch returned bytes but not one complete batch: the batch at ``offset``
-    is larger than the partition fetch size (Java's RecordTooLargeException)."""
+    is larger than the partition fetch size (Java's RecordTooLargeException;
+    ``kafka.consumer.fetcher.RecordTooLargeError``)."""
 
 
 class DeserializationError(RecordError):
-    """The key or value deserializer failed on the record at ``offset``.
+    """What ``decode_partition`` reports when the key or value deserializer failed on the
+    record at ``offset``: ``origin`` is ``"key"`` or ``"value"``, the deserializer's exception
+    is the ``__cause__``.
 
-    ``origin`` is ``"key"`` or ``"value"``; the deserializer's exception is
-    the ``__cause__``.
+    The consumer never raises it: it raises the deserializer's own exception, as kafka-python
+    does (``except ValueError`` around iteration keeps working), with a note (PEP 678) saying
+    where it happened; the partition stays at the record, so it is raised again until a seek
+    past it.
     """
 
     def __init__(self, topic: str, partition: int, offset: int, message: str, *, origin: str) -> None:

@@ -5,18 +5,26 @@ a new subscription), and for TopicMetadataEvent callers. One Metadata request at
 one is retried after a backoff; so is an answer that lacks a topic this consumer needs (unknown,
 deleted, still being created): exponential up to ``retry_backoff_max_ms``, never a tight loop.
 TOPIC_AUTHORIZATION_FAILED is held for the topic (raised by poll()) until an answer includes it.
+No answer at all within ``bootstrap_timeout_ms`` of the start: a KafkaTimeoutError naming the bootstrap
+servers and why each failed is held (raised by poll() and blocking calls) until a broker answers.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 from kafka.protocol.metadata import MetadataRequest
 
+from ..errors import KafkaTimeoutError
 from ..fetch._records import TopicPartition
 from ..policy import Action, Backoffs, classify, public_error
 from ._base import FOREVER, Outgoing
+
+log = logging.getLogger("fsm_consumer.metadata")
+_BOOTSTRAP = ("bootstrap",)  # the held error's key
 
 
 @attrs.define(slots=True)
@@ -28,10 +36,14 @@ class TopicInfo:
 
 
 class MetadataManager:
-    def __init__(self, config, topics_needed: Callable[[], set[str]], held=None) -> None:
+    def __init__(self, config, topics_needed: Callable[[], set[str]], held=None,
+                 node_states: Callable[[], dict[int, dict[str, Any]]] | None = None) -> None:
         self._config = config
         self._topics_needed = topics_needed
         self._held = held
+        self._node_states = node_states   # the transport's snapshot: why the bootstrap servers fail
+        self._bootstrap_deadline: float | None = None   # set by the first poll
+        self._last_error: BaseException | None = None   # of the last failed Metadata request
         self._backoff = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, TopicInfo] = {}
@@ -94,15 +106,32 @@ class MetadataManager:
     def ready(self) -> bool:
         return self._last_ok > -FOREVER
 
+    def bootstrap_error(self) -> KafkaTimeoutError:
+        """No broker answered within bootstrap_timeout_ms: which servers, why each failed, how to fix it
+        (the last failed request's error as the cause). Any thread may call it."""
+        timeout = self._config.bootstrap_timeout_ms
+        servers = ",".join(self._config.bootstrap_servers)
+        nodes = self._node_states() if self._node_states is not None else {}
+        why = "; ".join(f"{n['address']}: {n.get('last_error') or n.get('state')}"
+                        for node, n in sorted(nodes.items(), reverse=True) if int(node) < 0)
+        error = KafkaTimeoutError(
+            f"no broker answered within bootstrap_timeout_ms ({timeout} ms): could not bootstrap from "
+            f"bootstrap_servers {servers!r}{f' ({why})' if why else ''}. Check that the brokers are up and "
+            "that bootstrap_servers names their listeners as host:port reachable from this machine; a cluster "
+            "that takes longer to come up needs a larger bootstrap_timeout_ms")
+        error.__cause__ = self._last_error
+        return error
+
     # -- the manager loop -------------------------------------------------------------------
     def poll(self, now: float) -> tuple[float, list[Outgoing]]:
+        wait = self._watch_bootstrap(now)
         if self._in_flight:
-            return FOREVER, []
+            return wait, []
         due = self._last_ok + self._config.metadata_max_age_ms
         if not (self._need or now >= due):
-            return due - now, []
+            return min(due - now, wait), []
         if now < self._retry_at:
-            return self._retry_at - now, []
+            return min(self._retry_at - now, wait), []
         wanted = self._topics_needed() | self._extra
         if self._need_all or self.all_topics_wanted:
             topics = None  # all topics
@@ -115,14 +144,34 @@ class MetadataManager:
         self._sent_at = now
         self._sent_extra, self._sent_all = set(self._extra), topics is None
         self._need = False
-        return FOREVER, [Outgoing(request, None, self.on_response)]
+        return wait, [Outgoing(request, None, self.on_response)]
+
+    def _watch_bootstrap(self, now: float) -> float:
+        """ms until the bootstrap deadline (FOREVER once a broker answered or it passed); at it, with
+        no answer yet, the bootstrap failure is held."""
+        if self._bootstrap_deadline is None:
+            timeout = self._config.bootstrap_timeout_ms
+            self._bootstrap_deadline = FOREVER if timeout is None else now + timeout
+        if self.ready:
+            return FOREVER
+        if now < self._bootstrap_deadline:
+            return self._bootstrap_deadline - now
+        self._bootstrap_deadline = FOREVER  # held once, until an answer comes
+        if self._held is not None:
+            error = self.bootstrap_error()
+            self._held.hold(_BOOTSTRAP, error)
+            log.warning("%s", error)
+        return FOREVER
 
     def on_response(self, pending, now: float) -> None:
         self._in_flight = False
         if pending.error is not None:
+            self._last_error = pending.error
             self._need = True
             self._retry_at = self._backoff.failed("metadata", now)
             return
+        if not self.ready and self._held is not None:
+            self._held.release(_BOOTSTRAP)
         r = pending.response
         brokers = {b.node_id: (b.host, b.port) for b in r.brokers}
         changed = brokers != self.brokers

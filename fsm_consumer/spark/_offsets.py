@@ -94,9 +94,9 @@ class OffsetLookup:
             wanted = sorted(opts.assign)
             for topic in sorted({t for t, _ in wanted}):
                 have = self._retry(lambda c: c.partitions_for_topic(topic))
-                missing = [p for t, p in wanted if t == topic and p not in (have or set())]
+                missing = [p for t, p in wanted if t == topic and p not in have]
                 if missing:
-                    what = "does not exist" if have is None else f"has partitions {sorted(have)}"
+                    what = f"has partitions {sorted(have)}" if have else "does not exist"
                     raise KafkaOptionError("assign", f"topic {topic!r} {what}: cannot assign partitions {missing}")
             return wanted
         if opts.subscribe is not None:

@@ -80,7 +80,7 @@ def test_slow_application_keeps_the_buffer_bounded(send, record_property):
                 records = None
                 rss_peak = max(rss_peak, process.memory_info().rss)
                 time.sleep(0.015)  # 20 records (2 MB) per 15 ms: slower than the network
-            metrics = consumer.metrics()
+            metrics = consumer.metrics_flat()
         elapsed = time.monotonic() - started
 
     for p in range(PARTITIONS):

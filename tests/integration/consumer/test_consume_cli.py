@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -82,12 +83,23 @@ def test_without_bootstrap_servers_exits_2():
     assert done.stdout == ""
 
 
+def test_unreachable_broker_exits_1_saying_which_and_why():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        server = f"127.0.0.1:{s.getsockname()[1]}"
+    done = _cli("-b", server, "-t", "x", "-X", "bootstrap_timeout_ms=500")
+    assert done.returncode == 1
+    assert f"fsm-consumer consume: no broker answered within bootstrap_timeout_ms (500 ms): could not bootstrap " \
+           f"from bootstrap_servers '{server}'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_unknown_topic_exits_1_and_creates_nothing(broker, make_consumer):
     name = "cli-no-such-topic-9f1c"
     done = _cli("-b", broker.bootstrap_servers, "-t", name)
     assert done.returncode == 1
     assert f"topic {name!r} not found" in done.stderr
-    assert make_consumer(allow_auto_create_topics=False).partitions_for_topic(name) is None
+    assert make_consumer(allow_auto_create_topics=False).partitions_for_topic(name) == set()
 
 
 def test_bad_config_exits_2(broker):

@@ -93,7 +93,7 @@ def test_pause_and_resume(make_topic, send, make_consumer, collect):
     consumer.assign([a, b])
     # wait until both partitions' data is buffered, then take a few records only
     deadline = time.monotonic() + 10
-    while consumer.metrics()["fetch-buffer-bytes-peak"] == 0 or len(consumer._buffer) + (
+    while consumer.metrics_flat()["fetch-buffer-bytes-peak"] == 0 or len(consumer._buffer) + (
             consumer._collector._current is not None) < 2:
         assert time.monotonic() < deadline, "the fetches never reached the buffer"
         time.sleep(0.01)
@@ -206,7 +206,7 @@ def test_topics_and_partitions_for_topic(make_topic, make_consumer):
     consumer = make_consumer(allow_auto_create_topics=False)
     assert consumer.partitions_for_topic(three) == {0, 1, 2}
     assert consumer.partitions_for_topic(one) == {0}
-    assert consumer.partitions_for_topic("no-such-topic-anywhere") is None
+    assert consumer.partitions_for_topic("no-such-topic-anywhere") == set()
     topics = consumer.topics()
     assert {one, three} <= topics
     assert "no-such-topic-anywhere" not in topics

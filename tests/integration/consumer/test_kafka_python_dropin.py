@@ -1,11 +1,13 @@
-"""A drop-in for kafka-python (issue 11): each defect found with kafka-python's own tests and fault
-probes has its regression test here, against the embedded broker.
+"""A drop-in for kafka-python (issues 11 and 23): each defect found with kafka-python's own tests, fault
+probes and scripts run against both has its regression test here, on both brokers.
 
 Commits are read back by a second consumer of the same group (``committed()``), never by the one
 that made them."""
 
 from __future__ import annotations
 
+import select
+import socket
 import threading
 import time
 
@@ -174,10 +176,10 @@ def test_offsets_for_times_reports_the_brokers_leader_epoch(make_topic, send, ma
     assert found.offset == 0 and found.leader_epoch >= 0  # the broker's epoch (Tansu: 0), not -1
 
 
-def test_partitions_for_unknown_topic_is_none_and_creates_nothing(make_consumer):
+def test_partitions_for_unknown_topic_is_empty_and_creates_nothing(make_consumer):
     consumer = make_consumer()
     name = f"never-created-{time.monotonic_ns()}"
-    assert consumer.partitions_for_topic(name) is None
+    assert consumer.partitions_for_topic(name) == set()  # kafka-python 3.0's answer
     assert name not in consumer.topics()
 
 
@@ -254,7 +256,7 @@ def test_kafka_python_surface(broker, make_topic, produce):
         assert consumer.highwater(tp) >= 1
         consumer.seek(tp, kafka.structs.OffsetAndMetadata(2, "", -1))
         assert consumer.position(tp) == 2
-        assert consumer.metrics(raw=True)["records-consumed-total"] == 5
+        assert consumer.metrics_flat()["records-consumed-total"] == 5
         assert isinstance(next(iter(consumer.poll(timeout_ms=5000).keys())), kafka.structs.TopicPartition)
 
 
@@ -302,3 +304,149 @@ def test_end_offsets_and_seek_to_end_with_multi_record_batches(make_topic, send,
     latest = make_consumer(auto_offset_reset="latest")
     latest.assign([tp0])
     assert latest.position(tp0, timeout_ms=5000) == 10
+
+
+# -- issue 23: kafka-python 3.0's classes and shapes -----------------------------------------------------
+class NotANumber(ValueError):
+    """A deserializer's own exception class."""
+
+
+def _to_int(data: bytes) -> int:
+    if not data.isdigit():
+        raise NotANumber(f"not a number: {data!r}")
+    return int(data)
+
+
+def test_a_failing_deserializers_own_exception_is_raised_and_its_record_again(make_topic, send, make_consumer):
+    """kafka-python lets the deserializer's exception through: ``except ValueError`` around iteration
+    catches it; the partition stays at the record (it fails again) until a seek past it."""
+    topic = make_topic()
+    send(topic, [{"partition": 0, "value": b"bad" if i == 2 else b"%d" % i} for i in range(5)])
+    tp = TopicPartition(topic, 0)
+    consumer = make_consumer(value_deserializer=_to_int, consumer_timeout_ms=10_000)
+    consumer.assign([tp])
+    got = []
+    try:
+        for record in consumer:
+            got.append(record.value)
+    except ValueError as exc:
+        caught = exc
+    else:
+        pytest.fail("the deserializer's error was not raised")
+    assert got == [0, 1] and type(caught) is NotANumber and str(caught) == "not a number: b'bad'"
+    assert f"failed on the record at offset 2 of {topic}-0" in caught.__notes__[0]
+    assert consumer.position(tp) == 2
+    with pytest.raises(NotANumber):  # the same record again, through poll() this time
+        _poll_until(consumer, 1)
+    assert consumer.position(tp) == 2
+    consumer.seek(tp, 3)  # skip it: the iterator goes on from there
+    assert [next(consumer).value for _ in range(2)] == [3, 4]
+    assert consumer.position(tp) == 5
+
+
+def test_metrics_have_kafka_pythons_groups_and_names(broker, make_topic, send):
+    topic = make_topic()
+    send(topic, [{"partition": 0, "value": b"v%d" % i} for i in range(5)], each=True)  # exact ends on Tansu
+    tp = TopicPartition(topic, 0)
+    with Consumer(topic, bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}", enable_auto_commit=False,
+                  **GROUP) as consumer:
+        assert len(_poll_until(consumer, 5)) == 5
+        consumer.commit()
+        deadline = time.monotonic() + 10
+        while consumer.highwater(tp) != 5 and time.monotonic() < deadline:
+            consumer.poll(timeout_ms=100)
+        m = consumer.metrics()
+        fetch, group = m["consumer-fetch-manager-metrics"], m["consumer-coordinator-metrics"]
+        assert fetch["records-lag-max"] == 0
+        assert fetch["records-consumed-rate"] > 0 and fetch["bytes-consumed-rate"] > 0 and fetch["fetch-rate"] > 0
+        assert 0 < fetch["fetch-size-avg"] <= fetch["fetch-size-max"]
+        assert 0 < fetch["fetch-latency-avg"] <= fetch["fetch-latency-max"]
+        assert group["assigned-partitions"] == 1 and group["commit-rate"] > 0
+        assert 0 < group["commit-latency-avg"] <= group["commit-latency-max"]
+        assert m["consumer-metrics"]["connection-count"] >= 1
+        assert consumer.metrics_flat()["commit-total"] == 1
+
+
+class _Gate:
+    """A TCP port in front of the broker: closes every connection at once until ``open()``, then forwards."""
+
+    def __init__(self, upstream: str) -> None:
+        host, port = upstream.split(",")[0].rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.05)
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.opened = threading.Event()
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def open(self) -> None:
+        self.opened.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                continue
+            if not self.opened.is_set():
+                client.close()
+                continue
+            threading.Thread(target=self._pump, args=(client,), daemon=True).start()
+
+    def _pump(self, client: socket.socket) -> None:
+        try:
+            with client, socket.create_connection(self.upstream, timeout=5) as upstream:
+                while not self._stop.is_set():
+                    for sock in select.select([client, upstream], [], [], 0.05)[0]:
+                        data = sock.recv(65536)
+                        if not data:
+                            return
+                        (upstream if sock is client else client).sendall(data)
+        except OSError:
+            pass  # either side went away
+
+
+def test_no_broker_within_bootstrap_timeout_ms_raises_until_one_answers(broker, make_topic, send):
+    topic = make_topic()
+    send(topic, [{"partition": 0, "value": b"v%d" % i} for i in range(3)])
+    tp = TopicPartition(topic, 0)
+    gate = _Gate(broker.bootstrap_servers)
+    consumer = None
+    try:
+        # api_version=None: the constructor waits bootstrap_timeout_ms for a broker and raises, as kafka-python
+        started = time.monotonic()
+        with pytest.raises(ke.KafkaTimeoutError) as caught:
+            Consumer(bootstrap_servers=gate.address, bootstrap_timeout_ms=800, reconnect_backoff_max_ms=100)
+        assert 0.75 < time.monotonic() - started < 3.0
+        assert f"could not bootstrap from bootstrap_servers '{gate.address}' ({gate.address}: " in str(caught.value)
+        # api_version given: poll() and the iterator raise it, held until a broker answers
+        consumer = Consumer(bootstrap_servers=gate.address, api_version=(3, 9), bootstrap_timeout_ms=800,
+                            reconnect_backoff_max_ms=100, auto_offset_reset="earliest", consumer_timeout_ms=10_000)
+        consumer.assign([tp])
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError, match="no broker answered within bootstrap_timeout_ms"):
+            while time.monotonic() - started < 10:
+                consumer.poll(timeout_ms=100)
+        assert time.monotonic() - started < 3.0
+        with pytest.raises(KafkaTimeoutError):
+            next(consumer)
+        gate.open()
+        deadline = time.monotonic() + 15
+        got = []
+        while len(got) < 3 and time.monotonic() < deadline:
+            try:
+                got += [r.value for r in consumer.poll(timeout_ms=100).get(tp, [])]
+            except KafkaTimeoutError:
+                pass  # until a broker answers
+        assert got == [b"v0", b"v1", b"v2"]
+        consumer.poll(timeout_ms=100)  # released: nothing raised any more
+        assert consumer.metrics_flat()["errors-held"] == {}
+    finally:
+        if consumer is not None:
+            consumer.close(timeout_ms=2000)
+        gate.close()

@@ -1,4 +1,4 @@
-"""metrics() against the real broker: the connections' states, and the errors held for the user
+"""metrics_flat() against the real broker: the connections' states, and the errors held for the user
 (an ACL error injected into real Fetch answers, as the broker cannot be made to refuse on demand)."""
 
 import threading
@@ -43,7 +43,7 @@ def test_metrics_show_ready_connections_and_a_held_error_until_released(broker, 
         with pytest.raises(ke.TopicAuthorizationFailedError):
             while time.monotonic() < deadline:
                 c.poll(timeout_ms=100)
-        m = c.metrics()
+        m = c.metrics_flat()
         assert m["errors-held-count"] == 1
         (key, text), = m["errors-held"].items()
         assert key == f"topic/{topic}" and text.startswith("[Error 29] TopicAuthorizationFailedError: ")
@@ -52,13 +52,13 @@ def test_metrics_show_ready_connections_and_a_held_error_until_released(broker, 
         assert m["connections-ready"] == len(ready) >= 1
         assert all(int(n) >= 0 and s["address"].endswith(f":{port}") for n, s in ready.items())
         assert m["connections-failing"] == 0
-        # metrics() from another thread while the background thread works: snapshots only
+        # metrics_flat() from another thread while the background thread works: snapshots only
         errors = []
 
         def read():
             try:
                 for _ in range(200):
-                    c.metrics()
+                    c.metrics_flat()
             except Exception as exc:  # pragma: no cover - the failure is reported below
                 errors.append(exc)
 
@@ -75,9 +75,9 @@ def test_metrics_show_ready_connections_and_a_held_error_until_released(broker, 
         reader.join(10)
         assert not errors
         assert [r.value for r in got] == [b"x"]
-        m = c.metrics()
+        m = c.metrics_flat()
         assert m["errors-held"] == {} and m["errors-held-count"] == 0
     finally:
         c.close(timeout_ms=2000)
-    after = c.metrics()  # still readable after close: the transport's last states
+    after = c.metrics_flat()  # still readable after close: the transport's last states
     assert after["connections-ready"] == 0

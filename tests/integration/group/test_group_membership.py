@@ -267,7 +267,7 @@ def test_pattern_subscription_picks_up_new_topics(broker, make_topic, produce):
         wait_until(later, 30, "records of the topic created after subscribing")
         assert {tp.topic for tp in c.assignment()} == {prefix, f"{prefix}-later"}
         assert c.subscription() == {prefix, f"{prefix}-later"}
-        m = c.metrics()
+        m = c.metrics_flat()
         assert m["member-state"] == "stable" and m["rebalance-total"] >= 2 and m["time-since-last-poll-ms"] >= 0
     finally:
         c.close()

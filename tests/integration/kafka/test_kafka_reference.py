@@ -145,7 +145,7 @@ def test_max_partition_fetch_bytes_bounds_each_answer(kafka):
     deadline = time.monotonic() + 30
     while got < 200 and time.monotonic() < deadline:
         got += sum(len(r) for r in consumer.poll(timeout_ms=500).values())
-    metrics = consumer.metrics()
+    metrics = consumer.metrics_flat()
     consumer.close()
     assert got == 200
     assert 0 < metrics["fetch-size-max"] <= limit

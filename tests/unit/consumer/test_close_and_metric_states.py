@@ -45,7 +45,7 @@ class _Recording(FaultyTransport):
 
 
 def _consumer(**extra):
-    settings = dict(bootstrap_servers=_closed_port(), api_version_auto_timeout_ms=0, reconnect_backoff_ms=20,
+    settings = dict(bootstrap_servers=_closed_port(), api_version=(3, 9), reconnect_backoff_ms=20,
                     reconnect_backoff_max_ms=50, **extra)
     transport = _Recording(KafkaTransport(ConsumerConfig.from_kwargs(**settings)))
     return Consumer(transport=transport, **settings), transport
@@ -93,15 +93,15 @@ def test_metrics_show_a_failing_connection_and_held_errors():
     c, transport = _consumer()
     try:
         c.assign([TopicPartition("t", 0)])  # needs metadata: the bootstrap server is tried
-        _wait(lambda: c.metrics()["connections-failing"] >= 1, 10, "a failed connection attempt")
-        m = c.metrics()
+        _wait(lambda: c.metrics_flat()["connections-failing"] >= 1, 10, "a failed connection attempt")
+        m = c.metrics_flat()
         (node, state), = m["connection-states"].items()
         assert node == "-1" and state["address"] == c.config.bootstrap_servers[0]
         assert state["state"] != "ready" and state["failures"] >= 1 and state["last-error"]
         assert m["connections-ready"] == 0
         assert m["errors-held"] == {} and m["errors-held-count"] == 0
         c._held.hold(("partition", TopicPartition("t", 0)), ke.TopicAuthorizationFailedError("no READ on 't'"))
-        m = c.metrics()
+        m = c.metrics_flat()
         assert m["errors-held"] == {
             "partition/t-0": "[Error 29] TopicAuthorizationFailedError: no READ on 't'"}
         assert m["errors-held-count"] == 1
