@@ -20,7 +20,8 @@ log = logging.getLogger("fsm_consumer.engine")
 
 _MAX_WAIT_MS = 5000.0  # even an idle loop wakes now and then (metadata age, deadlines of late events)
 # A pass that takes this much longer than it asked to wait was stalled (the process stopped, starved):
-# answers read after it may have waited unread since the pass before (see Pending.heard_after)
+# answers read after it may have waited unread since the pass before (see Pending.heard_after). While a
+# lease runs no pass waits longer than this, so a freeze cannot hide inside a long wait.
 _STALL_MS = 100.0
 
 
@@ -125,6 +126,10 @@ class NetworkThread:
         for m in self._machines:
             if m.next_deadline is not None:
                 wait = min(wait, m.next_deadline - now)
+            if m.timers_running:
+                # a lease runs: wake often enough that a stall of this process (frozen inside a long wait)
+                # is always seen, or an answer read on waking would count as just heard (_heard_after)
+                wait = min(wait, _STALL_MS)
         wait = max(0.0, min(wait, self._expire(now)))
         polled = clock.now_ms()
         done = self._transport.poll(wait)

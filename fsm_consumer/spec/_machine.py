@@ -184,6 +184,11 @@ class SpecMachine:
             self._timer_due[name] = since + self.durations[self._timers[name].after]
             self._update_next()
 
+    @property
+    def timers_running(self) -> bool:
+        """Whether a timer spanning states runs (a lease: its owner wants a stalled process noticed)."""
+        return bool(self._timer_due)
+
     def timer_deadline(self, name: str) -> float | None:
         """When timer ``name`` fires, None while it is not running."""
         return self._timer_due.get(name)

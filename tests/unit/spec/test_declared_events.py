@@ -132,6 +132,7 @@ class _Exploding:
     stall come first) and again after them; the second is the one after the close was handled."""
 
     next_deadline = None
+    timers_running = False
     ticks = 0
 
     def tick(self, now):
