@@ -19,6 +19,19 @@ __all__ = [
     "Assignor", "BackgroundThreadError", "CommitFailedError", "ConfigError", "Consumer", "ConsumerClosedError",
     "ConsumerConfig", "ConsumerRebalanceListener", "ConsumerRecord", "CorruptRecordError",
     "FsmConsumerError", "IllegalStateError", "KafkaConsumer", "KafkaTimeoutError", "NoOffsetForPartitionError",
-    "OffsetAndMetadata", "RebalanceInProgressError", "RebalanceProtocol", "RecordError", "RecordTooLargeError", "TopicPartition",
-    "WakeupException", "__version__",
+    "OffsetAndMetadata", "ParallelConsumer", "RebalanceInProgressError", "RebalanceProtocol", "RecordError",
+    "RecordTooLargeError", "TopicPartition", "WakeupException", "__version__",
 ]
+
+
+def __getattr__(name: str):
+    # fsm_consumer.parallel brings asyncio and its workers: imported when first asked for, not with the package
+    if name == "ParallelConsumer":
+        from .parallel import ParallelConsumer
+        globals()[name] = ParallelConsumer  # later lookups find it directly
+        return ParallelConsumer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"ParallelConsumer"})

@@ -7,6 +7,13 @@ storage is formatted for a static one-voter quorum and the server runs as ``java
 kafka.Kafka server.properties`` with a small heap, so it starts in a few seconds on 2 cores.
 Settings are those a test wants: no initial rebalance delay (the point of the reference broker is
 prompt JoinGroups), sessions down to 500 ms, replication factor 1 for the internal topics.
+
+Ports are picked free before the JVM starts, which takes seconds to bind them: another process (a
+broker of another job) may take one in between. The first start then retries on fresh ports
+(``_PORT_ATTEMPTS`` in all, storage formatted anew), as ``EmbeddedBroker`` does for Tansu. A conflict
+is told from Kafka exiting while one of its ports is held by someone else (its own log says nothing:
+the jars carry no SLF4J binding), or from another broker (another cluster id) answering on the port.
+A port given by the caller, and ``restart()`` (the same ports), are not changed: a conflict there raises.
 """
 
 from __future__ import annotations
@@ -25,12 +32,14 @@ from ._admin import LoopbackBroker
 from ._errors import BrokerNotRunningError, BrokerRequestError, BrokerStartError
 from ._kafka_jars import KAFKA_VERSION, find_java, kafka_libs
 from ._logtail import tail
-from ._ports import LOOPBACK, free_loopback_port
+from ._ports import LOOPBACK, free_loopback_port, port_in_use
 from ._process import GuardedProcess
 from ._wire import fetch_api_versions
 
 _HEAP = ["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
          "-Djava.net.preferIPv4Stack=true"]  # IPv4 sockets: 127.0.0.1, not ::ffff:127.0.0.1 on a dual-stack one
+# An auto-picked port can be taken by someone else while the JVM starts: fresh ports, this many times in all.
+_PORT_ATTEMPTS = 3
 _BROKER_DEFAULTS = {
     "offsets.topic.replication.factor": "1",
     "offsets.topic.num.partitions": "4",     # 50 by default: slow to create on 2 cores, useless here
@@ -45,6 +54,14 @@ _BROKER_DEFAULTS = {
     "num.network.threads": "2",
     "num.io.threads": "2",
 }
+
+
+class _PortTaken(BrokerStartError):
+    """Kafka could not have its ports: another process holds ``taken``. Fresh ports may help."""
+
+    def __init__(self, message: str, taken: list[int]) -> None:
+        super().__init__(message)
+        self.taken = taken
 
 
 def _cluster_id() -> str:
@@ -64,17 +81,18 @@ class KafkaBroker(LoopbackBroker):
         self.version = version
         #: user -> password on a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); see sasl_bootstrap_servers
         self.sasl_users = dict(sasl_users or {})
-        self._sasl_port = free_loopback_port() if self.sasl_users else None
         #: (certificate chain PEM file, unencrypted PKCS#8 key PEM file) of an SSL listener; see ssl_bootstrap_servers
         self.ssl_keystore = ssl_keystore
-        self._ssl_port = free_loopback_port() if ssl_keystore else None
         self.config = dict(config or {})
         self.start_timeout = start_timeout
         self.stop_grace = stop_grace
         self.java = find_java()
         self.libs = kafka_libs(version)
-        self._port = port if port is not None else free_loopback_port()
-        self._controller_port = free_loopback_port()
+        self._fixed_port = port
+        self._sasl_port: int | None = None
+        self._ssl_port: int | None = None
+        self._port = self._controller_port = 0
+        self._pick_ports()
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
         self._process: GuardedProcess | None = None
         self._api_versions: dict[int, tuple[int, int]] = {}
@@ -109,15 +127,15 @@ class KafkaBroker(LoopbackBroker):
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> None:
-        """Format the storage (first start) and start the server; blocks until it answers Metadata."""
+        """Format the storage (first start) and start the server; blocks until it answers Metadata. A first
+        start whose auto-picked ports were taken meanwhile is retried on fresh ports."""
         if self.running:
             return
         try:
             if self._workdir is None:
-                self._workdir = tempfile.TemporaryDirectory(prefix="fsm-consumer-kafka-", ignore_cleanup_errors=True)
-                self._write_properties()
-                self._format()
-            self._spawn_and_wait()
+                self._first_start()
+            else:
+                self._spawn_and_wait()
         except BaseException:
             self.stop()
             raise
@@ -145,6 +163,38 @@ class KafkaBroker(LoopbackBroker):
         return f"<KafkaBroker {self.version} {self.bootstrap_servers} {state}>"
 
     # -- internals ----------------------------------------------------------------------------------
+    def _pick_ports(self) -> None:
+        """Free ports for every listener the caller did not fix (in this order: SASL, SSL, client, controller)."""
+        self._sasl_port = free_loopback_port() if self.sasl_users else None
+        self._ssl_port = free_loopback_port() if self.ssl_keystore else None
+        self._port = self._fixed_port if self._fixed_port is not None else free_loopback_port()
+        self._controller_port = free_loopback_port()
+
+    def _ports(self) -> dict[int, str]:
+        """Every port of the server -> which listener it is."""
+        named = {self._port: "client", self._controller_port: "controller", self._sasl_port: "SASL",
+                 self._ssl_port: "SSL"}
+        return {port: name for port, name in named.items() if port is not None}
+
+    def _first_start(self) -> None:
+        """Format and start; on a port conflict, again on fresh ports (a fresh storage too: nothing of the
+        failed attempt, which may have written its quorum state, is kept)."""
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            self._workdir = tempfile.TemporaryDirectory(prefix="fsm-consumer-kafka-", ignore_cleanup_errors=True)
+            self._write_properties()
+            self._format()
+            try:
+                self._spawn_and_wait()
+                return
+            except _PortTaken as exc:
+                if self._fixed_port in exc.taken:
+                    raise BrokerStartError(f"{exc} (the port was given: not retried)") from None
+                if attempt == _PORT_ATTEMPTS:
+                    raise BrokerStartError(f"{exc} (after {attempt} attempts on fresh ports)") from None
+                self._workdir.cleanup()
+                self._workdir = None
+                self._pick_ports()
+
     @property
     def _properties_path(self) -> Path:
         assert self._workdir is not None
@@ -247,13 +297,27 @@ class KafkaBroker(LoopbackBroker):
         while True:
             try:
                 self._api_versions = fetch_api_versions(LOOPBACK, self._port, timeout=0.5)
-                self._metadata(None, timeout=2.0)
-                break
+                cluster = self._metadata(None, timeout=2.0).cluster_id
             except BrokerRequestError as exc:
                 last = exc
+            else:
+                if cluster == self.cluster_id:
+                    break
+                if cluster is not None:  # not ours, which cannot bind the port: it exits, or is stopped here
+                    self._stop_server()
+                    self._api_versions = {}
+                    raise _PortTaken(f"another broker (cluster id {cluster!r}) answers on {self.bootstrap_servers}: "
+                                     f"the port was taken before Apache Kafka could bind it", [self._port])
             if not self._process.alive():
                 code = self._process.returncode
                 self._stop_server()
+                taken = [port for port in self._ports() if port_in_use(port)]  # ours is gone: someone else's
+                if taken:
+                    raise _PortTaken(f"Apache Kafka exited with code {code} before it answered on "
+                                     f"{self.bootstrap_servers}: "
+                                     + ", ".join(f"{LOOPBACK}:{port} (its {self._ports()[port]} listener)"
+                                                 for port in taken)
+                                     + " taken by another process", taken)
                 raise BrokerStartError(f"Apache Kafka exited with code {code} before it answered on "
                                        f"{self.bootstrap_servers}; end of its log:\n{tail(self.log_path)}")
             if time.monotonic() > deadline:

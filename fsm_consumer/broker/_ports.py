@@ -1,7 +1,8 @@
-"""Picking a free TCP port on the loopback interface."""
+"""Picking a free TCP port on the loopback interface, and telling whether one is taken."""
 
 from __future__ import annotations
 
+import errno
 import socket
 
 LOOPBACK = "127.0.0.1"
@@ -16,3 +17,18 @@ def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         return sock.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    """Whether some socket holds ``port`` on 127.0.0.1 so that a server could not bind it: one listening
+    there (or on every interface), or bound without SO_REUSEADDR. Connections left in TIME_WAIT by a
+    server that exited do not count."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False

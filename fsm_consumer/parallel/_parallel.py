@@ -106,6 +106,7 @@ class ParallelConsumer:
         self._final: dict[TopicPartition, tuple[int, str]] = {}
         self._commit_pending = False
         self._fatal: HandlerFailedError | None = None
+        self._abort: BaseException | None = None  # KeyboardInterrupt, SystemExit...: raised as itself
         self._stop = threading.Event()
         self._state = "new"        # new -> running -> done
         self._user_listener: Any = None
@@ -132,7 +133,9 @@ class ParallelConsumer:
     def run(self) -> None:
         """Handle records until :meth:`stop`; then drain what runs (up to ``revoke_timeout_ms``), commit,
         and return. Raises :class:`HandlerFailedError` after committing completed work when the handler
-        failed on a record and no ``on_failure`` was given."""
+        failed on a record and no ``on_failure`` was given; a ``BaseException`` that is no failure
+        (``KeyboardInterrupt``, ``SystemExit``) raised by the handler stops it the same way and is
+        raised as itself."""
         if self._state != "new":
             raise IllegalStateError("a ParallelConsumer runs once; create a new one")
         self._state = "running"
@@ -141,7 +144,7 @@ class ParallelConsumer:
         try:
             self._adopt(self.consumer.assignment())
             next_commit = _now_ms() + self.commit_interval_ms
-            while not self._stop.is_set() and self._fatal is None:
+            while not self._stop.is_set() and self._fatal is None and self._abort is None:
                 now = _now_ms()
                 self._drain(now)
                 for part in list(self._parts.values()):
@@ -157,6 +160,8 @@ class ParallelConsumer:
                 self._finish()
             finally:
                 self._state = "done"
+        if self._abort is not None:
+            raise self._abort
         if self._fatal is not None:
             raise self._fatal
 
@@ -196,6 +201,8 @@ class ParallelConsumer:
             if part is None:
                 log.debug("parallel consumer: records of %s-%d, which is not owned", tp.topic, tp.partition)
                 part = self._adopt([tp])[0]
+            elif part.sought_back(recs[0].offset):  # one poll's records of a partition come in offset order
+                part = self._restart(part, recs[0].offset)
             for rec in recs:
                 if part.receive(rec.offset):
                     jobs.append(Job(tp, rec.offset, rec, lane_of(ordering, tp, rec.key), part))
@@ -213,12 +220,21 @@ class ParallelConsumer:
                 outcome = self._completions.get_nowait()
             except Empty:
                 return
+            job = outcome.job
+            if outcome.abort and self._abort is None:
+                self._abort = _noted(outcome)
+            if job is None:
+                continue  # a worker ended outside any record
             self._in_flight -= 1
-            job, part = outcome.job, outcome.job.owner
+            part = job.owner
             counts["retried"] += outcome.retried
             if outcome.error is not None:
                 counts["failed"] += 1
-                if part.live and self._fatal is None:
+                if part.live:
+                    part.fail(job.offset)
+                # a record of a partition still ours (a run superseded by a seek too) stops run(); one
+                # of a partition given up since is not this member's any more
+                if not outcome.abort and self._fatal is None and (part.live or job.tp in self._parts):
                     self._fatal = HandlerFailedError(job.record, outcome.error)
                 continue
             counts["dead-lettered"] += outcome.dead_lettered
@@ -311,6 +327,20 @@ class ParallelConsumer:
             out.append(part)
         return out
 
+    def _restart(self, old: PartitionRun, offset: int) -> PartitionRun:
+        """The application sought ``old``'s partition back to ``offset`` (at or below what was received:
+        records are handled again from there, as Kafka users expect): the old run is released without a
+        commit (its queued records dropped; those running finish, their completions no longer count) and
+        a new run tracks the partition from ``offset``, so the next commit is the sought position."""
+        tp, now = old.tp, _now_ms()
+        log.info("parallel consumer: %s-%d sought back to %d (received up to %d): its progress restarts there",
+                 tp.topic, tp.partition, offset, old.progress.last_received)
+        old.machine.fire("seek", now)
+        part = PartitionRun(tp, None, self, self._settings, now, self.metadata_limit)
+        self._parts[tp] = part
+        self._scheduler.release(tp)
+        return part
+
     def _give_up(self, tps, trigger: str) -> None:
         """Revoked (drain, commit) or lost (drop) partitions, then forget them."""
         now = _now_ms()
@@ -358,7 +388,8 @@ class ParallelConsumer:
         """run() ends: drain and commit everything still owned, stop the workers, give the listener and
         the partitions it paused back."""
         try:
-            if self._fatal is not None:  # a record failed: nothing more is handed out, running ones finish
+            if self._fatal is not None or self._abort is not None:
+                # a record failed (or aborted): nothing more is handed out, running ones finish
                 for part in self._parts.values():
                     if part.live:
                         part.drop_queued()
@@ -396,6 +427,19 @@ class ParallelConsumer:
             return  # assigned by hand: no rebalances
         self._user_listener = self.consumer.swap_rebalance_listener(_Listener(self))
         self._swapped = True
+
+
+def _noted(outcome: Outcome) -> BaseException:
+    """The aborting exception, with a note saying where it came from (it is raised from run())."""
+    exc, job = outcome.error, outcome.job
+    if job is None:
+        exc.add_note("it ended a ParallelConsumer's worker outside any record; run() stopped: the records "
+                     "completed were committed")
+    else:
+        record = job.record
+        exc.add_note(f"raised in a ParallelConsumer's worker on {record.topic}-{record.partition}@{record.offset}; "
+                     f"run() stopped: the records completed were committed, this one was not")
+    return exc
 
 
 class _Listener:

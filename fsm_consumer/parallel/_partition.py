@@ -2,8 +2,9 @@
 progress, and how many of its records are out (queued or running).
 
 The hooks are the spec's: ``hold``/``unhold`` stop and restart handing out the partition's records
-(and its fetching), ``drop_queued`` forgets the queued ones when a drain runs out of time or the
-partition is lost, ``commit_final`` notes the last commit. The effects on the consumer and the scheduler go through the ``Owner`` given
+(and its fetching), ``drop_queued`` forgets the queued ones when a drain runs out of time, the
+partition is lost or sought back (a new run then tracks it from the sought offset), ``commit_final``
+notes the last commit. The effects on the consumer and the scheduler go through the ``Owner`` given
 (the ParallelConsumer), so this model stays free of I/O and threads.
 """
 
@@ -57,6 +58,16 @@ class PartitionRun:
         self.out -= 1
         self.completed += 1
         self.progress.complete(offset)
+
+    def fail(self, offset: int) -> None:
+        """A record failed for good (or its handler aborted run()): no longer out, so a drain does not
+        wait for it, and never done, so no commit passes it."""
+        self.out -= 1
+
+    def sought_back(self, offset: int) -> bool:
+        """Whether a polled record at ``offset`` means the application sought the partition back: it is
+        not above the last offset received (or, before any, below the committed offset restored)."""
+        return self.progress is not None and offset <= self.progress.last_received
 
     def check_size(self, now: float) -> None:
         """Block or unblock on the size of the metadata encoding (once per loop pass, not per record)."""

@@ -264,6 +264,11 @@ class PartitionProgress:
             self._changes += 1
 
     @property
+    def last_received(self) -> int:
+        """The last offset received (start - 1 before the first): a record at or below it is no new one."""
+        return self._last
+
+    @property
     def committable(self) -> int:
         """The offset to commit: the lowest pending offset; if none, last received + 1 (start before any)."""
         return self._order[0] if self._order else self._last + 1

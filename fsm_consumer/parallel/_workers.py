@@ -7,6 +7,10 @@ outcome goes on the completions queue for the application thread, and the job's 
 a record that failed for good stays busy (run() is about to raise; that key's later records must
 not run before it). Sleeping for
 a retry keeps the lane busy: the key's later records wait, in order.
+
+A ``BaseException`` that is no failure of a record (``KeyboardInterrupt``, ``SystemExit``) is not
+retried: it becomes an ``abort`` outcome, the worker ends, and run() stops and raises it as itself.
+Whatever ends a worker, its outcome is reported: a worker never dies silently.
 """
 
 from __future__ import annotations
@@ -25,12 +29,27 @@ log = logging.getLogger("fsm_consumer.parallel")
 
 
 class Outcome(NamedTuple):
-    """What became of a job: ``error`` None when handled (or dead-lettered by on_failure)."""
+    """What became of a job: ``error`` None when handled (or dead-lettered by on_failure). ``abort``:
+    ``error`` must stop run() and reach its caller as itself; ``job`` is None when a worker ended
+    outside any record."""
 
-    job: Job
+    job: Job | None
     error: BaseException | None
     retried: int
     dead_lettered: bool
+    abort: bool = False
+
+
+def is_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure of the record (retried, then on_failure or HandlerFailedError), not
+    a request to stop the process (``KeyboardInterrupt``, ``SystemExit``: they abort run()).
+
+    ``asyncio.CancelledError`` counts as the record's failure: a ParallelConsumer never cancels a
+    handler (stop() lets running handlers finish), so one reaching us was raised inside the handler
+    (a task or timeout it awaited was cancelled) and says nothing about the consumer; letting it
+    propagate would end every worker of the event loop over one record. A worker task that really
+    is being cancelled is told apart by ``Task.cancelling()`` (``AsyncWorkers._handle``)."""
+    return isinstance(exc, (Exception, asyncio.CancelledError))
 
 
 class Attempts:
@@ -46,15 +65,35 @@ class Attempts:
     def pause_s(self, attempt: int) -> float:
         return min(self.backoff_ms * 2 ** (attempt - 1), self.backoff_max_ms) / 1000
 
+    def after(self, job: Job, exc: BaseException, stopping: bool) -> Outcome | float:
+        """What follows a failed attempt: the job's outcome, or the seconds to wait before retrying."""
+        if not is_failure(exc):
+            return Outcome(job, exc, job.attempts - 1, False, abort=True)
+        if job.attempts > self.retries or stopping:
+            return self.give_up(job, exc)
+        log.debug("handler failed on %s@%d (attempt %d), retrying: %r", job.tp, job.offset, job.attempts, exc)
+        return self.pause_s(job.attempts)
+
     def give_up(self, job: Job, exc: BaseException) -> Outcome:
         if self.on_failure is None:
             return Outcome(job, exc, job.attempts - 1, False)
         try:
             self.on_failure(job.record, exc)
         except BaseException as hook_exc:  # the dead-letter hook itself failed: nothing handled this record
+            if not is_failure(hook_exc):
+                return Outcome(job, hook_exc, job.attempts - 1, False, abort=True)
             hook_exc.__cause__ = exc
             return Outcome(job, hook_exc, job.attempts - 1, False)
         return Outcome(job, None, job.attempts - 1, True)
+
+
+def _hand_over(outcome: Outcome, scheduler: Scheduler, completions: SimpleQueue, wake: Callable[[], None]) -> None:
+    """Hand ``outcome`` to the application thread, then free the job's lane (its next record becomes
+    ready) unless the record failed for good: that key's later records must not run before it."""
+    completions.put(outcome)
+    if outcome.error is None and outcome.job is not None:
+        scheduler.done(outcome.job)
+    wake()
 
 
 class ThreadWorkers:
@@ -83,15 +122,19 @@ class ThreadWorkers:
         return not any(t.is_alive() for t in self._threads)
 
     def _run(self, worker: int) -> None:
-        while not self._stopping.is_set():
-            job = self._scheduler.take(worker)
-            if job is None:
-                return
-            outcome = self._handle(job)
-            self._completions.put(outcome)
-            if outcome.error is None:  # a failed key stays busy: its later records must not run
-                self._scheduler.done(job)
-            self._wake()
+        job = None
+        try:
+            while not self._stopping.is_set():
+                job = self._scheduler.take(worker)
+                if job is None:
+                    return
+                outcome = self._handle(job)
+                job = None  # reported from here on
+                _hand_over(outcome, self._scheduler, self._completions, self._wake)
+                if outcome.abort:
+                    return  # run() stops and raises it
+        except BaseException as exc:  # never a silent dead worker: run() raises what ended it
+            _hand_over(Outcome(job, exc, 0, False, abort=True), self._scheduler, self._completions, self._wake)
 
     def _handle(self, job: Job) -> Outcome:
         while True:
@@ -99,12 +142,11 @@ class ThreadWorkers:
             try:
                 self._handler(job.record)
                 return Outcome(job, None, job.attempts - 1, False)
-            except Exception as exc:
-                if job.attempts > self._attempts.retries or self._stopping.is_set():
-                    return self._attempts.give_up(job, exc)
-                log.debug("handler failed on %s@%d (attempt %d), retrying: %r", job.tp, job.offset, job.attempts,
-                          exc)
-                if self._stopping.wait(self._attempts.pause_s(job.attempts)):
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt too: here only the handler raises them
+                then = self._attempts.after(job, exc, self._stopping.is_set())
+                if isinstance(then, Outcome):
+                    return then
+                if self._stopping.wait(then):
                     return self._attempts.give_up(job, exc)
 
 
@@ -142,30 +184,53 @@ class AsyncWorkers:
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
+    def _report(self, outcome: Outcome) -> None:
+        _hand_over(outcome, self._scheduler, self._completions, self._wake)
+
     def _main(self) -> None:
         asyncio.set_event_loop(self._loop)
         try:
             self._loop.run_until_complete(self._all())
+        except BaseException as exc:
+            # KeyboardInterrupt or SystemExit raised in a task the handler created leaves the event loop
+            # itself (asyncio re-raises them): report it, then cancel the tasks left, whose workers
+            # report their records as aborted (so none stays counted as running)
+            self._report(Outcome(None, exc, 0, False, abort=True))
+            self._cancel_all()
         finally:
             self._loop.close()
+
+    def _cancel_all(self) -> None:
+        tasks = asyncio.all_tasks(self._loop)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            try:
+                self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            except BaseException as exc:  # a second one while cancelling: the first is what run() raises
+                log.warning("parallel consumer: the event loop ended while its tasks were cancelled: %r", exc)
 
     async def _all(self) -> None:
         await asyncio.gather(*(self._worker(i) for i in range(self._parallelism)))
 
     async def _worker(self, worker: int) -> None:
-        while not self._stopping:
-            job = self._scheduler.try_take(worker)
-            if job is None:
-                self._ready.clear()
-                job = self._scheduler.try_take(worker)  # again after clear(): a notify in between is not lost
+        job = None
+        try:
+            while not self._stopping:
+                job = self._scheduler.try_take(worker)
                 if job is None:
-                    await self._ready.wait()
-                    continue
-            outcome = await self._handle(job)
-            self._completions.put(outcome)
-            if outcome.error is None:  # a failed key stays busy: its later records must not run
-                self._scheduler.done(job)
-            self._wake()
+                    self._ready.clear()
+                    job = self._scheduler.try_take(worker)  # again after clear(): a notify in between is not lost
+                    if job is None:
+                        await self._ready.wait()
+                        continue
+                outcome = await self._handle(job)
+                job = None  # reported from here on
+                self._report(outcome)
+                if outcome.abort:
+                    return  # run() stops and raises it
+        except BaseException as exc:  # never a silent dead worker: run() raises what ended it
+            self._report(Outcome(job, exc, 0, False, abort=True))
 
     async def _handle(self, job: Job) -> Outcome:
         while True:
@@ -173,10 +238,20 @@ class AsyncWorkers:
             try:
                 await self._handler(job.record)
                 return Outcome(job, None, job.attempts - 1, False)
-            except Exception as exc:
-                if job.attempts > self._attempts.retries or self._stopping:
-                    return self._attempts.give_up(job, exc)
-                await asyncio.sleep(self._attempts.pause_s(job.attempts))
+            except BaseException as exc:
+                if isinstance(exc, asyncio.CancelledError) and _cancelling():
+                    # this worker's own task is being cancelled (the loop is shutting down after an
+                    # abort): not the record's failure, and no retry
+                    return Outcome(job, exc, job.attempts - 1, False, abort=True)
+                then = self._attempts.after(job, exc, self._stopping)
+                if isinstance(then, Outcome):
+                    return then
+                await asyncio.sleep(then)
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def is_async(handler: Callable[..., Any]) -> bool:

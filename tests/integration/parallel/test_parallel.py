@@ -304,13 +304,74 @@ def test_a_failing_handler_is_retried_then_dead_lettered_or_raised(broker, make_
 
     consumer = group_consumer(broker)
     consumer.subscribe([topic])
-    with ParallelConsumer(consumer, poison, parallelism=4) as pc:
+    with ParallelConsumer(consumer, poison, parallelism=4, revoke_timeout_ms=60_000) as pc:
         thread, errors = run_in_thread(pc)
+        wait_until(lambda: pc.metrics()["failed"] == 1, 60, "offset 12 to fail")
+        failed_at = time.monotonic()
         thread.join(60)
+        took = time.monotonic() - failed_at
+    # no waiting for the failed record to finish: it counts out of its partition at once
+    assert took < 10, f"run() raised {took:.1f} s after the failure (revoke_timeout_ms is 60 s)"
     assert len(errors) == 1 and isinstance(errors[0], HandlerFailedError)
     assert f"{topic}-0@12" in str(errors[0]) and isinstance(errors[0].__cause__, ValueError)
     assert seen == list(range(12))
     assert consumer.committed(TopicPartition(topic, 0)) == 12  # completed work only
+    consumer.close()
+
+
+class SeekOnAssignment:
+    """The user's listener: seeks each assigned partition back to ``offset`` (a classic replay)."""
+
+    def __init__(self, consumer: Consumer, offset: int) -> None:
+        self.consumer = consumer
+        self.offset = offset
+        self.assigned: list[TopicPartition] = []
+
+    def on_partitions_assigned(self, assigned) -> None:
+        for tp in assigned:
+            self.consumer.seek(tp, self.offset)
+        self.assigned.extend(assigned)
+
+    def on_partitions_revoked(self, revoked) -> None:
+        pass
+
+
+def test_a_seek_below_the_committed_offset_handles_the_records_again(broker, make_topic, produce):
+    topic = make_topic(partitions=1)
+    tp = TopicPartition(topic, 0)
+    produce(topic, 30, key=lambda i: b"k%d" % (i % 3), value=b"x")
+    group = f"seek-{uuid.uuid4().hex[:8]}"
+    handled: list[int] = []
+    lock = threading.Lock()
+
+    def handler(record):
+        with lock:
+            handled.append(record.offset)
+            if len(handled) == expected:
+                pc.stop()
+
+    consumer = group_consumer(broker, group_id=group)
+    consumer.subscribe([topic])
+    expected = 30
+    with ParallelConsumer(consumer, handler, parallelism=4) as pc:
+        thread, errors = run_in_thread(pc)
+        thread.join(60)
+    assert not errors and sorted(handled) == list(range(30))
+    assert consumer.committed(tp) == 30
+    consumer.close()
+
+    handled.clear()
+    consumer = group_consumer(broker, group_id=group)
+    listener = SeekOnAssignment(consumer, 10)  # below the group's committed 30
+    consumer.subscribe([topic], listener=listener)
+    expected = 20
+    with ParallelConsumer(consumer, handler, parallelism=4) as pc:
+        thread, errors = run_in_thread(pc)
+        thread.join(60)
+    assert not thread.is_alive() and not errors, errors
+    assert listener.assigned == [tp]
+    assert sorted(handled) == list(range(10, 30))  # handled again from the sought offset, once each
+    assert consumer.committed(tp) == 30
     consumer.close()
 
 

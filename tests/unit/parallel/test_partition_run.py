@@ -111,3 +111,29 @@ def test_a_restored_partition_skips_what_was_done_and_counts_it_out():
     assert [run.receive(o) for o in range(10, 15)] == [True, False, True, False, True]
     assert run.out == 3
     assert run.metrics()["gap"] == 3 and run.metrics()["state"] == "active"
+
+
+@pytest.mark.parametrize("state", ["active", "blocked"])
+def test_a_sought_back_partition_is_released_without_a_commit(state):
+    owner = Owner(queued=2)
+    run = run_with(3000, DONE, owner, limit=512)
+    if state == "blocked":
+        run.check_size(now=1.0)
+    assert run.state == state
+    assert not run.sought_back(3000) and run.sought_back(2999) and run.sought_back(0)
+    run.machine.fire("seek", 2.0)
+    assert run.state == "released" and not run.live
+    assert ("drop", 2) in owner.effects and not [e for e in owner.effects if e[0] == "commit"]
+
+
+def test_before_any_record_a_seek_below_the_restored_offset_is_seen():
+    run = PartitionRun(TP, PartitionProgress(10, done=[11]), Owner(), Settings(), now=0.0, limit=4096)
+    assert run.sought_back(9) and not run.sought_back(10) and not run.sought_back(12)
+    fresh = PartitionRun(TP, None, Owner(), Settings(), now=0.0, limit=4096)
+    assert not fresh.sought_back(0)  # nothing committed, nothing received: any offset is a start
+
+
+def test_a_failed_record_counts_out_but_is_never_done():
+    run = run_with(3, [0, 2], Owner())
+    run.fail(1)
+    assert run.out == 0 and run.to_commit() == (1, run.progress.metadata())
