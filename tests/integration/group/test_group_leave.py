@@ -131,6 +131,8 @@ def test_close_in_join_backoff(broker, make_topic):
     faults.fail("Heartbeat", 27, times=1)   # REBALANCE_IN_PROGRESS: rejoin
     faults.fail("JoinGroup", 15, times=1)   # COORDINATOR_NOT_AVAILABLE: back off (a minute)
     deadline = time.monotonic() + 20
-    while _state(c) != "join_backoff" and time.monotonic() < deadline:
+    # COORDINATOR_NOT_AVAILABLE also sends the member to find the coordinator again: wait for it too, as a
+    # close without a coordinator gives the LeaveGroup up (as Java's maybeLeaveGroup does)
+    while (_state(c) != "join_backoff" or c._group.coordinator.node is None) and time.monotonic() < deadline:
         c.poll(timeout_ms=20)  # the eager revocation callback runs here
     _close_and_check(c, sent, listener, "join_backoff")
