@@ -136,3 +136,26 @@ def test_close_in_join_backoff(broker, make_topic):
     while (_state(c) != "join_backoff" or c._group.coordinator.node is None) and time.monotonic() < deadline:
         c.poll(timeout_ms=20)  # the eager revocation callback runs here
     _close_and_check(c, sent, listener, "join_backoff")
+
+
+def test_fenced_while_leaving_loses_the_partitions_and_still_closes(broker, make_topic):
+    """The membership ends while close() runs on_partitions_revoked (a heartbeat answered UNKNOWN_MEMBER_ID,
+    as after a session expiry): the partitions are lost, nothing is committed for them, no LeaveGroup is
+    sent for a membership that is gone, and close() still returns promptly."""
+    topic = make_topic(partitions=2)
+    c, faults, sent, listener = _member(broker.bootstrap_servers, f"g-{topic}", topic, "range")
+    _poll_until_stable(c)
+
+    def slow_revoke(revoked):  # long enough for a heartbeat (every 300 ms) to be answered meanwhile
+        listener.calls.append(("revoked", sorted(tp.partition for tp in revoked)))
+        if len(listener.calls) == 2:  # the first revocation, inside close(): leave_revoking
+            faults.fail("Heartbeat", 25)  # UNKNOWN_MEMBER_ID
+        time.sleep(1.0)
+    listener.on_partitions_revoked = slow_revoke
+    leaves = sent["LeaveGroup"]
+    started = time.monotonic()
+    c.close(timeout_ms=CLOSE_MS)
+    log = [(r.source, r.trigger, r.dest) for r in c._group.membership.machine.log]
+    assert ("leave_revoking", "fenced_error", "leave_lost") in log, log
+    assert c._group.membership.machine.state == "unjoined" and sent["LeaveGroup"] == leaves, log
+    assert time.monotonic() - started < CLOSE_MS / 2000

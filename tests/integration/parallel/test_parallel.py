@@ -418,3 +418,54 @@ def test_bad_arguments_name_what_is_wrong(broker):
             ParallelConsumer(consumer, print, **kw)
         assert err.value.key == key
     consumer.close()
+
+
+def test_a_drain_that_outlasts_revoke_timeout_gives_the_partition_up(broker, make_topic, produce):
+    """A handler still running when revoke_timeout_ms runs out: the revoked partition is released without
+    waiting longer (its unfinished records are not committed by this member); the rebalance goes on."""
+    from fsm_consumer.spec import add_observer, remove_observer
+    topic = make_topic(partitions=2)
+    produce(topic, 200, key=lambda i: b"k%d" % i, value=b"x")
+    group = f"drain-{uuid.uuid4().hex[:8]}"
+    strategy = {"partition_assignment_strategy": ["cooperative-sticky"]}
+    release = threading.Event()
+    started = threading.Event()
+
+    def handler(record):
+        started.set()
+        release.wait(30)  # stuck until the test lets it go
+
+    timed_out = []
+
+    def observe(rec):
+        if rec.machine == "parallel" and rec.trigger == "drain_timed_out":
+            timed_out.append(rec)
+    add_observer(observe)
+    ca = group_consumer(broker, group_id=group, **strategy)
+    ca.subscribe([topic])
+    cb = group_consumer(broker, group_id=group, **strategy)
+    pa = ParallelConsumer(ca, handler, parallelism=2, revoke_timeout_ms=300)
+    ta, ea = run_in_thread(pa)
+    stop_b = threading.Event()
+
+    def poll_b():
+        cb.subscribe([topic])
+        while not stop_b.is_set():
+            cb.poll(timeout_ms=100)
+    tb = threading.Thread(target=poll_b, daemon=True)
+    try:
+        wait_until(started.is_set, 60, "member a to start a record")
+        tb.start()
+        wait_until(lambda: timed_out, 60, "a revoked partition's drain to time out",
+                   explain=lambda: f"b owns {cb.assignment()}")
+        wait_until(lambda: cb.assignment(), 60, "member b to get its partition")
+    finally:
+        remove_observer(observe)
+        release.set()
+        pa.stop()
+        ta.join(30)
+        stop_b.set()
+        tb.join(10)
+        ca.close()
+        cb.close()
+    assert not ea, ea
