@@ -343,12 +343,6 @@ class CommitManager:
             log.warning("auto-commit of %d partitions failed: %s", len(positions), error)
 
     # -- requests and answers ---------------------------------------------------------------------------
-    def _generation(self):
-        m = self.membership
-        if m is None or m.generation < 0:
-            return -1, "", self._config.group_instance_id if m is not None else None
-        return m.generation, m.member_id, self._config.group_instance_id
-
     def _commit_request(self, offsets, stamp: tuple[int, str]) -> OffsetCommitRequest:
         generation, member_id = stamp
         instance = self._config.group_instance_id if self.membership is not None else None

@@ -85,7 +85,6 @@ class MembershipManager:
         self._joined_at = 0.0  # when this round's JoinGroup was answered
         self._token = 0                           # identifies the callback request last posted
         self._token_kind: str | None = None       # and what it was (revoke, assign, lost)
-        self._request_sent_at = 0.0               # when the JoinGroup or SyncGroup in flight went out
         self._last_poll: float | None = None
         self._joined_topics: tuple[str, ...] = ()
         self._joined_counts: dict[str, int] = {}
@@ -430,13 +429,13 @@ class MembershipManager:
             group_instance_id=self._config.group_instance_id, protocol_type="consumer", protocols=protocols,
             reason=None)
         self._request_in_flight = True
-        self._request_sent_at = self.machine.now
         log.info("group %s: JoinGroup (generation %d, owned %s)", self._config.group_id, self.generation,
                  sorted(tp.partition for tp in owned))
         # the coordinator holds JoinGroup until the group rebalances: allow the rebalance timeout
         timeout = max(self._config.request_timeout_ms, self._config.max_poll_interval_ms + 5000)
-        visit = self.machine.visit
-        return Outgoing(request, node, lambda pending, now: self._on_join(pending, now, visit), timeout_ms=timeout)
+        visit, sent = self.machine.visit, self.machine.now
+        return Outgoing(request, node, lambda pending, now: self._on_join(pending, now, visit, sent),
+                        timeout_ms=timeout)
 
     def _round_answer(self, pending, visit: int) -> int | None:
         """The error code of a JoinGroup or SyncGroup answer; None when there is nothing to do (the
@@ -451,7 +450,7 @@ class MembershipManager:
             return None
         return pending.response.error_code
 
-    def _on_join(self, pending, now: float, visit: int) -> None:
+    def _on_join(self, pending, now: float, visit: int, sent: float) -> None:
         code = self._round_answer(pending, visit)
         if code is None:
             return
@@ -465,7 +464,7 @@ class MembershipManager:
             self._assigned_counts = None  # set again by _assign if this member leads
             self._joined_at = now
             self.heartbeat.reset(now)
-            self.machine.restart_timer("session", _heard(pending, self._request_sent_at))
+            self.machine.restart_timer("session", _heard(pending, sent))
             log.info("group %s: joined generation %d as %s (leader %s, %d members)", self._config.group_id,
                      self.generation, self.member_id, self.leader_id, len(self._members))
             self._record("joined", ())
@@ -485,13 +484,12 @@ class MembershipManager:
             assignments = [SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=encode_assignment(a))
                            for m, a in sorted(assignment.items())]
         self._request_in_flight = True
-        self._request_sent_at = self.machine.now
         request = SyncGroupRequest(
             group_id=self._config.group_id, generation_id=self.generation, member_id=self.member_id,
             group_instance_id=self._config.group_instance_id, protocol_type="consumer",
             protocol_name=self.group_protocol, assignments=assignments)
-        visit = self.machine.visit
-        return [Outgoing(request, node, lambda pending, now: self._on_sync(pending, now, visit))]
+        visit, sent = self.machine.visit, self.machine.now
+        return [Outgoing(request, node, lambda pending, now: self._on_sync(pending, now, visit, sent))]
 
     def _assign(self) -> dict[str, Assignment] | None:
         assignor = next((a for a in self.assignors if a.name == self.group_protocol), None)
@@ -536,7 +534,7 @@ class MembershipManager:
         now = self._partition_counts(self._assigned_counts)
         return any(now.get(t, 0) != n for t, n in self._assigned_counts.items())
 
-    def _on_sync(self, pending, now: float, visit: int) -> None:
+    def _on_sync(self, pending, now: float, visit: int, sent: float) -> None:
         code = self._round_answer(pending, visit)
         if code is None:
             return
@@ -550,7 +548,7 @@ class MembershipManager:
             for a in self.assignors:
                 if a.name == self.group_protocol:
                     a.on_assignment(assignment, self.generation)
-            self.machine.restart_timer("session", _heard(pending, self._request_sent_at))
+            self.machine.restart_timer("session", _heard(pending, sent))
             self.machine.fire("synced", now)
         else:
             self._round_failed(code, "SyncGroup")
