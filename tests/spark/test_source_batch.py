@@ -21,10 +21,14 @@ SPARK_KAFKA_FIELDS = [("key", "binary"), ("value", "binary"), ("topic", "string"
 
 def _fill(servers: str, topic: str, per_partition: int, partitions: int, value=lambda p, i: b"%d-%d" % (p, i),
           headers=None) -> None:
-    """Produce fast (no per-record callback): ``per_partition`` records into each partition, in order."""
+    """Produce fast (no per-record callback): ``per_partition`` records into each partition, in order.
+
+    Idempotent, so a retried batch (a broker slow to take a new topic's first writes) can neither land
+    twice nor after a later batch: every value then sits at the offset it names, which the tests check."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": servers, "linger.ms": 20, "batch.num.messages": 10_000,
+    producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True, "linger.ms": 20,
+                         "batch.num.messages": 10_000,
                          "queue.buffering.max.messages": 2 * per_partition * partitions + 1000})
     for i in range(per_partition):
         for p in range(partitions):

@@ -24,7 +24,8 @@ def produce(kafka, topic: str, count: int, *, partition: int = 0, size: int = 10
             batch_bytes: int = 1_000_000) -> None:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 20, "batch.size": batch_bytes})
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 20, "batch.size": batch_bytes,
+                         "enable.idempotence": True})  # a retried batch must not land twice: counts are checked
     for i in range(count):
         producer.produce(topic, value=b"x" * size, key=key(i) if key else None, partition=partition)
     assert producer.flush(30) == 0
