@@ -16,8 +16,8 @@ import sys
 
 from ..broker import BROKER_KINDS, KafkaNotFoundError, start_broker
 from ..broker._kinds import describe
-from ..spec import all_spec_paths, load_spec
-from ..spec._diagram import have_dot, render_all
+from ..machines import all_spec_paths, load_spec
+from ..machines._diagram import have_dot, render_all
 
 
 def _fill(bootstrap: str, topic: str, records: int, size: int) -> dict[int, int]:

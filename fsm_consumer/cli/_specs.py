@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..spec import SpecError, all_spec_paths, load_spec, specs_dir
-from ..spec._coverage import broker_gaps, coverage, merge_records
-from ..spec._diagram import have_dot, render_all
+from ..machines import SpecError, all_spec_paths, load_spec, specs_dir
+from ..machines._coverage import broker_gaps, coverage, merge_records
+from ..machines._diagram import have_dot, render_all
 
 
 def _load_all(directory: str | None):

@@ -26,7 +26,7 @@ from ..fetch import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from ..fetch._buffer import FetchBuffer
 from ..fetch._collector import FetchCollector
 from ..managers import FetchManager, MetadataManager, OffsetsManager, SelfAssignManager
-from ..spec import MonotonicClock, SpecMachine, shipped_spec
+from ..machines import MonotonicClock, SpecMachine, shipped_spec
 from ..state import HeldErrors, SubscriptionState
 from ..transport._kafka import KafkaTransport
 from ._group import GroupParts

@@ -19,7 +19,7 @@ from ..assignors import (Assignment, ConsumerProtocolError, RebalanceProtocol, S
 from ..events import CallbackAckEvent, CallbackEvent
 from ..fetch._records import TopicPartition
 from ..policy import public_error
-from ..spec import SpecMachine, shipped_spec
+from ..machines import SpecMachine, shipped_spec
 from ._base import FOREVER, Outgoing
 from ._heartbeat import HeartbeatTimer
 from ._history import MemberHistory

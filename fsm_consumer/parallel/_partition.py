@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ..spec import SpecMachine, shipped_spec
+from ..machines import SpecMachine, shipped_spec
 from ._progress import PartitionProgress
 
 

@@ -26,7 +26,7 @@ from kafka.protocol.metadata import ApiVersionsRequest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from .._version import __version__
-from ..spec import Clock, SpecMachine, shipped_spec
+from ..machines import Clock, SpecMachine, shipped_spec
 from ._backoff import ReconnectBackoff
 from ._base import Pending
 from ._codec import Decoded, RequestCodec

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import attrs
 from kafka.protocol.api_message import ApiMessage
 
-from ..spec import Clock, MonotonicClock
+from ..machines import Clock, MonotonicClock
 from ._base import Pending, Transport
 from ._codec import _decoders
 from ._errors import AuthenticationError, ConnectionLost, ProtocolDecodeError, RequestTimedOut

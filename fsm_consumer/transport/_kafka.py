@@ -13,7 +13,7 @@ from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
 
-from ..spec import Clock, MonotonicClock
+from ..machines import Clock, MonotonicClock
 from ._base import Pending, Transport
 from ._connection import _HANDSHAKE_STATES, Connection, clone_error
 from ._errors import AuthenticationError, ConnectionLost, NodeNotReady, RequestTimedOut

@@ -423,7 +423,7 @@ def test_bad_arguments_name_what_is_wrong(broker):
 def test_a_drain_that_outlasts_revoke_timeout_gives_the_partition_up(broker, make_topic, produce):
     """A handler still running when revoke_timeout_ms runs out: the revoked partition is released without
     waiting longer (its unfinished records are not committed by this member); the rebalance goes on."""
-    from fsm_consumer.spec import add_observer, remove_observer
+    from fsm_consumer.machines import add_observer, remove_observer
     topic = make_topic(partitions=2)
     produce(topic, 200, key=lambda i: b"k%d" % i, value=b"x")
     group = f"drain-{uuid.uuid4().hex[:8]}"

@@ -25,7 +25,7 @@ from fsm_consumer.fetch._buffer import CompletedFetch, FetchBuffer
 from fsm_consumer.fetch._collector import FetchCollector
 from fsm_consumer.fetch.testing import batch
 from fsm_consumer.managers._fetch import FetchManager
-from fsm_consumer.spec import FakeClock
+from fsm_consumer.machines import FakeClock
 from fsm_consumer.state import HeldErrors, SubscriptionState
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)

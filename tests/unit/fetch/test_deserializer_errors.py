@@ -13,7 +13,7 @@ from fsm_consumer.fetch import TopicPartition
 from fsm_consumer.fetch._buffer import CompletedFetch, FetchBuffer
 from fsm_consumer.fetch._collector import FetchCollector
 from fsm_consumer.fetch.testing import Rec, batch
-from fsm_consumer.spec import FakeClock
+from fsm_consumer.machines import FakeClock
 from fsm_consumer.state import SubscriptionState
 
 TP = TopicPartition("orders", 2)

@@ -17,7 +17,7 @@ from fsm_consumer.errors import CommitFailedError, RebalanceInProgressError
 from fsm_consumer.events import CommitEvent
 from fsm_consumer.fetch import OffsetAndMetadata, TopicPartition
 from fsm_consumer.managers import CommitManager
-from fsm_consumer.spec import shipped_spec
+from fsm_consumer.machines import shipped_spec
 from fsm_consumer.state import HeldErrors, SubscriptionState
 
 TP = TopicPartition("t", 0)

@@ -10,7 +10,7 @@ from kafka.protocol.metadata import FindCoordinatorResponse
 from fsm_consumer._config import ConsumerConfig
 from fsm_consumer.engine._lifecycle import BackgroundLifecycle
 from fsm_consumer.managers import CoordinatorManager
-from fsm_consumer.spec import FakeClock, SpecMachine, shipped_spec
+from fsm_consumer.machines import FakeClock, SpecMachine, shipped_spec
 from fsm_consumer.state import HeldErrors
 
 RTT = 2.0

@@ -16,7 +16,7 @@ from fsm_consumer._metrics import Metrics
 from fsm_consumer.assignors import Assignment, encode_assignment
 from fsm_consumer.fetch import TopicPartition
 from fsm_consumer.managers import MembershipManager
-from fsm_consumer.spec import FakeClock
+from fsm_consumer.machines import FakeClock
 from fsm_consumer.state import HeldErrors, SubscriptionState
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)

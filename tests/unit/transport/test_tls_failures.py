@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from fsm_consumer.spec import FakeClock
+from fsm_consumer.machines import FakeClock
 from fsm_consumer.transport import AuthenticationError, KafkaTransport, SslHandshakeError
 from fsm_consumer.transport._tls import handshake_failure, silent_listener
 from fake_broker import metadata, triggers, wait_done

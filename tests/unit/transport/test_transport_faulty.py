@@ -9,7 +9,7 @@ import pytest
 from kafka.protocol.consumer import FetchResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from fsm_consumer.spec import FakeClock
+from fsm_consumer.machines import FakeClock
 from fsm_consumer.transport import (
     ConnectionLost,
     FaultyTransport,

@@ -11,7 +11,7 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from fsm_consumer.spec import FakeClock
+from fsm_consumer.machines import FakeClock
 from fsm_consumer.transport import AuthenticationError, FaultyTransport, KafkaTransport, RequestTimedOut
 from fake_broker import SILENT, free_port, metadata, triggers, wait_done
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from fsm_consumer.spec import FakeClock
+from fsm_consumer.machines import FakeClock
 from fake_broker import metadata, triggers, wait_done
 
 LOGGER = "fsm_consumer.transport"

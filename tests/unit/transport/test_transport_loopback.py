@@ -15,7 +15,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from fsm_consumer.spec import FakeClock
+from fsm_consumer.machines import FakeClock
 from fsm_consumer.transport import (
     AuthenticationError,
     ConnectionLost,

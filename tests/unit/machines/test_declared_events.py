@@ -13,8 +13,8 @@ from fsm_consumer.engine._network_thread import NetworkThread
 from fsm_consumer.engine._processor import ApplicationEventProcessor
 from fsm_consumer.errors import BackgroundThreadError
 from fsm_consumer.events import CloseEvent, ErrorEvent
-from fsm_consumer.spec import FakeClock, SpecError, SpecMachine, load_spec, shipped_spec, specs_dir
-from fsm_consumer.spec.testing import SpecDouble, cover_plan
+from fsm_consumer.machines import FakeClock, SpecError, SpecMachine, load_spec, shipped_spec, specs_dir
+from fsm_consumer.machines.testing import SpecDouble, cover_plan
 
 # machine, trigger, the states where it is a declared no-op
 DECLARED = [("connection", "io_error", {"disconnected", "backoff", "closed"}),

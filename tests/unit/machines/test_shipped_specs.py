@@ -2,8 +2,8 @@
 
 import pytest
 
-from fsm_consumer.spec import FakeClock, IllegalTransition, SpecMachine, shipped_spec
-from fsm_consumer.spec.testing import SpecDouble, cover_plan
+from fsm_consumer.machines import FakeClock, IllegalTransition, SpecMachine, shipped_spec
+from fsm_consumer.machines.testing import SpecDouble, cover_plan
 
 MACHINES = ["background", "connection", "membership"]
 

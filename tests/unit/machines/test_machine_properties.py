@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fsm_consumer.spec import FakeClock, IllegalTransition, SpecMachine, shipped_spec
-from fsm_consumer.spec.testing import SpecDouble
+from fsm_consumer.machines import FakeClock, IllegalTransition, SpecMachine, shipped_spec
+from fsm_consumer.machines.testing import SpecDouble
 
 MACHINES = ["background", "connection", "membership"]
 

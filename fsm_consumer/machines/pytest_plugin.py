@@ -1,4 +1,4 @@
-"""pytest plugin recording which spec transitions the tests fire (``-p fsm_consumer.spec.pytest_plugin``).
+"""pytest plugin recording which spec transitions the tests fire (``-p fsm_consumer.machines.pytest_plugin``).
 
 Every transition any machine fires during a test is counted under the test's kind: the first
 directory below ``tests/`` (unit, integration, spark), and under ``broker:NAME`` when the test runs

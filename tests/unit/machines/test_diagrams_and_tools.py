@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fsm_consumer.cli import main
-from fsm_consumer.spec import shipped_spec, specs_dir
-from fsm_consumer.spec._diagram import render_all, render_dot, render_mermaid
+from fsm_consumer.machines import shipped_spec, specs_dir
+from fsm_consumer.machines._diagram import render_all, render_dot, render_mermaid
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -5,7 +5,7 @@ import logging
 import pytest
 from transitions import Machine
 
-from fsm_consumer.spec import (FakeClock, IllegalTransition, SpecError, SpecMachine, add_observer, parse_spec,
+from fsm_consumer.machines import (FakeClock, IllegalTransition, SpecError, SpecMachine, add_observer, parse_spec,
                                remove_observer)
 
 SPEC = parse_spec("""\

@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from fsm_consumer.spec import FakeClock, SpecError, SpecMachine, load_spec
+from fsm_consumer.machines import FakeClock, SpecError, SpecMachine, load_spec
 
 GOOD = """\
 machine: demo
