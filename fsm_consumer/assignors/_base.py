@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import attrs
 
-from fsm_consumer.fetch._records import TopicPartition
+from ..structs import TopicPartition
 
 
 class RebalanceProtocol(enum.Enum):

@@ -30,7 +30,7 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 from kafka.structs import TopicPartition as _KpTopicPartition
 
 from fsm_consumer.errors import ConfigError
-from fsm_consumer.fetch._records import TopicPartition
+from ..structs import TopicPartition
 
 from ._base import Assignment, Assignor, RebalanceProtocol, Subscription, check_assignor
 

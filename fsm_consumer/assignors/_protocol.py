@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
 from fsm_consumer.errors import FsmConsumerError
-from fsm_consumer.fetch._records import TopicPartition
+from ..structs import TopicPartition
 
 from ._base import Assignment, Subscription
 

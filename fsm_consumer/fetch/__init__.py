@@ -9,7 +9,7 @@ bad data; a ``RecordError`` in its ``error`` says what went wrong where.
 
 from ._decode import READ_COMMITTED, READ_UNCOMMITTED, DecodedPartition, decode_partition
 from ._errors import CorruptRecordError, DeserializationError, RecordError, RecordTooLargeError
-from ._records import ConsumerRecord, OffsetAndMetadata, TopicPartition
+from ..structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 __all__ = [
     "READ_COMMITTED",

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import attrs
 
-from ._records import TopicPartition
+from ..structs import TopicPartition
 
 
 @attrs.define(slots=True, eq=False)

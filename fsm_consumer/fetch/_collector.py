@@ -29,7 +29,7 @@ from ..state._subscription import Take
 from ._buffer import CompletedFetch, FetchBuffer
 from ._decode import decode_partition
 from ._errors import DeserializationError
-from ._records import TopicPartition
+from ..structs import TopicPartition
 
 _OFFSET = operator.attrgetter("offset")
 log = logging.getLogger("fsm_consumer.fetch")

@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 from . import _arrow, _vector
 from ._errors import RecordError
 from ._positions import _add_records, _Columns, columns_of, decode_exact
-from ._records import TopicPartition
+from ..structs import TopicPartition
 from ._walk import READ_UNCOMMITTED, read_committed, walk
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from . import _decode_legacy
 from ._decode_v2 import decode_records
 from ._errors import DeserializationError, RecordError
-from ._records import ConsumerRecord
+from ..structs import ConsumerRecord
 from ._walk import READ_COMMITTED, READ_UNCOMMITTED, read_committed, walk
 
 __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "DecodedPartition", "decode_partition"]

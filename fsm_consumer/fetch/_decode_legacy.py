@@ -19,7 +19,7 @@ import struct
 from kafka.record.legacy_records import LegacyRecordBatch
 
 from . import _compression
-from ._records import ConsumerRecord
+from ..structs import ConsumerRecord
 
 _INNER_MIN = LegacyRecordBatch.LOG_OVERHEAD + LegacyRecordBatch.RECORD_OVERHEAD_V0
 _KEY_OFFSET = {0: LegacyRecordBatch.KEY_OFFSET_V0, 1: LegacyRecordBatch.KEY_OFFSET_V1}

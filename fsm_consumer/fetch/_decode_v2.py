@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 
-from ._records import ConsumerRecord
+from ..structs import ConsumerRecord
 
 # BaseOffset q, Length i, PartitionLeaderEpoch i, Magic b, CRC I, Attributes h,
 # LastOffsetDelta i, BaseTimestamp q, MaxTimestamp q, ProducerId q,

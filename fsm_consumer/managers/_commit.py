@@ -33,7 +33,7 @@ from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 
 from ..errors import CommitFailedError, KafkaTimeoutError, RebalanceInProgressError
 from ..events import CallbackEvent, CommitEvent, FetchCommittedEvent
-from ..fetch._records import OffsetAndMetadata, TopicPartition
+from ..structs import OffsetAndMetadata, TopicPartition
 from ..policy import Action, Backoffs, classify, public_error
 from ._base import FOREVER, Outgoing, error_of
 

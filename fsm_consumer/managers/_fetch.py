@@ -20,7 +20,7 @@ from collections import defaultdict
 from kafka.protocol.consumer import FetchRequest
 
 from ..fetch._buffer import CompletedFetch, FetchBuffer
-from ..fetch._records import TopicPartition
+from ..structs import TopicPartition
 from ..policy import Action, Backoffs, classify, public_error
 from ._base import FOREVER, Outgoing
 from ._fetch_session import SESSION_ERRORS, FetchPlan, FetchSession, PartitionData

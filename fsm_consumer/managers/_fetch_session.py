@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import attrs
 
-from ..fetch._records import TopicPartition
+from ..structs import TopicPartition
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0       # full request: (re)create a session

@@ -14,7 +14,7 @@ import struct
 
 from kafka.protocol.consumer import FetchRequest
 
-from ..fetch._records import TopicPartition
+from ..structs import TopicPartition
 
 _BASE_AND_LENGTH = struct.Struct(">qi")
 _MAGIC_AT = 16

@@ -17,7 +17,7 @@ from kafka.protocol.consumer import (HeartbeatRequest, JoinGroupRequest, LeaveGr
 from ..assignors import (Assignment, ConsumerProtocolError, RebalanceProtocol, Subscription, decode_assignment,
                          decode_subscription, encode_assignment, encode_subscription, resolve)
 from ..events import CallbackAckEvent, CallbackEvent
-from ..fetch._records import TopicPartition
+from ..structs import TopicPartition
 from ..policy import public_error
 from ..machines import SpecMachine, shipped_spec
 from ._base import FOREVER, Outgoing

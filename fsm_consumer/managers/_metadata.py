@@ -19,7 +19,7 @@ import attrs
 from kafka.protocol.metadata import MetadataRequest
 
 from ..errors import KafkaTimeoutError
-from ..fetch._records import TopicPartition
+from ..structs import TopicPartition
 from ..policy import Action, Backoffs, classify, public_error
 from ._base import FOREVER, Outgoing
 

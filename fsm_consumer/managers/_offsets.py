@@ -18,7 +18,7 @@ from collections import defaultdict
 from kafka.protocol.consumer import ListOffsetsRequest
 
 from ..events import ListOffsetsEvent
-from ..fetch._records import TopicPartition
+from ..structs import TopicPartition
 from ..policy import Action, Backoffs, classify, public_error
 from ._base import FOREVER, Outgoing, error_of
 from ._log_end import log_end, probe_request

@@ -13,7 +13,7 @@ deleted and recreated shorter is then answered OFFSET_OUT_OF_RANGE and reset by 
 
 from __future__ import annotations
 
-from ..fetch._records import TopicPartition
+from ..structs import TopicPartition
 from ._base import FOREVER
 
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import IllegalStateError
-from ..fetch._records import OffsetAndMetadata, TopicPartition
+from ..structs import OffsetAndMetadata, TopicPartition
 from ._partition import PartitionState
 
 

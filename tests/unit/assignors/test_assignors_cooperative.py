@@ -15,7 +15,7 @@ from fsm_consumer.assignors import (
     withhold_transfers,
 )
 from fsm_consumer.assignors._builtin import _Cluster, _kp_subscription, decode_sticky_user_data
-from fsm_consumer.fetch._records import TopicPartition
+from fsm_consumer.structs import TopicPartition
 
 TP = TopicPartition
 

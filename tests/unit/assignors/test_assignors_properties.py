@@ -25,7 +25,7 @@ from fsm_consumer.assignors import (
     Subscription,
 )
 from fsm_consumer.assignors._builtin import encode_sticky_user_data
-from fsm_consumer.fetch._records import TopicPartition
+from fsm_consumer.structs import TopicPartition
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

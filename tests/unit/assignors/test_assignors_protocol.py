@@ -22,7 +22,7 @@ from fsm_consumer.assignors import (
     encode_subscription,
 )
 from fsm_consumer.assignors._builtin import decode_sticky_user_data, encode_sticky_user_data
-from fsm_consumer.fetch._records import TopicPartition
+from fsm_consumer.structs import TopicPartition
 
 TP = TopicPartition
 

@@ -30,7 +30,7 @@ from fsm_consumer.assignors import (
 )
 from fsm_consumer.assignors._builtin import _Cluster, _kp_subscription, decode_sticky_user_data
 from fsm_consumer.errors import ConfigError
-from fsm_consumer.fetch._records import TopicPartition
+from fsm_consumer.structs import TopicPartition
 
 TP = TopicPartition
 
