@@ -21,13 +21,29 @@ from .errors import ConfigError
 
 _STRATEGY_NAMES = ("range", "roundrobin", "sticky", "cooperative-sticky")
 # accepted for compatibility with kafka-python, not used: say so in the docs, never fail on them
-IGNORED_KEYS = frozenset({
-    "selector", "metric_reporters", "metrics_num_samples", "metrics_sample_window_ms", "metric_group_prefix",
-    "metrics_enabled", "kafka_client", "client_dns_lookup", "socket_options", "sasl_kerberos_service_name",
-    "sasl_kerberos_domain_name", "sasl_kerberos_name", "ssl_ciphers", "ssl_crlfile", "proxy_url", "socks5_proxy",
-    # kafka-python 2.x: its two iterators yield the same records, and there is one iterator here
-    "legacy_iterator", "sock_chunk_buffer_count",
-})
+IGNORED_KEYS = frozenset(
+    {
+        "selector",
+        "metric_reporters",
+        "metrics_num_samples",
+        "metrics_sample_window_ms",
+        "metric_group_prefix",
+        "metrics_enabled",
+        "kafka_client",
+        "client_dns_lookup",
+        "socket_options",
+        "sasl_kerberos_service_name",
+        "sasl_kerberos_domain_name",
+        "sasl_kerberos_name",
+        "ssl_ciphers",
+        "ssl_crlfile",
+        "proxy_url",
+        "socks5_proxy",
+        # kafka-python 2.x: its two iterators yield the same records, and there is one iterator here
+        "legacy_iterator",
+        "sock_chunk_buffer_count",
+    }
+)
 # kafka-python 2.x's api_version_auto_timeout_ms is 3.0's bootstrap_timeout_ms: the constructor's wait for a broker
 ALIASES = {"receive_message_max_bytes": "receive_buffer_max", "api_version_auto_timeout_ms": "bootstrap_timeout_ms"}
 _KAFKA_PYTHON_SERVERS = "localhost"  # kafka-python's default bootstrap_servers, as config["bootstrap_servers"] shows it
@@ -44,6 +60,7 @@ def _int(lo: float = 0, hi: float = math.inf, *, none: bool = False):
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
             bound = f"an integer >= {lo}" if hi == math.inf else f"an integer from {lo} to {hi}"
             raise _fail(attr.name, value, bound + (" or None" if none else ""))
+
     return check
 
 
@@ -51,6 +68,7 @@ def _choice(*options):
     def check(_, attr, value):
         if value not in options:
             raise _fail(attr.name, value, "one of " + ", ".join(repr(o) for o in options))
+
     return check
 
 
@@ -91,8 +109,11 @@ def _strategies(value: Any) -> tuple[Any, ...]:
         raise _fail("partition_assignment_strategy", value, "at least one assignor")
     for s in items:
         if isinstance(s, str) and s not in _STRATEGY_NAMES:
-            raise _fail("partition_assignment_strategy", s, "names " + ", ".join(_STRATEGY_NAMES)
-                        + ", or assignor objects/classes")
+            raise _fail(
+                "partition_assignment_strategy",
+                s,
+                "names " + ", ".join(_STRATEGY_NAMES) + ", or assignor objects/classes",
+            )
     return items
 
 
@@ -111,30 +132,45 @@ def _api_version(value: Any) -> tuple[int, ...] | None:
 
     known = [v for v in BROKER_API_VERSIONS if v <= value]
     if not known or max(known) < (0, 10):
-        raise _fail("api_version", value, "a broker release from (0, 10) on: this client needs ApiVersions "
-                    "(use None to infer it from the broker)")
+        raise _fail(
+            "api_version",
+            value,
+            "a broker release from (0, 10) on: this client needs ApiVersions (use None to infer it from the broker)",
+        )
     return value
 
 
-def _cross_checks(cfg: "ConsumerConfig") -> None:
+def _cross_checks(cfg: ConsumerConfig) -> None:
     if cfg.heartbeat_interval_ms >= cfg.session_timeout_ms:
-        raise ConfigError(f"config key 'heartbeat_interval_ms': {cfg.heartbeat_interval_ms} must be below "
-                          f"session_timeout_ms ({cfg.session_timeout_ms})", key="heartbeat_interval_ms")
+        raise ConfigError(
+            f"config key 'heartbeat_interval_ms': {cfg.heartbeat_interval_ms} must be below "
+            f"session_timeout_ms ({cfg.session_timeout_ms})",
+            key="heartbeat_interval_ms",
+        )
     if cfg.reconnect_backoff_max_ms < cfg.reconnect_backoff_ms:
-        raise ConfigError("config key 'reconnect_backoff_max_ms' must be >= reconnect_backoff_ms",
-                          key="reconnect_backoff_max_ms")
+        raise ConfigError(
+            "config key 'reconnect_backoff_max_ms' must be >= reconnect_backoff_ms", key="reconnect_backoff_max_ms"
+        )
     if cfg.group_instance_id is not None and cfg.group_id is None:
         raise ConfigError("config key 'group_instance_id' needs a group_id", key="group_instance_id")
     if cfg.security_protocol.startswith("SASL") and cfg.sasl_mechanism is None:
-        raise ConfigError(f"config key 'sasl_mechanism' is required with security_protocol="
-                          f"{cfg.security_protocol!r}", key="sasl_mechanism")
+        raise ConfigError(
+            f"config key 'sasl_mechanism' is required with security_protocol={cfg.security_protocol!r}",
+            key="sasl_mechanism",
+        )
     if cfg.sasl_mechanism == "OAUTHBEARER":
         if cfg.sasl_oauth_token_provider is None or not callable(getattr(cfg.sasl_oauth_token_provider, "token", None)):
-            raise ConfigError("config key 'sasl_oauth_token_provider' must be an object with a token() method "
-                              "with sasl_mechanism='OAUTHBEARER'", key="sasl_oauth_token_provider")
+            raise ConfigError(
+                "config key 'sasl_oauth_token_provider' must be an object with a token() method "
+                "with sasl_mechanism='OAUTHBEARER'",
+                key="sasl_oauth_token_provider",
+            )
     elif cfg.sasl_mechanism is not None and (cfg.sasl_plain_username is None or cfg.sasl_plain_password is None):
-        raise ConfigError("config keys 'sasl_plain_username' and 'sasl_plain_password' are required with "
-                          f"sasl_mechanism={cfg.sasl_mechanism!r}", key="sasl_plain_username")
+        raise ConfigError(
+            "config keys 'sasl_plain_username' and 'sasl_plain_password' are required with "
+            f"sasl_mechanism={cfg.sasl_mechanism!r}",
+            key="sasl_plain_username",
+        )
 
 
 def _default_commit_callback(offsets, response):  # kafka-python's default: nothing
@@ -162,17 +198,18 @@ class ConsumerConfig:
     fetch_buffer_max_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_int(1))
     enable_incremental_fetch_sessions: bool = attrs.field(default=True, validator=_bool)
     max_poll_records: int = attrs.field(default=500, validator=_int(1))
-    isolation_level: str = attrs.field(default="read_uncommitted",
-                                       validator=_choice("read_uncommitted", "read_committed"))
+    isolation_level: str = attrs.field(
+        default="read_uncommitted", validator=_choice("read_uncommitted", "read_committed")
+    )
     check_crcs: bool = attrs.field(default=True, validator=_bool)
     auto_offset_reset: str = attrs.field(default="latest", validator=_choice("earliest", "latest", "none"))
     # offsets and groups
     enable_auto_commit: bool = attrs.field(default=True, validator=_bool)
     auto_commit_interval_ms: int = attrs.field(default=5000, validator=_int(1))
-    default_offset_commit_callback: Callable = attrs.field(default=_default_commit_callback,
-                                                           validator=_callable_or_none)
-    partition_assignment_strategy: tuple[Any, ...] = attrs.field(default=("range", "roundrobin"),
-                                                                 converter=_strategies)
+    default_offset_commit_callback: Callable = attrs.field(
+        default=_default_commit_callback, validator=_callable_or_none
+    )
+    partition_assignment_strategy: tuple[Any, ...] = attrs.field(default=("range", "roundrobin"), converter=_strategies)
     session_timeout_ms: int = attrs.field(default=45_000, validator=_int(1))
     heartbeat_interval_ms: int = attrs.field(default=3000, validator=_int(1))
     max_poll_interval_ms: int = attrs.field(default=300_000, validator=_int(1))
@@ -214,8 +251,9 @@ class ConsumerConfig:
     receive_buffer_bytes: int | None = attrs.field(default=None, validator=_int(1, none=True))
     sock_chunk_bytes: int = attrs.field(default=262_144, validator=_int(512))  # bytes read per recv()
     # security
-    security_protocol: str = attrs.field(default="PLAINTEXT",
-                                         validator=_choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
+    security_protocol: str = attrs.field(
+        default="PLAINTEXT", validator=_choice("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+    )
     ssl_context: ssl.SSLContext | None = attrs.field(default=None, repr=False)
     ssl_check_hostname: bool = attrs.field(default=True, validator=_bool)
     ssl_cafile: str | None = None
@@ -223,8 +261,9 @@ class ConsumerConfig:
     ssl_keyfile: str | None = None
     ssl_password: str | None = attrs.field(default=None, repr=False)
     sasl_mechanism: str | None = attrs.field(
-        default=None, validator=attrs.validators.optional(
-            _choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")))
+        default=None,
+        validator=attrs.validators.optional(_choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")),
+    )
     sasl_plain_username: str | None = None
     sasl_plain_password: str | None = attrs.field(default=None, repr=False)
     # OAUTHBEARER: kafka-python's AbstractTokenProvider shape, token() and optionally extensions()
@@ -240,7 +279,7 @@ class ConsumerConfig:
         return tuple(a.name for a in attrs.fields(cls) if not a.name.startswith("_"))
 
     @classmethod
-    def from_kwargs(cls, **kw: Any) -> "ConsumerConfig":
+    def from_kwargs(cls, **kw: Any) -> ConsumerConfig:
         known = set(cls.keys())
         clean: dict[str, Any] = {}
         for key, value in kw.items():
@@ -269,10 +308,11 @@ class ConsumerConfig:
         return getattr(self, ALIASES.get(key, key))
 
     def __contains__(self, key: object) -> bool:
-        return (isinstance(key, str) and not key.startswith("_")
-                and ALIASES.get(key, key) in attrs.fields_dict(type(self)))
+        return (
+            isinstance(key, str) and not key.startswith("_") and ALIASES.get(key, key) in attrs.fields_dict(type(self))
+        )
 
-    def replace(self, **changes: Any) -> "ConsumerConfig":
+    def replace(self, **changes: Any) -> ConsumerConfig:
         if "bootstrap_servers" in changes:
             changes["_bootstrap_servers_given"] = changes["bootstrap_servers"]
         return attrs.evolve(self, **changes)

@@ -16,16 +16,38 @@ from typing import Any
 # kafka-python 3.0's metric groups and names (those there is a figure for here), each from the flat view's
 # key; a group's defaults stand for figures of a part this consumer lacks (the coordinator's, without a group)
 _KAFKA_PYTHON_GROUPS: dict[str, dict[str, str]] = {
-    "consumer-fetch-manager-metrics": {name: name for name in (
-        "bytes-consumed-rate", "fetch-latency-avg", "fetch-latency-max", "fetch-rate", "fetch-size-avg",
-        "fetch-size-max", "records-consumed-rate", "records-lag-max", "records-per-request-avg")},
-    "consumer-coordinator-metrics": {name: name for name in (
-        "assigned-partitions", "commit-latency-avg", "commit-latency-max", "commit-rate",
-        "last-heartbeat-seconds-ago")},
+    "consumer-fetch-manager-metrics": {
+        name: name
+        for name in (
+            "bytes-consumed-rate",
+            "fetch-latency-avg",
+            "fetch-latency-max",
+            "fetch-rate",
+            "fetch-size-avg",
+            "fetch-size-max",
+            "records-consumed-rate",
+            "records-lag-max",
+            "records-per-request-avg",
+        )
+    },
+    "consumer-coordinator-metrics": {
+        name: name
+        for name in (
+            "assigned-partitions",
+            "commit-latency-avg",
+            "commit-latency-max",
+            "commit-rate",
+            "last-heartbeat-seconds-ago",
+        )
+    },
     "consumer-metrics": {"connection-count": "connections-ready"},
 }
-_NO_GROUP = {"commit-latency-avg": 0.0, "commit-latency-max": 0.0, "commit-rate": 0.0,
-             "last-heartbeat-seconds-ago": math.inf}
+_NO_GROUP = {
+    "commit-latency-avg": 0.0,
+    "commit-latency-max": 0.0,
+    "commit-rate": 0.0,
+    "last-heartbeat-seconds-ago": math.inf,
+}
 
 
 def kafka_python_view(flat: Mapping[str, Any], *, client_id: str, raw: bool = False) -> dict:
@@ -33,8 +55,10 @@ def kafka_python_view(flat: Mapping[str, Any], *, client_id: str, raw: bool = Fa
     metric names (``m["consumer-fetch-manager-metrics"]["records-lag-max"]``). ``raw``: kafka-python's
     ``raw=True`` form, ``{kafka.metrics.MetricName: kafka.metrics.KafkaMetric}``, each ``value()``
     this snapshot's."""
-    nested = {group: {name: flat[key] if key in flat else _NO_GROUP[name] for name, key in names.items()}
-              for group, names in _KAFKA_PYTHON_GROUPS.items()}
+    nested = {
+        group: {name: flat[key] if key in flat else _NO_GROUP[name] for name, key in names.items()}
+        for group, names in _KAFKA_PYTHON_GROUPS.items()
+    }
     if not raw:
         return nested
     from kafka.metrics import AnonMeasurable, KafkaMetric, MetricName
@@ -58,7 +82,7 @@ class Metrics:
         self.last_poll = None
         # background thread
         self.fetch_requests = 0
-        self.fetch_incremental = 0          # of fetch_requests, those sent in an incremental session
+        self.fetch_incremental = 0  # of fetch_requests, those sent in an incremental session
         self.fetch_responses = 0
         self.fetch_bytes = 0
         self.fetch_bytes_max = 0
@@ -90,9 +114,17 @@ class Metrics:
         """Seconds since the consumer started (never 0): what rates divide by."""
         return max(time.monotonic() - self.started, 1e-9)
 
-    def snapshot(self, *, lag: dict, buffer_bytes: int, buffer_peak: int, app_events: int, bg_events: int,
-                 nodes: Mapping[int, Mapping[str, Any]] | None = None,
-                 held: Mapping[str, str] | None = None) -> dict:
+    def snapshot(
+        self,
+        *,
+        lag: dict,
+        buffer_bytes: int,
+        buffer_peak: int,
+        app_events: int,
+        bg_events: int,
+        nodes: Mapping[int, Mapping[str, Any]] | None = None,
+        held: Mapping[str, str] | None = None,
+    ) -> dict:
         """``nodes``: the transport's node_states() snapshot; ``held``: HeldErrors.describe()."""
         age = self.age_s()
         max_lag = max(lag.values()) if lag else 0
@@ -118,9 +150,15 @@ class Metrics:
             "application-events-queued": app_events,
             "background-events-queued": bg_events,
             "poll-count": self.polls,
-            "connection-states": {str(node): {"address": n.get("address"), "state": n.get("state"),
-                                              "failures": n.get("failures", 0), "last-error": n.get("last_error")}
-                                  for node, n in nodes.items()},
+            "connection-states": {
+                str(node): {
+                    "address": n.get("address"),
+                    "state": n.get("state"),
+                    "failures": n.get("failures", 0),
+                    "last-error": n.get("last_error"),
+                }
+                for node, n in nodes.items()
+            },
             "connections-ready": sum(1 for n in nodes.values() if n.get("state") == "ready"),
             "connections-failing": sum(1 for n in nodes.values() if n.get("failures", 0) > 0),
             "errors-held": held,

@@ -30,8 +30,13 @@ _UNAVAILABLE: dict[str, str] = {}  # broker kind -> why its tests were skipped, 
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--broker", action="append", choices=BROKER_KINDS, default=None,
-                     help="run the broker tests on this broker only (repeatable; default: tansu and kafka)")
+    parser.addoption(
+        "--broker",
+        action="append",
+        choices=BROKER_KINDS,
+        default=None,
+        help="run the broker tests on this broker only (repeatable; default: tansu and kafka)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -50,8 +55,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("brokers")
     allowed = marker.args if marker else BROKER_KINDS
     chosen = metafunc.config.getoption("broker") or BROKER_KINDS
-    metafunc.parametrize("broker", [k for k in BROKER_KINDS if k in allowed and k in chosen],
-                         indirect=True, scope="session")
+    metafunc.parametrize(
+        "broker", [k for k in BROKER_KINDS if k in allowed and k in chosen], indirect=True, scope="session"
+    )
 
 
 class BrokerPool:

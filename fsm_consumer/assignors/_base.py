@@ -89,9 +89,7 @@ class Assignor(abc.ABC):
 
     @abc.abstractmethod
     def assign(
-        self,
-        partitions_per_topic: Mapping[str, int],
-        subscriptions: Mapping[str, Subscription],
+        self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
     ) -> dict[str, Assignment]:
         """Return an :class:`Assignment` for every member id in ``subscriptions``.
 
@@ -101,10 +99,7 @@ class Assignor(abc.ABC):
         """
 
     def subscription_user_data(
-        self,
-        topics: Iterable[str],
-        owned: Sequence[TopicPartition],
-        generation: int,
+        self, topics: Iterable[str], owned: Sequence[TopicPartition], generation: int
     ) -> bytes | None:
         """Opaque bytes to put in this member's subscription; None sends none."""
         return None
@@ -129,7 +124,6 @@ def check_assignor(assignor: Assignor) -> Assignor:
         or not all(isinstance(p, RebalanceProtocol) for p in protocols)
     ):
         raise TypeError(
-            f"{type(assignor).__name__}.protocols must be a non-empty tuple of RebalanceProtocol, "
-            f"not {protocols!r}"
+            f"{type(assignor).__name__}.protocols must be a non-empty tuple of RebalanceProtocol, not {protocols!r}"
         )
     return assignor

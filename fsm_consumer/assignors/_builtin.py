@@ -30,8 +30,8 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, Consume
 from kafka.structs import TopicPartition as _KpTopicPartition
 
 from fsm_consumer.errors import ConfigError
-from ..structs import TopicPartition
 
+from ..structs import TopicPartition
 from ._base import Assignment, Assignor, RebalanceProtocol, Subscription, check_assignor
 
 # -- adapting our plain data to what kafka-python's assignors expect -------------------
@@ -60,9 +60,7 @@ def member_order(subscriptions: Mapping[str, Subscription]) -> list[str]:
     Static members first keeps their share stable across restarts (their
     member ids change, their instance ids do not).
     """
-    static = sorted(
-        (s.group_instance_id, m) for m, s in subscriptions.items() if s.group_instance_id is not None
-    )
+    static = sorted((s.group_instance_id, m) for m, s in subscriptions.items() if s.group_instance_id is not None)
     dynamic = sorted(m for m, s in subscriptions.items() if s.group_instance_id is None)
     return [m for _, m in static] + dynamic
 
@@ -110,9 +108,7 @@ class KafkaPythonAssignor(Assignor):
         self.protocols = tuple(RebalanceProtocol[p.name] for p in supported)  # type: ignore[misc]
 
     def assign(
-        self,
-        partitions_per_topic: Mapping[str, int],
-        subscriptions: Mapping[str, Subscription],
+        self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
     ) -> dict[str, Assignment]:
         cluster = _Cluster(partitions_per_topic, _subscribed_topics(subscriptions))
         members = [
@@ -187,9 +183,7 @@ class RoundRobinAssignor(Assignor):
     protocols = (RebalanceProtocol.EAGER,)
 
     def assign(
-        self,
-        partitions_per_topic: Mapping[str, int],
-        subscriptions: Mapping[str, Subscription],
+        self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
     ) -> dict[str, Assignment]:
         topics_of = {m: frozenset(s.topics) for m, s in subscriptions.items()}
         assigned: dict[str, list[TopicPartition]] = {m: [] for m in subscriptions}
@@ -254,9 +248,7 @@ class _StickyBase(Assignor):
         """The partitions ``sub``'s member held before this rebalance, and since which generation."""
 
     def _final(
-        self,
-        partitions_per_topic: Mapping[str, int],
-        subscriptions: Mapping[str, Subscription],
+        self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
     ) -> dict[str, list[TopicPartition]]:
         members = {}
         for m in member_order(subscriptions):
@@ -311,9 +303,7 @@ class StickyAssignor(_StickyBase):
         return decoded if decoded is not None else (sub.owned_partitions, sub.generation)
 
     def assign(
-        self,
-        partitions_per_topic: Mapping[str, int],
-        subscriptions: Mapping[str, Subscription],
+        self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
     ) -> dict[str, Assignment]:
         return {m: Assignment(partitions=ps) for m, ps in self._final(partitions_per_topic, subscriptions).items()}
 
@@ -357,9 +347,7 @@ class CooperativeStickyAssignor(_StickyBase):
         return sub.owned_partitions, generation
 
     def assign(
-        self,
-        partitions_per_topic: Mapping[str, int],
-        subscriptions: Mapping[str, Subscription],
+        self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
     ) -> dict[str, Assignment]:
         final = self._final(partitions_per_topic, subscriptions)
         return {
@@ -369,8 +357,7 @@ class CooperativeStickyAssignor(_StickyBase):
 
 
 def withhold_transfers(
-    target: Mapping[str, Sequence[TopicPartition]],
-    owned: Mapping[str, Iterable[TopicPartition]],
+    target: Mapping[str, Sequence[TopicPartition]], owned: Mapping[str, Iterable[TopicPartition]]
 ) -> dict[str, list[TopicPartition]]:
     """Drop from ``target`` every partition some member owns and must give up to another.
 
@@ -383,10 +370,7 @@ def withhold_transfers(
     owned_sets = {m: set(ps) for m, ps in owned.items()}
     kept = {m: set(ps) for m, ps in target.items()}
     revoked = {tp for m, ps in owned_sets.items() for tp in ps if tp not in kept.get(m, ())}
-    return {
-        m: [tp for tp in ps if tp in owned_sets.get(m, ()) or tp not in revoked]
-        for m, ps in target.items()
-    }
+    return {m: [tp for tp in ps if tp in owned_sets.get(m, ()) or tp not in revoked] for m, ps in target.items()}
 
 
 # -- resolve ------------------------------------------------------------------------------
@@ -423,8 +407,7 @@ def resolve(strategy: Strategy) -> Assignor:
             return BUILTIN_ASSIGNORS[strategy]()
         except KeyError:
             raise ConfigError(
-                f"unknown partition assignment strategy {strategy!r}; built-ins are "
-                + ", ".join(BUILTIN_ASSIGNORS),
+                f"unknown partition assignment strategy {strategy!r}; built-ins are " + ", ".join(BUILTIN_ASSIGNORS),
                 key="partition_assignment_strategy",
             ) from None
     if isinstance(strategy, Assignor):

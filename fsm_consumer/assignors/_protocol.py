@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
 from fsm_consumer.errors import FsmConsumerError
-from ..structs import TopicPartition
 
+from ..structs import TopicPartition
 from ._base import Assignment, Subscription
 
 #: Versions we write by default: the newest the schemas describe (Java writes these too).

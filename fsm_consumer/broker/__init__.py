@@ -12,9 +12,6 @@ Usage::
 
 from ._binary import locate_tansu
 from ._embedded import EmbeddedBroker, Storage
-from ._kafka import KafkaBroker
-from ._kafka_jars import KAFKA_VERSION, KafkaNotFoundError, fetch_kafka
-from ._kinds import BROKER_KINDS, start_broker
 from ._errors import (
     BrokerError,
     BrokerNotRunningError,
@@ -24,6 +21,9 @@ from ._errors import (
     TansuNotFoundError,
     TopicCreateError,
 )
+from ._kafka import KafkaBroker
+from ._kafka_jars import KAFKA_VERSION, KafkaNotFoundError, fetch_kafka
+from ._kinds import BROKER_KINDS, start_broker
 
 __all__ = [
     "BROKER_KINDS",

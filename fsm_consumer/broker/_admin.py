@@ -13,8 +13,8 @@ from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from ._errors import BrokerNotRunningError, TopicCreateError
-from ._process import GuardedProcess
 from ._ports import LOOPBACK
+from ._process import GuardedProcess
 from ._wire import pick_version, send_request
 
 
@@ -67,17 +67,13 @@ class LoopbackBroker:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def create_topic(
-        self,
-        name: str,
-        partitions: int = 1,
-        config: Mapping[str, str] | None = None,
-        *,
-        timeout: float = 10.0,
+        self, name: str, partitions: int = 1, config: Mapping[str, str] | None = None, *, timeout: float = 10.0
     ) -> None:
         """Create ``name`` and wait until Metadata shows all its partitions with a leader."""
         if partitions < 1:
@@ -123,11 +119,7 @@ class LoopbackBroker:
         response = self._metadata([name])
         for topic in response.topics:
             if topic.name == name and topic.error_code == 0:
-                return sorted(
-                    p.partition_index
-                    for p in topic.partitions
-                    if p.error_code == 0 and p.leader_id >= 0
-                )
+                return sorted(p.partition_index for p in topic.partitions if p.error_code == 0 and p.leader_id >= 0)
         return []
 
     def _require_running(self) -> None:
@@ -140,9 +132,7 @@ class LoopbackBroker:
     def _metadata(self, topics: list[str] | None, *, timeout: float = 5.0) -> Any:
         version = pick_version(self._api_versions, MetadataRequest)
         request = MetadataRequest(
-            topics=None
-            if topics is None
-            else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+            topics=None if topics is None else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
             allow_auto_topic_creation=False,
             include_topic_authorized_operations=False,
         )

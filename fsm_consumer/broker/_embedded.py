@@ -95,9 +95,7 @@ class EmbeddedBroker(LoopbackBroker):
             return
         try:
             if self._workdir is None:
-                self._workdir = tempfile.TemporaryDirectory(
-                    prefix="fsm-consumer-tansu-", ignore_cleanup_errors=True
-                )
+                self._workdir = tempfile.TemporaryDirectory(prefix="fsm-consumer-tansu-", ignore_cleanup_errors=True)
             if self.storage == "s3" and self._s3 is None:
                 self._s3 = LocalS3(self.bucket, log_dir=Path(self._workdir.name))
             self._start_tansu()
@@ -179,18 +177,12 @@ class EmbeddedBroker(LoopbackBroker):
         deadline = started + self.start_timeout
         try:
             self._api_versions = self._wait_until(
-                deadline,
-                lambda: fetch_api_versions(LOOPBACK, self._port, timeout=0.25),
-                "answer ApiVersions",
+                deadline, lambda: fetch_api_versions(LOOPBACK, self._port, timeout=0.25), "answer ApiVersions"
             )
             # ApiVersions is served without touching storage; Metadata reads the
             # cluster's meta.json, so it catches an unreachable or misconfigured S3
             # (not a missing bucket: Tansu reads that 404 as "no metadata yet").
-            self._wait_until(
-                deadline,
-                lambda: self._metadata(None, timeout=1.0),
-                "answer Metadata (storage check)",
-            )
+            self._wait_until(deadline, lambda: self._metadata(None, timeout=1.0), "answer Metadata (storage check)")
         except BrokerStartError:
             self._stop_tansu()
             raise

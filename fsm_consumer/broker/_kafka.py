@@ -36,20 +36,26 @@ from ._ports import LOOPBACK, free_loopback_port, port_in_use
 from ._process import GuardedProcess
 from ._wire import fetch_api_versions
 
-_HEAP = ["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
-         "-Djava.net.preferIPv4Stack=true"]  # IPv4 sockets: 127.0.0.1, not ::ffff:127.0.0.1 on a dual-stack one
+_HEAP = [
+    "-Xms128m",
+    "-Xmx512m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-Xshare:auto",
+    "-Djava.net.preferIPv4Stack=true",
+]  # IPv4 sockets: 127.0.0.1, not ::ffff:127.0.0.1 on a dual-stack one
 # An auto-picked port can be taken by someone else while the JVM starts: fresh ports, this many times in all.
 _PORT_ATTEMPTS = 3
 _BROKER_DEFAULTS = {
     "offsets.topic.replication.factor": "1",
-    "offsets.topic.num.partitions": "4",     # 50 by default: slow to create on 2 cores, useless here
+    "offsets.topic.num.partitions": "4",  # 50 by default: slow to create on 2 cores, useless here
     "transaction.state.log.replication.factor": "1",
     "transaction.state.log.min.isr": "1",
     "transaction.state.log.num.partitions": "4",
     "group.initial.rebalance.delay.ms": "0",
-    "group.min.session.timeout.ms": "500",   # 6 s by default: tests and demos use short sessions, as Tansu allows
+    "group.min.session.timeout.ms": "500",  # 6 s by default: tests and demos use short sessions, as Tansu allows
     "num.partitions": "1",
-    "auto.create.topics.enable": "true",     # as Tansu: asking for an unknown topic creates it
+    "auto.create.topics.enable": "true",  # as Tansu: asking for an unknown topic creates it
     "log.segment.bytes": str(64 * 1024 * 1024),
     "num.network.threads": "2",
     "num.io.threads": "2",
@@ -74,12 +80,20 @@ class KafkaBroker(LoopbackBroker):
 
     kind = "kafka"
 
-    def __init__(self, port: int | None = None, *, version: str = KAFKA_VERSION,
-                 config: Mapping[str, str] | None = None, sasl_users: Mapping[str, str] | None = None,
-                 ssl_keystore: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None = None,
-                 start_timeout: float = 60.0, stop_grace: float = 10.0) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        version: str = KAFKA_VERSION,
+        config: Mapping[str, str] | None = None,
+        sasl_users: Mapping[str, str] | None = None,
+        ssl_keystore: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None = None,
+        start_timeout: float = 60.0,
+        stop_grace: float = 10.0,
+    ) -> None:
         self.version = version
-        #: user -> password on a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); see sasl_bootstrap_servers
+        #: user -> password on a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512);
+        #: see sasl_bootstrap_servers
         self.sasl_users = dict(sasl_users or {})
         #: (certificate chain PEM file, unencrypted PKCS#8 key PEM file) of an SSL listener; see ssl_bootstrap_servers
         self.ssl_keystore = ssl_keystore
@@ -172,8 +186,12 @@ class KafkaBroker(LoopbackBroker):
 
     def _ports(self) -> dict[int, str]:
         """Every port of the server -> which listener it is."""
-        named = {self._port: "client", self._controller_port: "controller", self._sasl_port: "SASL",
-                 self._ssl_port: "SSL"}
+        named = {
+            self._port: "client",
+            self._controller_port: "controller",
+            self._sasl_port: "SASL",
+            self._ssl_port: "SSL",
+        }
         return {port: name for port, name in named.items() if port is not None}
 
     def _first_start(self) -> None:
@@ -232,8 +250,9 @@ class KafkaBroker(LoopbackBroker):
         scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
         return {
             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-            "listener.name.sasl_plaintext.plain.sasl.jaas.config":
-                f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain};",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain};"
+            ),
             "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": scram,
             "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": scram,
         }
@@ -243,18 +262,28 @@ class KafkaBroker(LoopbackBroker):
             return {}
         chain, key = (Path(p).read_text() for p in self.ssl_keystore)
         # inline PEM (a file-based PEM keystore would need an encrypted key); \n is a newline in a .properties value
-        return {"listener.name.ssl.ssl.keystore.type": "PEM",
-                "listener.name.ssl.ssl.keystore.certificate.chain": chain.strip().replace("\n", "\\n"),
-                "listener.name.ssl.ssl.keystore.key": key.strip().replace("\n", "\\n")}
+        return {
+            "listener.name.ssl.ssl.keystore.type": "PEM",
+            "listener.name.ssl.ssl.keystore.certificate.chain": chain.strip().replace("\n", "\\n"),
+            "listener.name.ssl.ssl.keystore.key": key.strip().replace("\n", "\\n"),
+        }
 
     def commit_log(self, group: str, timeout_s: float = 120) -> list[tuple[str, int, int]]:
         """The offset commits of ``group`` as the broker applied them, in order: (topic, partition, offset),
         read back from ``__consumer_offsets`` with Kafka's own ``OffsetsMessageFormatter`` (a group's
         commits all go to one partition of it, so their order there is the order they took effect)."""
-        argv = self._java("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
-                          self.bootstrap_servers, "--topic", "__consumer_offsets", "--from-beginning",
-                          "--formatter", "org.apache.kafka.tools.consumer.OffsetsMessageFormatter",
-                          "--timeout-ms", "5000")
+        argv = self._java(
+            "org.apache.kafka.tools.consumer.ConsoleConsumer",
+            "--bootstrap-server",
+            self.bootstrap_servers,
+            "--topic",
+            "__consumer_offsets",
+            "--from-beginning",
+            "--formatter",
+            "org.apache.kafka.tools.consumer.OffsetsMessageFormatter",
+            "--timeout-ms",
+            "5000",
+        )
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
         if done.returncode != 0:
             raise RuntimeError(f"reading __consumer_offsets failed (exit {done.returncode}): {done.stderr[-2000:]}")
@@ -275,21 +304,37 @@ class KafkaBroker(LoopbackBroker):
         return [self.java, *_HEAP, f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{self.libs}/*", main, *args]
 
     def _format(self) -> None:
-        scram = [arg for user, password in self.sasl_users.items() for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
-                 for arg in ("--add-scram", f"{mechanism}=[name={user},password={password}]")]
-        argv = self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c",
-                          str(self._properties_path), "--ignore-formatted", *scram)
+        scram = [
+            arg
+            for user, password in self.sasl_users.items()
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+            for arg in ("--add-scram", f"{mechanism}=[name={user},password={password}]")
+        ]
+        argv = self._java(
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            self.cluster_id,
+            "-c",
+            str(self._properties_path),
+            "--ignore-formatted",
+            *scram,
+        )
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
-            raise BrokerStartError(f"formatting Kafka's storage failed (exit {done.returncode}):\n"
-                                   f"{(done.stdout + done.stderr)[-3000:]}")
+            raise BrokerStartError(
+                f"formatting Kafka's storage failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}"
+            )
 
     def _spawn_and_wait(self) -> None:
         assert self.log_path is not None
         started = time.monotonic()
         try:
-            self._process = GuardedProcess(self._java("kafka.Kafka", str(self._properties_path)),
-                                           log_path=self.log_path, stop_grace=self.stop_grace)
+            self._process = GuardedProcess(
+                self._java("kafka.Kafka", str(self._properties_path)),
+                log_path=self.log_path,
+                stop_grace=self.stop_grace,
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             raise BrokerStartError(f"could not spawn {self.java}: {exc}") from exc
         deadline = started + self.start_timeout
@@ -306,24 +351,33 @@ class KafkaBroker(LoopbackBroker):
                 if cluster is not None:  # not ours, which cannot bind the port: it exits, or is stopped here
                     self._stop_server()
                     self._api_versions = {}
-                    raise _PortTaken(f"another broker (cluster id {cluster!r}) answers on {self.bootstrap_servers}: "
-                                     f"the port was taken before Apache Kafka could bind it", [self._port])
+                    raise _PortTaken(
+                        f"another broker (cluster id {cluster!r}) answers on {self.bootstrap_servers}: "
+                        f"the port was taken before Apache Kafka could bind it",
+                        [self._port],
+                    )
             if not self._process.alive():
                 code = self._process.returncode
                 self._stop_server()
                 taken = [port for port in self._ports() if port_in_use(port)]  # ours is gone: someone else's
                 if taken:
-                    raise _PortTaken(f"Apache Kafka exited with code {code} before it answered on "
-                                     f"{self.bootstrap_servers}: "
-                                     + ", ".join(f"{LOOPBACK}:{port} (its {self._ports()[port]} listener)"
-                                                 for port in taken)
-                                     + " taken by another process", taken)
-                raise BrokerStartError(f"Apache Kafka exited with code {code} before it answered on "
-                                       f"{self.bootstrap_servers}; end of its log:\n{tail(self.log_path)}")
+                    raise _PortTaken(
+                        f"Apache Kafka exited with code {code} before it answered on "
+                        f"{self.bootstrap_servers}: "
+                        + ", ".join(f"{LOOPBACK}:{port} (its {self._ports()[port]} listener)" for port in taken)
+                        + " taken by another process",
+                        taken,
+                    )
+                raise BrokerStartError(
+                    f"Apache Kafka exited with code {code} before it answered on "
+                    f"{self.bootstrap_servers}; end of its log:\n{tail(self.log_path)}"
+                )
             if time.monotonic() > deadline:
                 self._stop_server()
-                raise BrokerStartError(f"Apache Kafka on {self.bootstrap_servers} did not answer within "
-                                       f"{self.start_timeout:.0f} s: {last}; end of its log:\n{tail(self.log_path)}")
+                raise BrokerStartError(
+                    f"Apache Kafka on {self.bootstrap_servers} did not answer within "
+                    f"{self.start_timeout:.0f} s: {last}; end of its log:\n{tail(self.log_path)}"
+                )
             time.sleep(0.1)
         self.startup_seconds = time.monotonic() - started
 

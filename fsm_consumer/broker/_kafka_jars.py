@@ -42,8 +42,10 @@ def find_java() -> str:
         return str(Path(home) / "bin" / "java")
     found = shutil.which("java")
     if found is None:
-        raise KafkaNotFoundError("no java on PATH (and no JAVA_HOME): Apache Kafka needs Java 17 or later "
-                                 "(e.g. apt-get install openjdk-17-jre-headless)")
+        raise KafkaNotFoundError(
+            "no java on PATH (and no JAVA_HOME): Apache Kafka needs Java 17 or later "
+            "(e.g. apt-get install openjdk-17-jre-headless)"
+        )
     return found
 
 
@@ -51,8 +53,9 @@ def kafka_libs(version: str = KAFKA_VERSION) -> Path:
     """The directory of the release's jars; raises KafkaNotFoundError naming the fetch command if absent."""
     libs = kafka_home(version) / "libs"
     if not (kafka_home(version) / _MARKER).is_file():
-        raise KafkaNotFoundError(f"Apache Kafka {version}'s jars are not in {libs}: run `{FETCH_COMMAND}` "
-                                 f"(needs mvn and Maven Central) once")
+        raise KafkaNotFoundError(
+            f"Apache Kafka {version}'s jars are not in {libs}: run `{FETCH_COMMAND}` (needs mvn and Maven Central) once"
+        )
     return libs
 
 
@@ -63,21 +66,29 @@ def fetch_kafka(version: str = KAFKA_VERSION, *, quiet: bool = True, timeout: fl
         return home / "libs"
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise KafkaNotFoundError("mvn is not on PATH: install Maven (apt-get install maven) to fetch Apache "
-                                 "Kafka's jars from Maven Central")
+        raise KafkaNotFoundError(
+            "mvn is not on PATH: install Maven (apt-get install maven) to fetch Apache Kafka's jars from Maven Central"
+        )
     libs = home / "libs"
     if libs.exists():
         shutil.rmtree(libs)  # a fetch that was cut short
     libs.mkdir(parents=True)
-    argv = [mvn, "-B", "-f", str(POM), f"-Dkafka.version={version}", "dependency:copy-dependencies",
-            f"-DoutputDirectory={libs}", "-DincludeScope=runtime"]
+    argv = [
+        mvn,
+        "-B",
+        "-f",
+        str(POM),
+        f"-Dkafka.version={version}",
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={libs}",
+        "-DincludeScope=runtime",
+    ]
     if quiet:
         argv.insert(1, "-q")
     done = subprocess.run(argv, capture_output=quiet, text=True, timeout=timeout)
     if done.returncode != 0:
         out = (done.stdout or "") + (done.stderr or "") if quiet else ""
-        raise KafkaNotFoundError(f"mvn could not fetch Apache Kafka {version} (exit {done.returncode}):\n"
-                                 f"{out[-3000:]}")
+        raise KafkaNotFoundError(f"mvn could not fetch Apache Kafka {version} (exit {done.returncode}):\n{out[-3000:]}")
     if not any(libs.glob(f"kafka_2.13-{version}.jar")):
         raise KafkaNotFoundError(f"mvn finished but {libs} holds no kafka_2.13-{version}.jar")
     (home / _MARKER).write_text(version)

@@ -36,8 +36,7 @@ class LocalS3:
         self.port = free_loopback_port()
         self.log_path = log_dir / "moto.log"
         self._process = GuardedProcess(
-            [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)],
-            log_path=self.log_path,
+            [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)], log_path=self.log_path
         )
         try:
             self._create_bucket(start_timeout)

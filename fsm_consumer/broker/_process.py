@@ -109,12 +109,7 @@ class GuardedProcess:
     """A child process in its own group, killed with its parent, stopped on GC/exit."""
 
     def __init__(
-        self,
-        argv: Sequence[str],
-        *,
-        log_path: Path,
-        env: Mapping[str, str] | None = None,
-        stop_grace: float = 3.0,
+        self, argv: Sequence[str], *, log_path: Path, env: Mapping[str, str] | None = None, stop_grace: float = 3.0
     ) -> None:
         self.argv = list(argv)
         self.log_path = log_path

@@ -34,15 +34,7 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
     return bytes(chunks)
 
 
-def send_request(
-    host: str,
-    port: int,
-    request: Any,
-    response_type: Any,
-    version: int,
-    *,
-    timeout: float = 2.0,
-) -> Any:
+def send_request(host: str, port: int, request: Any, response_type: Any, version: int, *, timeout: float = 2.0) -> Any:
     """Send ``request`` encoded at ``version`` and return the decoded response.
 
     Any socket failure, short read or correlation mismatch becomes
@@ -57,9 +49,7 @@ def send_request(
             (size,) = struct.unpack(">i", _recv_exact(sock, 4))
             body = _recv_exact(sock, size)
     except OSError as exc:  # includes ConnectionError and socket.timeout
-        raise BrokerRequestError(
-            f"{type(request).__name__} v{version} to {host}:{port} failed: {exc}"
-        ) from exc
+        raise BrokerRequestError(f"{type(request).__name__} v{version} to {host}:{port} failed: {exc}") from exc
     try:
         response = response_type.decode(body, version=version, header=True)
     except Exception as exc:  # struct.error, ValueError, ...: the codec has no common base
@@ -80,9 +70,7 @@ def fetch_api_versions(host: str, port: int, *, timeout: float = 0.5) -> dict[in
     Uses ApiVersions v0: every Kafka-compatible broker must answer it, whatever
     else it supports, which is what makes it a good readiness probe.
     """
-    response = send_request(
-        host, port, ApiVersionsRequest(), ApiVersionsResponse, 0, timeout=timeout
-    )
+    response = send_request(host, port, ApiVersionsRequest(), ApiVersionsResponse, 0, timeout=timeout)
     if response.error_code != 0:
         raise BrokerRequestError(f"ApiVersions returned error code {response.error_code}")
     return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
@@ -97,7 +85,6 @@ def pick_version(api_versions: ApiVersionTable, request_type: Any) -> int:
     version = min(high, request_type.max_version)
     if version < low:
         raise BrokerRequestError(
-            f"no common {request_type.__name__} version: broker {low}-{high}, "
-            f"client up to {request_type.max_version}"
+            f"no common {request_type.__name__} version: broker {low}-{high}, client up to {request_type.max_version}"
         )
     return version

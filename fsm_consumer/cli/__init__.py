@@ -6,30 +6,30 @@ import sys
 
 from ._specs import check_specs, render_diagrams, spec_coverage
 
-_COMMANDS = {
-    "check-specs": check_specs,
-    "diagrams": render_diagrams,
-    "spec-coverage": spec_coverage,
-}
+_COMMANDS = {"check-specs": check_specs, "diagrams": render_diagrams, "spec-coverage": spec_coverage}
 
 
 def _demo(argv: list[str]) -> int:
     from ._demo import demo
+
     return demo(argv)
 
 
 def _consume(argv: list[str]) -> int:
     from ._consume import consume
+
     return consume(argv)
 
 
 def _ingest(argv: list[str]) -> int:
     from ._ingest import ingest
+
     return ingest(argv)
 
 
 def _broker(argv: list[str]) -> int:
     from ._broker import broker
+
     return broker(argv)
 
 

@@ -12,8 +12,12 @@ def broker(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="fsm-consumer broker", description=__doc__)
     sub = ap.add_subparsers(dest="action", required=True)
     fetch = sub.add_parser("fetch", help="fetch a broker's files into the cache")
-    fetch.add_argument("--kind", choices=["kafka"], default="kafka",
-                       help="kafka: Apache Kafka's jars from Maven Central (Tansu comes with pip)")
+    fetch.add_argument(
+        "--kind",
+        choices=["kafka"],
+        default="kafka",
+        help="kafka: Apache Kafka's jars from Maven Central (Tansu comes with pip)",
+    )
     fetch.add_argument("--version", default=KAFKA_VERSION)
     fetch.add_argument("--verbose", action="store_true", help="show mvn's output")
     args = ap.parse_args(argv)

@@ -19,15 +19,28 @@ def _text(data: bytes | None, encoding: str) -> str | None:
 
 def _format(fmt: str, rec, encoding: str) -> str:
     if fmt == "json":
-        return json.dumps({
-            "topic": rec.topic, "partition": rec.partition, "offset": rec.offset, "timestamp": rec.timestamp,
-            "key": _text(rec.key, encoding), "value": _text(rec.value, encoding),
-            "headers": [[k, _text(v, encoding)] for k, v in (rec.headers or [])]})
+        return json.dumps(
+            {
+                "topic": rec.topic,
+                "partition": rec.partition,
+                "offset": rec.offset,
+                "timestamp": rec.timestamp,
+                "key": _text(rec.key, encoding),
+                "value": _text(rec.value, encoding),
+                "headers": [[k, _text(v, encoding)] for k, v in (rec.headers or [])],
+            }
+        )
     # kcat-like: %t %p %o %k %s %T %h escapes
     out = fmt.replace("\\n", "\n").replace("\\t", "\t")
-    for code, value in (("%t", rec.topic), ("%p", rec.partition), ("%o", rec.offset), ("%T", rec.timestamp),
-                        ("%k", _text(rec.key, encoding) or ""), ("%s", _text(rec.value, encoding) or ""),
-                        ("%h", ",".join(f"{k}={_text(v, encoding)}" for k, v in (rec.headers or [])))):
+    for code, value in (
+        ("%t", rec.topic),
+        ("%p", rec.partition),
+        ("%o", rec.offset),
+        ("%T", rec.timestamp),
+        ("%k", _text(rec.key, encoding) or ""),
+        ("%s", _text(rec.value, encoding) or ""),
+        ("%h", ",".join(f"{k}={_text(v, encoding)}" for k, v in (rec.headers or []))),
+    ):
         out = out.replace(code, str(value))
     return out
 
@@ -37,20 +50,33 @@ def consume(argv: list[str]) -> int:
     ap.add_argument("--bootstrap-servers", "-b", help="host:port[,host:port] (required)")
     ap.add_argument("--topic", "-t", required=True)
     ap.add_argument("--partition", "-p", type=int, action="append", help="partition (repeatable); default all")
-    ap.add_argument("--from", dest="start", default="earliest",
-                    help="earliest, latest, or an offset (default earliest)")
+    ap.add_argument(
+        "--from", dest="start", default="earliest", help="earliest, latest, or an offset (default earliest)"
+    )
     ap.add_argument("--max", type=int, default=None, help="stop after this many records")
-    ap.add_argument("--idle-exit-ms", type=int, default=2000,
-                    help="stop when no record came for this long (0: never)")
-    ap.add_argument("--format", "-f", default="%s",
-                    help="'json' for JSON lines, or a kcat format: %%t %%p %%o %%k %%s %%T %%h (default %%s)")
+    ap.add_argument("--idle-exit-ms", type=int, default=2000, help="stop when no record came for this long (0: never)")
+    ap.add_argument(
+        "--format",
+        "-f",
+        default="%s",
+        help="'json' for JSON lines, or a kcat format: %%t %%p %%o %%k %%s %%T %%h (default %%s)",
+    )
     ap.add_argument("--encoding", choices=["utf8", "base64"], default="utf8", help="how keys and values print")
-    ap.add_argument("-X", dest="extra", action="append", default=[], metavar="KEY=VALUE",
-                    help="any consumer config key, e.g. -X isolation_level=read_committed")
+    ap.add_argument(
+        "-X",
+        dest="extra",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any consumer config key, e.g. -X isolation_level=read_committed",
+    )
     args = ap.parse_args(argv)
     if not args.bootstrap_servers:
-        print("fsm-consumer consume: --bootstrap-servers is required (there is no default broker; "
-              "`fsm-consumer demo` starts an embedded one)", file=sys.stderr)
+        print(
+            "fsm-consumer consume: --bootstrap-servers is required (there is no default broker; "
+            "`fsm-consumer demo` starts an embedded one)",
+            file=sys.stderr,
+        )
         return 2
     from ..consumer import Consumer
     from ..errors import ConfigError, KafkaTimeoutError

@@ -9,10 +9,9 @@ diagrams of the shipped specs, and prints what it did. Needs no running Kafka an
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
-
-import sys
 
 from ..broker import BROKER_KINDS, KafkaNotFoundError, start_broker
 from ..broker._kinds import describe
@@ -23,12 +22,13 @@ from ..machines._diagram import have_dot, render_all
 def _fill(bootstrap: str, topic: str, records: int, size: int) -> dict[int, int]:
     from kafka import KafkaProducer  # the producer comes from the peer library, on purpose
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, compression_type="gzip",
-                             batch_size=64 * 1024)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, compression_type="gzip", batch_size=64 * 1024)
     last: dict[int, int] = {}
     try:
-        futures = [producer.send(topic, key=str(i % 100).encode(), value=(b"%08d" % i) + b"x" * (size - 8))
-                   for i in range(records)]
+        futures = [
+            producer.send(topic, key=str(i % 100).encode(), value=(b"%08d" % i) + b"x" * (size - 8))
+            for i in range(records)
+        ]
         producer.flush()
         for f in futures:
             meta = f.get(timeout=30)
@@ -66,8 +66,12 @@ def demo(argv: list[str]) -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--topic", default="demo")
     ap.add_argument("--out", default="fsm-demo", help="where the diagrams go (default: ./fsm-demo)")
-    ap.add_argument("--broker", choices=BROKER_KINDS, default="tansu",
-                    help="tansu (default: embedded, starts in milliseconds) or kafka (Apache Kafka, the reference)")
+    ap.add_argument(
+        "--broker",
+        choices=BROKER_KINDS,
+        default="tansu",
+        help="tansu (default: embedded, starts in milliseconds) or kafka (Apache Kafka, the reference)",
+    )
     args = ap.parse_args(argv)
 
     t0 = time.monotonic()
@@ -82,14 +86,18 @@ def demo(argv: list[str]) -> int:
         t1 = time.monotonic()
         last = _fill(broker.bootstrap_servers, args.topic, args.records, args.record_size)
         took = time.monotonic() - t1
-        print(f"topic {args.topic!r}: {args.records} records of {args.record_size} B in {took:.2f} s; "
-              f"last offset per partition {dict(sorted(last.items()))}")
+        print(
+            f"topic {args.topic!r}: {args.records} records of {args.record_size} B in {took:.2f} s; "
+            f"last offset per partition {dict(sorted(last.items()))}"
+        )
         if sum(v + 1 for v in last.values()) != args.records:
             print("error: the broker acknowledged a different number of records than were sent")
             return 1
         got, took, metrics = _read_back(broker.bootstrap_servers, args.topic, args.partitions, args.records)
-        print(f"fsm_consumer read {got} records in {took:.2f} s ({got / max(took, 1e-9):,.0f} records/s), "
-              f"in order per partition; fetch buffer peak {metrics['fetch-buffer-bytes-peak'] / 1e6:.1f} MB")
+        print(
+            f"fsm_consumer read {got} records in {took:.2f} s ({got / max(took, 1e-9):,.0f} records/s), "
+            f"in order per partition; fetch buffer peak {metrics['fetch-buffer-bytes-peak'] / 1e6:.1f} MB"
+        )
         if got != args.records:
             print(f"error: expected {args.records} records, read {got}")
             return 1
@@ -102,7 +110,9 @@ def demo(argv: list[str]) -> int:
         spec = load_spec(path)
         for suffix, content in render_all(spec, svg=svg).items():
             (out / f"{spec.machine}{suffix}").write_text(content, encoding="utf-8")
-        print(f"diagram: {out / spec.machine}.{'svg' if svg else 'dot'} ({len(spec.states)} states, "
-              f"{len(spec.transitions)} transitions)")
+        print(
+            f"diagram: {out / spec.machine}.{'svg' if svg else 'dot'} ({len(spec.states)} states, "
+            f"{len(spec.transitions)} transitions)"
+        )
     print(f"done in {time.monotonic() - t0:.1f} s; the broker is stopped")
     return 0

@@ -23,28 +23,46 @@ _TRIGGERS = ("available-now", "once")
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="fsm-consumer ingest", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="fsm-consumer ingest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--topic", default="fsm-ingest-demo", help="topic to ingest (default: fsm-ingest-demo)")
     ap.add_argument("--to", default="fsm-ingest", help="output directory (default: ./fsm-ingest)")
     ap.add_argument("--format", default="parquet", choices=("parquet", "delta"))
-    ap.add_argument("--bootstrap-servers", help="Kafka brokers; without it a loopback broker (--broker) is "
-                                                "started and filled with demo data")
-    ap.add_argument("--broker", choices=BROKER_KINDS, default="tansu",
-                    help="without --bootstrap-servers: tansu (default: embedded, starts in milliseconds) or kafka "
-                         "(Apache Kafka, the reference; `fsm-consumer broker fetch --kind kafka` first)")
-    ap.add_argument("--trigger", default="available-now",
-                    help="available-now (default: everything there is, then stop), once, or an interval "
-                         "such as '10 seconds' (runs until Ctrl-C or --duration)")
+    ap.add_argument(
+        "--bootstrap-servers",
+        help="Kafka brokers; without it a loopback broker (--broker) is started and filled with demo data",
+    )
+    ap.add_argument(
+        "--broker",
+        choices=BROKER_KINDS,
+        default="tansu",
+        help="without --bootstrap-servers: tansu (default: embedded, starts in milliseconds) or kafka "
+        "(Apache Kafka, the reference; `fsm-consumer broker fetch --kind kafka` first)",
+    )
+    ap.add_argument(
+        "--trigger",
+        default="available-now",
+        help="available-now (default: everything there is, then stop), once, or an interval "
+        "such as '10 seconds' (runs until Ctrl-C or --duration)",
+    )
     ap.add_argument("--duration", type=float, help="with an interval trigger: stop after this many seconds")
     ap.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
-    ap.add_argument("--commit-to-group", metavar="GROUP",
-                    help="also commit each finished batch's end offsets to this Kafka group (for lag tools)")
+    ap.add_argument(
+        "--commit-to-group",
+        metavar="GROUP",
+        help="also commit each finished batch's end offsets to this Kafka group (for lag tools)",
+    )
     ap.add_argument("--checkpoint", help="checkpoint directory (default: <to>/_checkpoint)")
     ap.add_argument("--starting-offsets", default="earliest", help="earliest (default), latest or JSON")
     ap.add_argument("--max-offsets-per-trigger", type=int, help="bound each micro-batch")
-    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                    help="more fsm_kafka source options, e.g. kafka.security.protocol=SSL (repeatable)")
+    ap.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="more fsm_kafka source options, e.g. kafka.security.protocol=SSL (repeatable)",
+    )
     ap.add_argument("--records", type=int, default=200_000, help="demo records (loopback broker only)")
     ap.add_argument("--partitions", type=int, default=4, help="demo topic partitions (loopback broker only)")
     ap.add_argument("--record-size", type=int, default=100, help="demo record size (loopback broker only)")
@@ -79,8 +97,10 @@ def _session(master: str, fmt: str, local: bool):
         except ImportError:
             raise SystemExit("--format delta needs delta-spark: pip install delta-spark") from None
         builder = configure_spark_with_delta_pip(
-            builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-            .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"))
+            builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension").config(
+                "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+            )
+        )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -167,14 +187,17 @@ def ingest(argv: list[str]) -> int:
             from ..broker import KafkaNotFoundError, start_broker
             from ..broker._kinds import describe
             from ._demo import _fill
+
             try:
                 broker = stack.enter_context(start_broker(args.broker))
             except KafkaNotFoundError as exc:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
             bootstrap = broker.bootstrap_servers
-            print(f"broker: {describe(broker)}; filling {args.topic!r} with "
-                  f"{args.records:,} records of {args.record_size} B in {args.partitions} partitions")
+            print(
+                f"broker: {describe(broker)}; filling {args.topic!r} with "
+                f"{args.records:,} records of {args.record_size} B in {args.partitions} partitions"
+            )
             broker.create_topic(args.topic, partitions=args.partitions)
             _fill(bootstrap, args.topic, args.records, args.record_size)
             total_hint = args.records
@@ -183,18 +206,29 @@ def ingest(argv: list[str]) -> int:
         spark = _session(args.master, args.format, local=_loopback(args.master))
         stack.callback(spark.stop)
         from ..spark import register
+
         register(spark)
-        reader = (spark.readStream.format("fsm_kafka").option("kafka.bootstrap.servers", bootstrap)
-                  .option("subscribe", args.topic).option("startingOffsets", args.starting_offsets))
+        reader = (
+            spark.readStream.format("fsm_kafka")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", args.topic)
+            .option("startingOffsets", args.starting_offsets)
+        )
         if args.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", args.max_offsets_per_trigger)
         if args.commit_to_group:
             reader = reader.option("commitToGroup", args.commit_to_group)
         for key, value in extra.items():
             reader = reader.option(key, value)
-        query = (reader.load().writeStream.format(args.format).option("path", str(out))
-                 .option("checkpointLocation", str(checkpoint)).trigger(**_trigger(args.trigger))
-                 .queryName("fsm_consumer_ingest").start())
+        query = (
+            reader.load()
+            .writeStream.format(args.format)
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(**_trigger(args.trigger))
+            .queryName("fsm_consumer_ingest")
+            .start()
+        )
         try:
             _watch(query, args, total_hint)
         except KeyboardInterrupt:
@@ -206,11 +240,15 @@ def ingest(argv: list[str]) -> int:
         count = written.count()
         files = sorted(p for p in out.rglob("*.parquet"))
         took = time.monotonic() - t0
-        print(f"done: {count:,} records in {len(files)} {args.format} files under {out} in {took:.1f} s "
-              f"(checkpoint {checkpoint})")
+        print(
+            f"done: {count:,} records in {len(files)} {args.format} files under {out} in {took:.1f} s "
+            f"(checkpoint {checkpoint})"
+        )
         if total_hint is not None and count != total_hint:
             print(f"error: {total_hint:,} records were produced, {count:,} written", file=sys.stderr)
             return 1
-        print(f"read them back: spark.read.format({args.format!r}).load({str(out)!r})"
-              + ("   or: pyarrow.parquet.read_table(path) per file" if args.format == "parquet" else ""))
+        print(
+            f"read them back: spark.read.format({args.format!r}).load({str(out)!r})"
+            + ("   or: pyarrow.parquet.read_table(path) per file" if args.format == "parquet" else "")
+        )
     return 0

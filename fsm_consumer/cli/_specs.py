@@ -29,8 +29,10 @@ def check_specs(argv: list[str]) -> int:
     specs, failed = _load_all(args.specs)
     for s in specs:
         timeouts = sum(len(st.timeouts) for st in s.states.values())
-        print(f"{s.machine}: {len(s.states)} states, {len(s.transitions)} transitions, {timeouts} timeouts, "
-              f"{len(s.durations)} durations  ({s.file})")
+        print(
+            f"{s.machine}: {len(s.states)} states, {len(s.transitions)} transitions, {timeouts} timeouts, "
+            f"{len(s.durations)} durations  ({s.file})"
+        )
     if not specs and not failed:
         print("no specs found", file=sys.stderr)
         return 1
@@ -38,8 +40,9 @@ def check_specs(argv: list[str]) -> int:
 
 
 def render_diagrams(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="render-diagrams",
-                                 description="Write diagrams/<machine>.dot, .svg and .mmd from the specs.")
+    ap = argparse.ArgumentParser(
+        prog="render-diagrams", description="Write diagrams/<machine>.dot, .svg and .mmd from the specs."
+    )
     ap.add_argument("--specs", help="specs directory (default: the project's)")
     ap.add_argument("--out", help="diagrams directory (default: diagrams/ beside specs/)")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 naming stale or missing files")
@@ -50,9 +53,12 @@ def render_diagrams(argv: list[str]) -> int:
     out = Path(args.out) if args.out else Path(args.specs or specs_dir()).resolve().parent / "diagrams"
     svg = have_dot()
     if not svg:
-        print("note: Graphviz's dot program is not installed (Debian/Ubuntu: apt-get install graphviz; "
-              "macOS: brew install graphviz): " + ("checking .dot and .mmd only, not .svg" if args.check
-                                                   else "writing .dot and .mmd, no .svg"), file=sys.stderr)
+        print(
+            "note: Graphviz's dot program is not installed (Debian/Ubuntu: apt-get install graphviz; "
+            "macOS: brew install graphviz): "
+            + ("checking .dot and .mmd only, not .svg" if args.check else "writing .dot and .mmd, no .svg"),
+            file=sys.stderr,
+        )
     stale = []
     for s in specs:
         for suffix, content in render_all(s, svg=svg).items():
@@ -75,15 +81,25 @@ def render_diagrams(argv: list[str]) -> int:
 
 
 def spec_coverage(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="spec-coverage",
-                                 description="Which spec transitions the last pytest run never fired.")
+    ap = argparse.ArgumentParser(
+        prog="spec-coverage", description="Which spec transitions the last pytest run never fired."
+    )
     ap.add_argument("--records", default=".fsm-coverage", help="directory the pytest plugin wrote")
     ap.add_argument("--kind", help="count only tests of this kind (unit, integration, spark)")
     ap.add_argument("--broker", help="count only tests run on this broker (tansu, kafka)")
-    ap.add_argument("--compare-brokers", metavar="A,B", help="per machine, what each broker's tests fired, and "
-                    "the transitions fired on one broker but never on another; exit 1 if there is any")
-    ap.add_argument("--allow-gap", action="append", default=[], metavar="MACHINE:TRIGGER",
-                    help="with --compare-brokers: a transition only some brokers can reach, reported, not failed")
+    ap.add_argument(
+        "--compare-brokers",
+        metavar="A,B",
+        help="per machine, what each broker's tests fired, and "
+        "the transitions fired on one broker but never on another; exit 1 if there is any",
+    )
+    ap.add_argument(
+        "--allow-gap",
+        action="append",
+        default=[],
+        metavar="MACHINE:TRIGGER",
+        help="with --compare-brokers: a transition only some brokers can reach, reported, not failed",
+    )
     ap.add_argument("--machines", help="comma-separated machines (default: all shipped specs)")
     ap.add_argument("--fail-under", type=float, default=None, help="exit 1 if any machine is below this percent")
     args = ap.parse_args(argv)
@@ -104,8 +120,11 @@ def spec_coverage(argv: list[str]) -> int:
     for s in specs:
         covered, missing = coverage(s, records, kind)
         pct = 100.0 * len(covered) / len(s.transitions)
-        print(f"{s.machine}: {len(covered)}/{len(s.transitions)} transitions exercised ({pct:.1f}%)"
-              + (f" by {args.kind} tests" if args.kind else "") + (f" on {args.broker}" if args.broker else ""))
+        print(
+            f"{s.machine}: {len(covered)}/{len(s.transitions)} transitions exercised ({pct:.1f}%)"
+            + (f" by {args.kind} tests" if args.kind else "")
+            + (f" on {args.broker}" if args.broker else "")
+        )
         for i in missing:
             t = s.transitions[i]
             print(f"  never fired: {t.label}  ({s.file}:{t.line})")
@@ -124,7 +143,9 @@ def _compare_brokers(specs, records, brokers: list[str], allowed: set[str]) -> b
             for i in missing:
                 t = s.transitions[i]
                 ok = f"{s.machine}:{t.trigger}" in allowed
-                print(f"  never fired on {b} (fired on another broker){' [allowed]' if ok else ''}: "
-                      f"{t.label}  ({s.file}:{t.line})")
+                print(
+                    f"  never fired on {b} (fired on another broker){' [allowed]' if ok else ''}: "
+                    f"{t.label}  ({s.file}:{t.line})"
+                )
                 any_gap |= not ok
     return any_gap

@@ -18,15 +18,25 @@ from kafka.structs import ConsumerGroupMetadata, MemberState, OffsetAndTimestamp
 from .._config import ConsumerConfig
 from .._metrics import Metrics, kafka_python_view
 from ..engine import ApplicationEventProcessor, BackgroundLifecycle, NetworkThread
-from ..errors import (ConsumerClosedError, KafkaTimeoutError, NoOffsetForPartitionError,
-                      WakeupException)
-from ..events import (ApplicationEventQueue, AssignmentChangedEvent, BackgroundEventQueue, BootstrapEvent,
-                      CallbackEvent, CloseEvent, ErrorEvent, ListOffsetsEvent, PollEvent, Signal, TopicMetadataEvent)
+from ..errors import ConsumerClosedError, KafkaTimeoutError, NoOffsetForPartitionError, WakeupException
+from ..events import (
+    ApplicationEventQueue,
+    AssignmentChangedEvent,
+    BackgroundEventQueue,
+    BootstrapEvent,
+    CallbackEvent,
+    CloseEvent,
+    ErrorEvent,
+    ListOffsetsEvent,
+    PollEvent,
+    Signal,
+    TopicMetadataEvent,
+)
 from ..fetch import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from ..fetch._buffer import FetchBuffer
 from ..fetch._collector import FetchCollector
-from ..managers import FetchManager, MetadataManager, OffsetsManager, SelfAssignManager
 from ..machines import MonotonicClock, SpecMachine, shipped_spec
+from ..managers import FetchManager, MetadataManager, OffsetsManager, SelfAssignManager
 from ..state import HeldErrors, SubscriptionState
 from ..transport._kafka import KafkaTransport
 from ._group import GroupParts
@@ -34,8 +44,13 @@ from ._group_api import GroupApi, check_subscription
 
 _EARLIEST, _LATEST = -2, -1
 # kafka-python's three member states, from the membership spec's states
-_MEMBER_STATES = {"stable": MemberState.STABLE, "unjoined": MemberState.UNJOINED, "fatal": MemberState.UNJOINED,
-                  "fenced": MemberState.UNJOINED, "stale": MemberState.UNJOINED}
+_MEMBER_STATES = {
+    "stable": MemberState.STABLE,
+    "unjoined": MemberState.UNJOINED,
+    "fatal": MemberState.UNJOINED,
+    "fenced": MemberState.UNJOINED,
+    "stale": MemberState.UNJOINED,
+}
 _log = logging.getLogger("fsm_consumer.consumer")
 
 
@@ -62,36 +77,60 @@ class Consumer(GroupApi):
         self._iterator: Iterator[ConsumerRecord] | None = None
         self._metrics = metrics = Metrics()
         self._subs = subs = SubscriptionState(config.auto_offset_reset, notify=self._signal.set)
-        self._held = held = HeldErrors()   # what the user must act on: raised by poll() and blocking calls
+        self._held = held = HeldErrors()  # what the user must act on: raised by poll() and blocking calls
         self._app_queue = ApplicationEventQueue()
         self._bg_queue = bg = BackgroundEventQueue(self._signal)
         self._buffer = buffer = FetchBuffer(config.fetch_buffer_max_bytes, on_data=self._signal.set)
         self._transport = transport = transport or KafkaTransport(config, clock=clock)
         self._app_queue.bind_waker(transport.wakeup)
-        self._metadata = metadata = MetadataManager(config, subs.topics_needed, held,
-                                                    getattr(transport, "node_states", None))
+        self._metadata = metadata = MetadataManager(
+            config, subs.topics_needed, held, getattr(transport, "node_states", None)
+        )
         offsets = OffsetsManager(config, subs, metadata, bg, held)
         fetch = FetchManager(config, subs, metadata, buffer, held, metrics)
         self._lifecycle = lifecycle = BackgroundLifecycle()
         # no clock: the loop ticks it with its `now` before anything fires (only the engine reads time)
-        machine = SpecMachine(shipped_spec("background"), lifecycle, config=config, instance=config.client_id,
-                              now=clock.now_ms())
+        machine = SpecMachine(
+            shipped_spec("background"), lifecycle, config=config, instance=config.client_id, now=clock.now_ms()
+        )
         lifecycle.machine = self._background_machine = machine
-        processor = ApplicationEventProcessor(metadata=metadata, offsets=offsets, lifecycle=lifecycle,
-                                              machine=machine, subscription=subs)
+        processor = ApplicationEventProcessor(
+            metadata=metadata, offsets=offsets, lifecycle=lifecycle, machine=machine, subscription=subs
+        )
         self._collector = FetchCollector(config, subs, buffer, transport.wakeup, metrics, clock)
-        self._group = group = GroupParts(
-            config, subscription=subs, metadata=metadata, lifecycle=lifecycle,
-            background_machine=machine, background_events=bg, app_queue=self._app_queue, processor=processor,
-            metrics=metrics, held=held) if config.group_id else None
+        self._group = group = (
+            GroupParts(
+                config,
+                subscription=subs,
+                metadata=metadata,
+                lifecycle=lifecycle,
+                background_machine=machine,
+                background_events=bg,
+                app_queue=self._app_queue,
+                processor=processor,
+                metrics=metrics,
+                held=held,
+            )
+            if config.group_id
+            else None
+        )
         own = [SelfAssignManager(config, subs, metadata)] if group is None else []
         self._thread = NetworkThread(
-            name=f"fsm-consumer-network-{config.client_id}", clock=clock, transport=transport,
-            managers=[metadata, *own, *(group.managers if group else ()), offsets, fetch], processor=processor,
-            machine=machine, lifecycle=lifecycle, app_queue=self._app_queue, background_queue=bg,
-            metadata=metadata, metrics=metrics, held=held,
+            name=f"fsm-consumer-network-{config.client_id}",
+            clock=clock,
+            transport=transport,
+            managers=[metadata, *own, *(group.managers if group else ()), offsets, fetch],
+            processor=processor,
+            machine=machine,
+            lifecycle=lifecycle,
+            app_queue=self._app_queue,
+            background_queue=bg,
+            metadata=metadata,
+            metrics=metrics,
+            held=held,
             extra_machines=[group.membership.machine] if group else (),
-            broker_sources=[group.coordinator] if group else ())
+            broker_sources=[group.coordinator] if group else (),
+        )
         self._thread.start()
         try:
             if subscription is not None:
@@ -174,8 +213,11 @@ class Consumer(GroupApi):
         timeout's message (which also says why, when the background thread knows)."""
         self._ensure_open()
         self._check_wakeup()  # a wakeup() that came before this call is raised by it (Kafka's contract)
-        ms = timeout_ms if timeout_ms is not None else (
-            self.config.default_api_timeout_ms if default_ms is None else default_ms)
+        ms = (
+            timeout_ms
+            if timeout_ms is not None
+            else (self.config.default_api_timeout_ms if default_ms is None else default_ms)
+        )
         event.what, event.timeout_ms = what, ms
         event.deadline_ms = self._clock.now_ms() + ms
         self._app_queue.put(event)
@@ -194,8 +236,12 @@ class Consumer(GroupApi):
     def bootstrap(self, timeout_ms: float | None = None, refresh: bool = False) -> None:
         """Block until cluster metadata is known (kafka-python); ``timeout_ms=None`` waits indefinitely.
         Raises KafkaTimeoutError naming the bootstrap servers when no broker answered in time."""
-        self._call(BootstrapEvent(refresh=refresh), timeout_ms, "bootstrap (cluster metadata from "
-                   f"{','.join(self.config.bootstrap_servers)})", default_ms=math.inf)
+        self._call(
+            BootstrapEvent(refresh=refresh),
+            timeout_ms,
+            f"bootstrap (cluster metadata from {','.join(self.config.bootstrap_servers)})",
+            default_ms=math.inf,
+        )
         self._note_api_version()
 
     def bootstrap_connected(self) -> bool:
@@ -209,8 +255,14 @@ class Consumer(GroupApi):
         # with a group, starting positions come from the group's committed offsets
         self._subs.assign(wanted, awaiting_committed=self._group is not None)
         assigned = set(wanted)
-        self._held.release_where(lambda key: key[0] == "partition" and key[1] not in assigned
-                                 or key[0] == "topic" and all(tp.topic != key[1] for tp in assigned))
+        self._held.release_where(
+            lambda key: (
+                key[0] == "partition"
+                and key[1] not in assigned
+                or key[0] == "topic"
+                and all(tp.topic != key[1] for tp in assigned)
+            )
+        )
         self._collector.drop_partitions(lambda tp: tp in assigned)
         self._wake_background()
 
@@ -261,8 +313,10 @@ class Consumer(GroupApi):
             self._check_wakeup()
             remaining = deadline - self._clock.now_ms()
             if remaining <= 0:
-                raise KafkaTimeoutError(f"position({tp.topic}-{tp.partition}) was not known within {ms:g} ms: "
-                                        "neither its committed offset nor its reset (ListOffsets) was answered")
+                raise KafkaTimeoutError(
+                    f"position({tp.topic}-{tp.partition}) was not known within {ms:g} ms: "
+                    "neither its committed offset nor its reset (ListOffsets) was answered"
+                )
             self._signal.wait(remaining / 1000.0)
 
     def highwater(self, partition: TopicPartition) -> int | None:
@@ -283,8 +337,9 @@ class Consumer(GroupApi):
         return self._subs.paused()
 
     # -- records -------------------------------------------------------------------------------------
-    def poll(self, timeout_ms: float = 0, max_records: int | None = None, update_offsets: bool = True
-             ) -> dict[TopicPartition, list[ConsumerRecord]]:
+    def poll(
+        self, timeout_ms: float = 0, max_records: int | None = None, update_offsets: bool = True
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records by partition, at most ``max_records`` (default max_poll_records); waits up to
         ``timeout_ms`` for some to arrive. Positions (and so what a commit commits) move past exactly
         the records returned. Raises what the background thread reported.
@@ -310,8 +365,10 @@ class Consumer(GroupApi):
         except ImportError as exc:
             raise ImportError("Consumer.poll_batch() needs pyarrow: pip install fsm_consumer[spark]") from exc
         if self.config.key_deserializer is not None or self.config.value_deserializer is not None:
-            raise ValueError("poll_batch() returns raw bytes: it cannot be used with key_deserializer or "
-                             "value_deserializer (use poll(), or deserialize the columns)")
+            raise ValueError(
+                "poll_batch() returns raw bytes: it cannot be used with key_deserializer or "
+                "value_deserializer (use poll(), or deserialize the columns)"
+            )
         return self._poll(timeout_ms, max_records, self._collector.collect_batch)
 
     def _poll(self, timeout_ms: float, max_records: int | None, collect):
@@ -392,23 +449,27 @@ class Consumer(GroupApi):
             return {}
         what = f"{what} for {', '.join(f'{tp.topic}-{tp.partition}' for tp in sorted(timestamps))}"
         # kafka-python waits request_timeout_ms for these when no timeout is given
-        return self._call(ListOffsetsEvent(timestamps=timestamps), timeout_ms, what,
-                          default_ms=self.config.request_timeout_ms)
+        return self._call(
+            ListOffsetsEvent(timestamps=timestamps), timeout_ms, what, default_ms=self.config.request_timeout_ms
+        )
 
-    def beginning_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: float | None = None
-                          ) -> dict[TopicPartition, int]:
+    def beginning_offsets(
+        self, partitions: Iterable[TopicPartition], timeout_ms: float | None = None
+    ) -> dict[TopicPartition, int]:
         found = self._list_offsets({_tp(p): _EARLIEST for p in partitions}, timeout_ms, "beginning_offsets")
         return {tp: v[0] for tp, v in found.items() if v is not None}
 
-    def end_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: float | None = None
-                    ) -> dict[TopicPartition, int]:
+    def end_offsets(
+        self, partitions: Iterable[TopicPartition], timeout_ms: float | None = None
+    ) -> dict[TopicPartition, int]:
         """The offset after the last record. Tansu 0.6 answers the last batch's base offset + 1 (short
         of a multi-record batch's end): the end is read from that batch's header (managers/_log_end)."""
         found = self._list_offsets({_tp(p): _LATEST for p in partitions}, timeout_ms, "end_offsets")
         return {tp: v[0] for tp, v in found.items() if v is not None}
 
-    def offsets_for_times(self, timestamps: dict, timeout_ms: float | None = None
-                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+    def offsets_for_times(
+        self, timestamps: dict, timeout_ms: float | None = None
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         checked = {}
         for p, ts in timestamps.items():
             if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
@@ -424,8 +485,9 @@ class Consumer(GroupApi):
     def partitions_for_topic(self, topic: str, timeout_ms: float | None = None) -> set[int]:
         """The partition ids of ``topic``, an empty set if it does not exist (kafka-python 3.0); never
         creates it."""
-        found = self._call(TopicMetadataEvent(topics=frozenset([topic])), timeout_ms,
-                           f"partitions_for_topic({topic!r})")
+        found = self._call(
+            TopicMetadataEvent(topics=frozenset([topic])), timeout_ms, f"partitions_for_topic({topic!r})"
+        )
         return set(found.get(topic, ()))
 
     # -- the rest --------------------------------------------------------------------------------------------
@@ -434,8 +496,13 @@ class Consumer(GroupApi):
         if self._group is None:
             return ConsumerGroupMetadata(group_id=None)
         m = self._group.membership
-        return ConsumerGroupMetadata(self.config.group_id, m.generation, m.member_id, self.config.group_instance_id,
-                                     _MEMBER_STATES.get(m.machine.state, MemberState.REBALANCING))
+        return ConsumerGroupMetadata(
+            self.config.group_id,
+            m.generation,
+            m.member_id,
+            self.config.group_instance_id,
+            _MEMBER_STATES.get(m.machine.state, MemberState.REBALANCING),
+        )
 
     def metrics(self, raw: bool = False) -> dict:
         """kafka-python 3.0's metrics(): metric group -> {metric name -> value}, with kafka-python's groups
@@ -449,10 +516,15 @@ class Consumer(GroupApi):
         lag = self._subs.lag()
         # snapshots: the transport is the background thread's, node_states() copies what it reads
         node_states = getattr(self._transport, "node_states", None)
-        out = self._metrics.snapshot(lag=lag, buffer_bytes=self._buffer.bytes, buffer_peak=self._buffer.peak_bytes,
-                                     app_events=len(self._app_queue), bg_events=len(self._bg_queue),
-                                     nodes=node_states() if node_states is not None else {},
-                                     held=self._held.describe())
+        out = self._metrics.snapshot(
+            lag=lag,
+            buffer_bytes=self._buffer.bytes,
+            buffer_peak=self._buffer.peak_bytes,
+            app_events=len(self._app_queue),
+            bg_events=len(self._bg_queue),
+            nodes=node_states() if node_states is not None else {},
+            held=self._held.describe(),
+        )
         # fetched data not handed out because its partition was sought, paused or revoked meanwhile
         out["fetches-dropped-stale"] = self._collector.stale_fetches
         out["records-dropped-stale"] = self._collector.stale_records
@@ -490,8 +562,12 @@ class Consumer(GroupApi):
                 if not self._thread.join(max(0.0, deadline - self._clock.now_ms()) / 1000.0 + 0.05):
                     # Never closed from here: the transport is the background thread's alone, and its
                     # finally closes every connection when the loop stops (the thread is a daemon).
-                    _log.warning("close(): the background thread of consumer %r did not stop within %g ms; "
-                                 "it closes its connections when it finishes", self.config.client_id, budget)
+                    _log.warning(
+                        "close(): the background thread of consumer %r did not stop within %g ms; "
+                        "it closes its connections when it finishes",
+                        self.config.client_id,
+                        budget,
+                    )
             self._collector.drop_partitions(lambda tp: False)
         finally:
             self._closed = True

@@ -4,24 +4,48 @@ from __future__ import annotations
 
 import math
 
-from ..events import (CallbackAckEvent, CommitEvent, FetchCommittedEvent, SubscriptionChangedEvent,
-                      UnsubscribeEvent)
+from ..events import CallbackAckEvent, CommitEvent, FetchCommittedEvent, SubscriptionChangedEvent, UnsubscribeEvent
 from ..managers import CommitManager, CoordinatorManager, MembershipManager
 
 
 class GroupParts:
     """The group's managers for one consumer, and how application events reach them."""
 
-    def __init__(self, config, *, subscription, metadata, lifecycle, background_machine, background_events,
-                 app_queue, processor, metrics, held) -> None:
+    def __init__(
+        self,
+        config,
+        *,
+        subscription,
+        metadata,
+        lifecycle,
+        background_machine,
+        background_events,
+        app_queue,
+        processor,
+        metrics,
+        held,
+    ) -> None:
         self.coordinator = CoordinatorManager(config, background_machine, held)
         lifecycle.coordinator = self.coordinator
-        self.commits = CommitManager(config, subscription=subscription, coordinator=self.coordinator,
-                                     background_events=background_events, metrics=metrics, held=held)
+        self.commits = CommitManager(
+            config,
+            subscription=subscription,
+            coordinator=self.coordinator,
+            background_events=background_events,
+            metrics=metrics,
+            held=held,
+        )
         self.membership = MembershipManager(
-            config, subscription=subscription, metadata=metadata, coordinator=self.coordinator,
-            commits=self.commits, background_events=background_events, post_app_event=app_queue.put,
-            metrics=metrics, held=held)
+            config,
+            subscription=subscription,
+            metadata=metadata,
+            coordinator=self.coordinator,
+            commits=self.commits,
+            background_events=background_events,
+            post_app_event=app_queue.put,
+            metrics=metrics,
+            held=held,
+        )
         self.commits.membership = self.membership
         lifecycle.closers.extend([self.membership, self.commits])
         self.unsubscribes: list[UnsubscribeEvent] = []  # waiting for the member to have left

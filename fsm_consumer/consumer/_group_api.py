@@ -59,8 +59,11 @@ def _offsets(offsets: dict | None) -> dict | None:
         elif not isinstance(value, tuple) or not isinstance(value[0], int):
             raise TypeError(f"commit offsets must be ints or OffsetAndMetadata, got {value!r} for {tp}")
         else:
-            value = OffsetAndMetadata(value[0], value[1] if len(value) > 1 and value[1] is not None else "",
-                                      value[2] if len(value) > 2 and value[2] is not None else -1)
+            value = OffsetAndMetadata(
+                value[0],
+                value[1] if len(value) > 1 and value[1] is not None else "",
+                value[2] if len(value) > 2 and value[2] is not None else -1,
+            )
         out[tp] = value
     return out
 
@@ -77,8 +80,9 @@ class GroupApi:
             raise IllegalStateError(f"{what} needs a group_id")
         return self._group
 
-    def subscribe(self, topics: Iterable[str] = (), pattern: str | re.Pattern[str] | None = None,
-                  listener: Any = None) -> None:
+    def subscribe(
+        self, topics: Iterable[str] = (), pattern: str | re.Pattern[str] | None = None, listener: Any = None
+    ) -> None:
         """Join the group for ``topics`` (or every topic matching ``pattern``); rebalance callbacks go
         to ``listener`` (a ConsumerRebalanceListener). Without a group_id, every partition of the
         topics is assigned to this consumer, following metadata (partitions added, topics matching)."""
@@ -116,8 +120,9 @@ class GroupApi:
         self._need_group("commit()")
         self._ensure_open()
         offsets = self._subs.consumed_offsets() if offsets is None else _offsets(offsets)
-        self._wait_running_callbacks(CommitEvent(offsets=offsets, sync=True), timeout_ms,
-                                     f"commit of {_describe(offsets)}")
+        self._wait_running_callbacks(
+            CommitEvent(offsets=offsets, sync=True), timeout_ms, f"commit of {_describe(offsets)}"
+        )
 
     def commit_async(self, offsets: dict | None = None, callback: Any = None) -> Future:
         """Commit without waiting: ``offsets``, or the positions of everything handed out at the time
@@ -146,8 +151,9 @@ class GroupApi:
         """The group's committed offset of ``partition`` (an OffsetAndMetadata with metadata=True), or None."""
         self._need_group("committed()")
         tp = TopicPartition(*partition)
-        found = self._call(FetchCommittedEvent(partitions=frozenset([tp])), timeout_ms,
-                           f"committed({tp.topic}-{tp.partition})")[tp]
+        found = self._call(
+            FetchCommittedEvent(partitions=frozenset([tp])), timeout_ms, f"committed({tp.topic}-{tp.partition})"
+        )[tp]
         if found is None:
             return None
         return found if metadata else found.offset

@@ -20,13 +20,13 @@ class Closer(Protocol):
 
 class BackgroundLifecycle:
     def __init__(self) -> None:
-        self.coordinator: Any = None          # set by group consumers
+        self.coordinator: Any = None  # set by group consumers
         self.closers: list[Closer] = []
         self.close_deadline_ms = math.inf
-        self.close_autocommit = True          # close(autocommit=False) commits nothing
+        self.close_autocommit = True  # close(autocommit=False) commits nothing
         self.stopped = False
         self.failure: BaseException | None = None
-        self.machine = None                   # the SpecMachine bound to this model
+        self.machine = None  # the SpecMachine bound to this model
 
     # -- hooks named in background.yaml -----------------------------------------------------
     def send_find_coordinator(self) -> None:

@@ -26,9 +26,24 @@ _STALL_MS = 100.0
 
 
 class NetworkThread:
-    def __init__(self, *, name: str, clock, transport, managers, processor, machine, lifecycle,
-                 app_queue, background_queue, metadata, metrics, held=None, extra_machines=(),
-                 broker_sources=()) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        clock,
+        transport,
+        managers,
+        processor,
+        machine,
+        lifecycle,
+        app_queue,
+        background_queue,
+        metadata,
+        metrics,
+        held=None,
+        extra_machines=(),
+        broker_sources=(),
+    ) -> None:
         self._clock = clock
         self._transport = transport
         self._managers = list(managers)
@@ -43,9 +58,9 @@ class NetworkThread:
         self._held = held
         self._auth_failure = None
         self._waiting = []
-        self._broker_sources = [metadata, *broker_sources]   # each has .brokers and .version
+        self._broker_sources = [metadata, *broker_sources]  # each has .brokers and .version
         self._brokers_version: tuple = ()
-        self._last_read: float | None = None   # when the previous pass's transport.poll returned
+        self._last_read: float | None = None  # when the previous pass's transport.poll returned
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     # -- application thread ------------------------------------------------------------------
@@ -121,8 +136,14 @@ class NetworkThread:
             if w < wait:
                 wait = w
             for out in requests:
-                send(out.request, out.node, timeout_ms=out.timeout_ms, tag=out.handler,
-                     min_version=out.min_version, max_version=out.max_version)
+                send(
+                    out.request,
+                    out.node,
+                    timeout_ms=out.timeout_ms,
+                    tag=out.handler,
+                    min_version=out.min_version,
+                    max_version=out.max_version,
+                )
         for m in self._machines:
             if m.next_deadline is not None:
                 wait = min(wait, m.next_deadline - now)
@@ -145,8 +166,12 @@ class NetworkThread:
         as asked read it within _STALL_MS of its arrival; after a stall (this process stopped between
         passes or inside the wait) it may have arrived any time since the previous pass read."""
         last, self._last_read = self._last_read, read
-        stalled = (last is None or started - last > _STALL_MS or polled - started > _STALL_MS
-                   or read - polled > wait + _STALL_MS)
+        stalled = (
+            last is None
+            or started - last > _STALL_MS
+            or polled - started > _STALL_MS
+            or read - polled > wait + _STALL_MS
+        )
         if stalled:
             return last if last is not None else started
         return read - 2 * _STALL_MS

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from ..events import (AssignmentChangedEvent, BootstrapEvent, CloseEvent, ListOffsetsEvent, PollEvent,
-                      SubscriptionChangedEvent, TopicMetadataEvent)
+from ..events import (
+    AssignmentChangedEvent,
+    BootstrapEvent,
+    CloseEvent,
+    ListOffsetsEvent,
+    PollEvent,
+    SubscriptionChangedEvent,
+    TopicMetadataEvent,
+)
 
 
 class ApplicationEventProcessor:

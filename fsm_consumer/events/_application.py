@@ -43,36 +43,42 @@ class ApplicationEvent:
 class ListOffsetsEvent(ApplicationEvent):
     """timestamps: tp -> -2 (earliest), -1 (latest) or a timestamp in ms.
     Result: tp -> (offset, timestamp, leader_epoch) or None when no offset matches the timestamp."""
+
     timestamps: dict = attrs.field(factory=dict)
 
 
 @attrs.define(slots=True, eq=False)
 class TopicMetadataEvent(ApplicationEvent):
     """topics: names, or None for all. Result: topic -> sorted partition ids (absent if unknown)."""
+
     topics: frozenset | None = None
 
 
 @attrs.define(slots=True, eq=False)
 class AssignmentChangedEvent(ApplicationEvent):
     """assign()/seek()/pause() changed what to fetch: drop buffered data of removed partitions."""
+
     removed: frozenset = frozenset()
 
 
 @attrs.define(slots=True, eq=False)
 class PollEvent(ApplicationEvent):
     """The application polled (restarts the poll-interval timer; auto-commit reads positions)."""
+
     at_ms: float = 0.0
 
 
 @attrs.define(slots=True, eq=False)
 class CloseEvent(ApplicationEvent):
     """Close within ``deadline_ms``: commit (unless ``autocommit`` is False), leave, stop the loop."""
+
     autocommit: bool = True
 
 
 @attrs.define(slots=True, eq=False)
 class BootstrapEvent(ApplicationEvent):
     """bootstrap(): done once cluster metadata is known (after a fresh refresh with ``refresh``)."""
+
     refresh: bool = False
 
 
@@ -89,6 +95,7 @@ class UnsubscribeEvent(ApplicationEvent):
 @attrs.define(slots=True, eq=False)
 class CallbackAckEvent(ApplicationEvent):
     """The application thread ran a rebalance callback (``token`` says which); ``error`` if it raised."""
+
     token: int = 0
     error: BaseException | None = None
 
@@ -97,6 +104,7 @@ class CallbackAckEvent(ApplicationEvent):
 class CommitEvent(ApplicationEvent):
     """Commit ``offsets`` (tp -> OffsetAndMetadata), or the current positions when None.
     ``sync``: retry retriable errors until the deadline; ``callback`` runs on the application thread."""
+
     offsets: dict | None = None
     sync: bool = True
     callback: object = None
@@ -105,4 +113,5 @@ class CommitEvent(ApplicationEvent):
 @attrs.define(slots=True, eq=False)
 class FetchCommittedEvent(ApplicationEvent):
     """Committed offsets of ``partitions``; result tp -> OffsetAndMetadata or None."""
+
     partitions: frozenset = frozenset()

@@ -15,6 +15,7 @@ class BackgroundEvent:
 @attrs.define(slots=True, eq=False)
 class ErrorEvent(BackgroundEvent):
     """An error to raise from the next API call (poll() first of all)."""
+
     error: BaseException
 
 
@@ -22,6 +23,7 @@ class ErrorEvent(BackgroundEvent):
 class CallbackEvent(BackgroundEvent):
     """Run ``fn(*args)`` on the application thread (commit callbacks, rebalance listeners);
     ``ack`` is called with the exception (or None) afterwards so the background thread can go on."""
+
     fn: Any
     args: tuple = ()
     ack: Any = None

@@ -7,9 +7,9 @@ deserializers applied. It returns a ``DecodedPartition`` and never raises on
 bad data; a ``RecordError`` in its ``error`` says what went wrong where.
 """
 
+from ..structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from ._decode import READ_COMMITTED, READ_UNCOMMITTED, DecodedPartition, decode_partition
 from ._errors import CorruptRecordError, DeserializationError, RecordError, RecordTooLargeError
-from ..structs import ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 __all__ = [
     "READ_COMMITTED",

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+
 def _validity(mask: np.ndarray | None) -> pa.Buffer | None:
     """Arrow's validity bitmap (1 = present) of a numpy null mask (True = null)."""
     if mask is None or not mask.any():
@@ -32,8 +33,10 @@ def array(values: np.ndarray, type: pa.DataType | None = None, mask: np.ndarray 
     return pa.Array.from_buffers(type, len(values), [_validity(mask), pa.py_buffer(values)])
 
 
-def binary(items: Sequence[bytes | str | None], type: pa.DataType = pa.binary()) -> pa.Array:
+def binary(items: Sequence[bytes | str | None], type: pa.DataType | None = None) -> pa.Array:
     """A binary (or string, ``type=pa.string()``; str items are encoded UTF-8) array of Python items."""
+    if type is None:
+        type = pa.binary()
     n = len(items)
     if not n:
         return pa.nulls(0, type)
@@ -61,7 +64,7 @@ def nulls(column: pa.Array) -> np.ndarray:
     if validity is None or not column.null_count:
         return np.zeros(n, dtype=np.bool_)
     bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
-    return ~bits[column.offset:column.offset + n].astype(np.bool_)
+    return ~bits[column.offset : column.offset + n].astype(np.bool_)
 
 
 def empty(schema: pa.Schema) -> pa.RecordBatch:

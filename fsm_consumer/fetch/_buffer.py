@@ -25,8 +25,8 @@ from ..structs import TopicPartition
 class CompletedFetch:
     tp: TopicPartition
     fetch_offset: int
-    epoch: int                  # the partition's epoch when the fetch was sent
-    records: object             # bytes or memoryview of record batches, decoded on the app thread
+    epoch: int  # the partition's epoch when the fetch was sent
+    records: object  # bytes or memoryview of record batches, decoded on the app thread
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
@@ -41,7 +41,7 @@ class FetchBuffer:
         self._queue: collections.deque[CompletedFetch] = collections.deque()
         self._bytes = 0
         self._reserved = 0
-        self._on_data = on_data       # sets the application's Signal
+        self._on_data = on_data  # sets the application's Signal
         self.peak_bytes = 0
 
     # background thread

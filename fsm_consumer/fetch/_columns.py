@@ -44,28 +44,32 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..structs import TopicPartition
 from . import _arrow, _vector
 from ._errors import RecordError
 from ._positions import _add_records, _Columns, columns_of, decode_exact
-from ..structs import TopicPartition
 from ._walk import READ_UNCOMMITTED, read_committed, walk
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 # one partition's decoded columns; topic and partition are added by assemble()
-PARTITION_SCHEMA = pa.schema([
-    pa.field("offset", pa.int64(), nullable=False),
-    pa.field("timestamp", pa.timestamp("ms")),
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("headers", HEADER_TYPE),
-])
-SCHEMA = pa.schema([
-    pa.field("topic", pa.dictionary(pa.int32(), pa.string()), nullable=False),
-    pa.field("partition", pa.int32(), nullable=False),
-    *list(PARTITION_SCHEMA)[:2],
-    pa.field("timestamp_type", pa.int32(), nullable=False),  # 0 create time, 1 log append time
-    *list(PARTITION_SCHEMA)[2:],
-])
+PARTITION_SCHEMA = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.timestamp("ms")),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADER_TYPE),
+    ]
+)
+SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        *list(PARTITION_SCHEMA)[:2],
+        pa.field("timestamp_type", pa.int32(), nullable=False),  # 0 create time, 1 log append time
+        *list(PARTITION_SCHEMA)[2:],
+    ]
+)
 # schema metadata of a partition's columns: int64 pairs [first offset, last offset] of its LogAppendTime batches
 LOG_APPEND_KEY = b"fsm.log_append_offsets"
 EMPTY_PARTITION = _arrow.empty(PARTITION_SCHEMA)
@@ -84,22 +88,28 @@ class DecodedColumns(NamedTuple):
 class _Starts:
     """What the fast path's walk notes: record starts and per-batch facts; truncated to a mark on a fault."""
 
-    __slots__ = ("starts", "batches", "payloads", "size", "bases", "filters", "log_append", "headers",
-                 "declined")
+    __slots__ = ("starts", "batches", "payloads", "size", "bases", "filters", "log_append", "headers", "declined")
 
     def __init__(self) -> None:
-        self.starts = array("q")   # each record's start in the joined payloads
+        self.starts = array("q")  # each record's start in the joined payloads
         self.batches: list[tuple[int, int, int, int]] = []  # (count, base offset, base timestamp, last offset)
         self.payloads: list[bytes | memoryview] = []  # uncompressed ones are views of the fetched data
         self.size = 0
-        self.bases: list[tuple[int, int]] = []       # (first record, payload start), as _Columns
-        self.filters: list[tuple[int, int]] = []     # (first record, min offset)
+        self.bases: list[tuple[int, int]] = []  # (first record, payload start), as _Columns
+        self.filters: list[tuple[int, int]] = []  # (first record, min offset)
         self.log_append: list[tuple[int, int]] = []  # (first record, batch max timestamp)
-        self.headers: list[tuple[int, tuple]] = []   # filled by parse
-        self.declined = False      # an extreme base: the exact loop decodes the fetch
+        self.headers: list[tuple[int, tuple]] = []  # filled by parse
+        self.declined = False  # an extreme base: the exact loop decodes the fetch
 
     def mark(self) -> tuple:
-        return len(self.starts), len(self.batches), len(self.payloads), self.size, len(self.filters), len(self.log_append)
+        return (
+            len(self.starts),
+            len(self.batches),
+            len(self.payloads),
+            self.size,
+            len(self.filters),
+            len(self.log_append),
+        )
 
     def truncate(self, mark: tuple) -> None:
         n, b, p, size, f, la = mark
@@ -108,8 +118,18 @@ class _Starts:
         self.size = size
 
 
-def _scan_batch(payload: bytes | memoryview, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None,
-                min_offset: int, _topic: str, _partition: int, _epoch: int, out: _Starts) -> None:
+def _scan_batch(
+    payload: bytes | memoryview,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    log_append_time: int | None,
+    min_offset: int,
+    _topic: str,
+    _partition: int,
+    _epoch: int,
+    out: _Starts,
+) -> None:
     """The v2 batch callback of ``walk`` (decode_records' signature): note the record starts."""
     first = len(out.starts)
     _vector.scan(payload, count, out.size, out.starts)
@@ -152,16 +172,29 @@ def decode_partition_columns(
     """``decode_partition`` to columns: the same records, ``next_offset``, ``bytes``, ``error``."""
     committed = read_committed(isolation_level)
     out = _Starts()
-    walked = walk(topic, partition, records, fetch_offset, committed, aborted_transactions, check_crcs,
-                  out, _scan_batch, _note_last_offset, _decline, out.mark, out.truncate, views=True)
+    walked = walk(
+        topic,
+        partition,
+        records,
+        fetch_offset,
+        committed,
+        aborted_transactions,
+        check_crcs,
+        out,
+        _scan_batch,
+        _note_last_offset,
+        _decline,
+        out.mark,
+        out.truncate,
+        views=True,
+    )
     if walked.error is None and not out.declined:
         if not out.starts:
             return DecodedColumns(EMPTY_PARTITION, *walked)
         columns = _fast_columns(out, check_crcs)
         if columns is not None:
             return DecodedColumns(columns, *walked)
-    cols, walked = decode_exact(topic, partition, records, fetch_offset, committed, aborted_transactions,
-                                check_crcs)
+    cols, walked = decode_exact(topic, partition, records, fetch_offset, committed, aborted_transactions, check_crcs)
     if not len(cols):
         return DecodedColumns(EMPTY_PARTITION, *walked)
     return DecodedColumns(build(cols, *columns_of(cols)), *walked)
@@ -194,8 +227,9 @@ def _offsets_fit(out: _Starts, offsets: np.ndarray, counts: list[int]) -> bool:
     return bool((kept >= low).all() and (kept <= high).all() and rising.all())
 
 
-def build(cols: Any, offsets: np.ndarray, timestamps: np.ndarray, spans: np.ndarray,
-          data: bytes | None = None) -> pa.RecordBatch:
+def build(
+    cols: Any, offsets: np.ndarray, timestamps: np.ndarray, spans: np.ndarray, data: bytes | None = None
+) -> pa.RecordBatch:
     """One partition's columns from the records' offsets, timestamps and spans in ``cols``' joined payloads."""
     n = len(offsets)
     if data is None:
@@ -206,21 +240,29 @@ def build(cols: Any, offsets: np.ndarray, timestamps: np.ndarray, spans: np.ndar
     keys = _gather(skeleton, raw, spans, starts, n)
     values = _gather(skeleton, raw, spans, starts + 2, n)
     for first, ts in cols.log_append:  # to the end of that batch: its records are contiguous
-        timestamps[first:_batch_end(cols, first, n)] = ts
+        timestamps[first : _batch_end(cols, first, n)] = ts
     ts_mask = timestamps == -1  # no timestamp (magic v0, or a v2 producer that set none): null
     if not ts_mask.any():
         ts_mask = None
-    batch = pa.RecordBatch.from_arrays([
-        _arrow.array(offsets),
-        _arrow.array(timestamps, pa.timestamp("ms"), mask=ts_mask),
-        keys,
-        values,
-        _header_column(cols.headers, n),
-    ], schema=PARTITION_SCHEMA)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            _arrow.array(offsets),
+            _arrow.array(timestamps, pa.timestamp("ms"), mask=ts_mask),
+            keys,
+            values,
+            _header_column(cols.headers, n),
+        ],
+        schema=PARTITION_SCHEMA,
+    )
     if cols.log_append:
-        batch = _with_log_append(batch, [(int(offsets[first]), int(offsets[stop - 1]))
-                                         for first, _ in cols.log_append
-                                         if (stop := _batch_end(cols, first, n)) > first])
+        batch = _with_log_append(
+            batch,
+            [
+                (int(offsets[first]), int(offsets[stop - 1]))
+                for first, _ in cols.log_append
+                if (stop := _batch_end(cols, first, n)) > first
+            ],
+        )
     if cols.filters:
         keep = _kept(cols, offsets)
         if not keep.all():
@@ -243,7 +285,7 @@ def timestamp_types(columns: pa.RecordBatch) -> pa.Array:
     if ranges and columns.num_rows:
         offsets = _arrow.numpy(columns.column(0))
         for lo, hi in np.frombuffer(ranges, dtype=np.int64).reshape(-1, 2):
-            types[np.searchsorted(offsets, lo, "left"):np.searchsorted(offsets, hi, "right")] = 1
+            types[np.searchsorted(offsets, lo, "left") : np.searchsorted(offsets, hi, "right")] = 1
     return _arrow.array(types)
 
 
@@ -280,8 +322,9 @@ def _header_column(headers: list[tuple[int, tuple]], n: int) -> pa.Array:
         for k, v in pairs:
             keys.append(k)
             values.append(v)
-    items = pa.StructArray.from_arrays([_arrow.binary(keys, pa.string()), _arrow.binary(values)],
-                                       fields=list(HEADER_TYPE.value_type))
+    items = pa.StructArray.from_arrays(
+        [_arrow.binary(keys, pa.string()), _arrow.binary(values)], fields=list(HEADER_TYPE.value_type)
+    )
     return pa.ListArray.from_arrays(_arrow.array(np.cumsum(counts, dtype=np.int32)), items, type=HEADER_TYPE)
 
 
@@ -306,7 +349,8 @@ def assemble(pieces: Sequence[tuple[TopicPartition, pa.RecordBatch]]) -> pa.Reco
     lengths = [b.num_rows for _, b in pieces]
     topic = pa.DictionaryArray.from_arrays(
         _arrow.array(np.repeat(np.array([names[tp.topic] for tp, _ in pieces], dtype=np.int32), lengths)),
-        _arrow.binary(list(names), pa.string()))
+        _arrow.binary(list(names), pa.string()),
+    )
     partition = _arrow.array(np.repeat(np.array([tp.partition for tp, _ in pieces], dtype=np.int32), lengths))
     if len(pieces) == 1:
         rest = list(pieces[0][1].columns)

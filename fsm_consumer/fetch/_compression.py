@@ -65,7 +65,7 @@ def _snappy(data) -> bytes:
         pos += 4
         if size < 0 or pos + size > end:
             raise ValueError("snappy: xerial block overruns the payload")
-        parts.append(bytes(cramjam.snappy.decompress_raw(view[pos:pos + size])))
+        parts.append(bytes(cramjam.snappy.decompress_raw(view[pos : pos + size])))
         pos += size
     return b"".join(parts)
 
@@ -76,7 +76,7 @@ def _lz4(data) -> bytes:
     parts = []
     pos = 0
     while pos < end:  # normally one frame; concatenated frames are legal
-        if bytes(view[pos:pos + 4]) != _LZ4_MAGIC:
+        if bytes(view[pos : pos + 4]) != _LZ4_MAGIC:
             raise ValueError("lz4: bad frame magic")
         flg, bd = view[pos + 4], view[pos + 5]
         if flg >> 6 != 1:
@@ -101,11 +101,11 @@ def _lz4(data) -> bytes:
             if size > block_max or pos + size > end:
                 raise ValueError("lz4: block overruns the payload")
             if raw:
-                parts.append(bytes(view[pos:pos + size]))
+                parts.append(bytes(view[pos : pos + size]))
             else:
                 if out is None:
                     out = bytearray(block_max)
-                n = cramjam.lz4.decompress_block_into(view[pos:pos + size], out)
+                n = cramjam.lz4.decompress_block_into(view[pos : pos + size], out)
                 parts.append(bytes(memoryview(out)[:n]))
             pos += size + (4 if has_block_crc else 0)
         pos += 4 if flg & 0x04 else 0  # content checksum

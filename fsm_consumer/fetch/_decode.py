@@ -12,12 +12,13 @@ there, as Java's consumer does).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import pairwise
 from typing import Any, NamedTuple
 
+from ..structs import ConsumerRecord
 from . import _decode_legacy
 from ._decode_v2 import decode_records
 from ._errors import DeserializationError, RecordError
-from ..structs import ConsumerRecord
 from ._walk import READ_COMMITTED, READ_UNCOMMITTED, read_committed, walk
 
 __all__ = ["READ_COMMITTED", "READ_UNCOMMITTED", "DecodedPartition", "decode_partition"]
@@ -78,11 +79,26 @@ def decode_partition(
 
     after = None
     if key_fn is not None or value_fn is not None:
+
         def after(mark: int) -> DeserializationError | None:
             return _deserialize(out, mark, topic, partition, key_fn, value_fn)
 
-    walked = walk(topic, partition, records, fetch_offset, committed, aborted_transactions, check_crcs,
-                  out, decode_records, _check_offsets, legacy, out.__len__, truncate, after)
+    walked = walk(
+        topic,
+        partition,
+        records,
+        fetch_offset,
+        committed,
+        aborted_transactions,
+        check_crcs,
+        out,
+        decode_records,
+        _check_offsets,
+        legacy,
+        out.__len__,
+        truncate,
+        after,
+    )
     return DecodedPartition(out, *walked)
 
 
@@ -94,8 +110,7 @@ def _check_offsets(out: list, mark: int, base_offset: int, last_offset: int, _mi
     the consumer back before the fetch offset.
     """
     offsets = [r[3] for r in out[mark:]]
-    if offsets and (offsets[0] < base_offset or offsets[-1] > last_offset
-                    or any(b <= a for a, b in zip(offsets, offsets[1:]))):
+    if offsets and (offsets[0] < base_offset or offsets[-1] > last_offset or any(b <= a for a, b in pairwise(offsets))):
         raise ValueError("record offsets are out of order or outside the batch's range")
 
 
@@ -127,13 +142,16 @@ def _deserialize(out: list, start: int, topic: str, partition: int, key_fn, valu
         except Exception as exc:  # noqa: BLE001 - any deserializer failure is the user's to see
             del out[i:]
             offset = record[3]
-            note = (f"fsm_consumer: the {origin} deserializer failed on the record at offset {offset} of "
-                    f"{topic}-{partition}; the partition's position stays there (it fails again when read), "
-                    f"seek(TopicPartition({topic!r}, {partition}), {offset + 1}) skips the record")
+            note = (
+                f"fsm_consumer: the {origin} deserializer failed on the record at offset {offset} of "
+                f"{topic}-{partition}; the partition's position stays there (it fails again when read), "
+                f"seek(TopicPartition({topic!r}, {partition}), {offset + 1}) skips the record"
+            )
             if note not in getattr(exc, "__notes__", ()):  # a deserializer may raise one instance again and again
                 exc.add_note(note)
-            error = DeserializationError(topic, partition, offset, f"{origin} deserializer failed: {exc!r}",
-                                         origin=origin)
+            error = DeserializationError(
+                topic, partition, offset, f"{origin} deserializer failed: {exc!r}", origin=origin
+            )
             error.__cause__ = exc
             return error
         out[i] = new(ConsumerRecord, record[:6] + (key, value) + record[8:])

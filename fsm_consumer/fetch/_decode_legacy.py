@@ -18,8 +18,8 @@ import struct
 
 from kafka.record.legacy_records import LegacyRecordBatch
 
-from . import _compression
 from ..structs import ConsumerRecord
+from . import _compression
 
 _INNER_MIN = LegacyRecordBatch.LOG_OVERHEAD + LegacyRecordBatch.RECORD_OVERHEAD_V0
 _KEY_OFFSET = {0: LegacyRecordBatch.KEY_OFFSET_V0, 1: LegacyRecordBatch.KEY_OFFSET_V1}
@@ -37,7 +37,7 @@ class _Batch(LegacyRecordBatch):
         pos += self.VALUE_LENGTH
         if value_size < 0 or pos + value_size > len(self._buffer):
             raise ValueError(f"compressed wrapper value length {value_size} is invalid")
-        return _compression.decompress(self.compression_type, self._buffer[pos:pos + value_size])
+        return _compression.decompress(self.compression_type, self._buffer[pos : pos + value_size])
 
     def _read_all_headers(self):
         pos = 0
@@ -57,13 +57,7 @@ class _Batch(LegacyRecordBatch):
 
 
 def decode_batch(
-    wrapper: memoryview,
-    magic: int,
-    check_crcs: bool,
-    min_offset: int,
-    topic: str,
-    partition: int,
-    append,
+    wrapper: memoryview, magic: int, check_crcs: bool, min_offset: int, topic: str, partition: int, append
 ) -> int:
     """Decode one v0/v1 wrapper message; ``append`` records at or past ``min_offset``.
 
@@ -89,10 +83,24 @@ def decode_batch(
             continue
         key, value = record.key, record.value
         timestamp = record.timestamp
-        append(new(ConsumerRecord, (
-            topic, partition, -1, offset,
-            -1 if timestamp is None else timestamp,
-            -1 if magic == 0 else record.timestamp_type,
-            key, value, (), record.checksum,
-            -1 if key is None else len(key), -1 if value is None else len(value), -1)))
+        append(
+            new(
+                ConsumerRecord,
+                (
+                    topic,
+                    partition,
+                    -1,
+                    offset,
+                    -1 if timestamp is None else timestamp,
+                    -1 if magic == 0 else record.timestamp_type,
+                    key,
+                    value,
+                    (),
+                    record.checksum,
+                    -1 if key is None else len(key),
+                    -1 if value is None else len(value),
+                    -1,
+                ),
+            )
+        )
     return last + 1

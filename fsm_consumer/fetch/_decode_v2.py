@@ -140,7 +140,7 @@ def decode_records(
                 key_size, pos = _varint(buf, pos)
             if key_size < 0:
                 raise ValueError(f"negative key length {key_size} at offset {offset}")
-            key = buf[pos:pos + key_size]
+            key = buf[pos : pos + key_size]
             pos += key_size
         u = buf[pos]
         if u < 0x80:
@@ -154,7 +154,7 @@ def decode_records(
             else:
                 value_size, pos = _varint(buf, pos)
         if value_size >= 0:
-            value = buf[pos:pos + value_size]
+            value = buf[pos : pos + value_size]
             pos += value_size
         elif value_size == -1:
             value = None
@@ -162,8 +162,26 @@ def decode_records(
             raise ValueError(f"negative value length {value_size} at offset {offset}")
         if buf[pos] == 0 and pos + 1 == end:
             pos = end
-            append(_new(_record, (topic, partition, leader_epoch, offset, timestamp, 0,
-                                  key, value, _no_headers, None, key_size, value_size, -1)))
+            append(
+                _new(
+                    _record,
+                    (
+                        topic,
+                        partition,
+                        leader_epoch,
+                        offset,
+                        timestamp,
+                        0,
+                        key,
+                        value,
+                        _no_headers,
+                        None,
+                        key_size,
+                        value_size,
+                        -1,
+                    ),
+                )
+            )
         else:
             if buf[pos] == 0:
                 pos += 1
@@ -173,8 +191,26 @@ def decode_records(
                 headers, header_size, pos = _headers(buf, pos)
             if pos != end:
                 raise ValueError(f"record at offset {offset} does not end where its length says")
-            append(_new(_record, (topic, partition, leader_epoch, offset, timestamp, 0,
-                                  key, value, headers, None, key_size, value_size, header_size)))
+            append(
+                _new(
+                    _record,
+                    (
+                        topic,
+                        partition,
+                        leader_epoch,
+                        offset,
+                        timestamp,
+                        0,
+                        key,
+                        value,
+                        headers,
+                        None,
+                        key_size,
+                        value_size,
+                        header_size,
+                    ),
+                )
+            )
     if pos != len(buf):
         raise ValueError(f"{len(buf) - pos} bytes left after the batch's {count} records")
     # Rare cases, fixed after the loop to keep them out of it.
@@ -194,13 +230,13 @@ def _headers(buf: bytes, pos: int) -> tuple[tuple, int, int]:
         key_size, pos = varint(buf, pos)
         if key_size < 0:
             raise ValueError(f"negative header key length {key_size}")
-        key = buf[pos:pos + key_size]
+        key = buf[pos : pos + key_size]
         pos += key_size
         if pos > len(buf):
             raise ValueError("header key runs past the batch")
         value_size, pos = varint(buf, pos)
         if value_size >= 0:
-            value = buf[pos:pos + value_size]
+            value = buf[pos : pos + value_size]
             pos += value_size
             size += key_size + value_size
         elif value_size == -1:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -39,23 +40,30 @@ class _Columns:
         # positions relative to the record's payload); one ``+=`` of a tuple per record costs a
         # sixth of six appends
         self.ints = array("q")
-        self.headers: list[tuple[int, tuple]] = []   # (record index, headers) for records that have any
+        self.headers: list[tuple[int, tuple]] = []  # (record index, headers) for records that have any
         self.payloads: list[bytes] = []
-        self.size = 0                # bytes in payloads
-        self.bases: list[tuple[int, int]] = []       # (first record, payload start) per payload
-        self.filters: list[tuple[int, int]] = []     # (first record, min offset): batches starting before it
+        self.size = 0  # bytes in payloads
+        self.bases: list[tuple[int, int]] = []  # (first record, payload start) per payload
+        self.filters: list[tuple[int, int]] = []  # (first record, min offset): batches starting before it
         self.log_append: list[tuple[int, int]] = []  # (first record, batch max timestamp)
 
     def __len__(self) -> int:
         return len(self.ints) // _FIELDS
 
     def mark(self) -> tuple:
-        return (len(self), len(self.payloads), self.size, len(self.headers), len(self.bases),
-                len(self.filters), len(self.log_append))
+        return (
+            len(self),
+            len(self.payloads),
+            self.size,
+            len(self.headers),
+            len(self.bases),
+            len(self.filters),
+            len(self.log_append),
+        )
 
     def truncate(self, mark: tuple) -> None:
         n, p, size, h, b, f, la = mark
-        del self.ints[_FIELDS * n:]
+        del self.ints[_FIELDS * n :]
         del self.payloads[p:], self.headers[h:], self.bases[b:], self.filters[f:], self.log_append[la:]
         self.size = size
 
@@ -66,20 +74,39 @@ class _Columns:
         self.size += len(payload)
 
 
-def decode_exact(topic: str, partition: int, records: Any, fetch_offset: int, committed: bool,
-                 aborted_transactions: Iterable[Any] | None, check_crcs: bool) -> tuple[_Columns, Walked]:
+def decode_exact(
+    topic: str,
+    partition: int,
+    records: Any,
+    fetch_offset: int,
+    committed: bool,
+    aborted_transactions: Iterable[Any] | None,
+    check_crcs: bool,
+) -> tuple[_Columns, Walked]:
     """Walk the partition's batches with the per-record loop: the positions, and where the walk ended."""
     cols = _Columns()
 
     def legacy(batch: memoryview, magic: int, min_offset: int) -> int:
         records: list = []
-        batch_next = _decode_legacy.decode_batch(batch, magic, check_crcs, min_offset, topic, partition,
-                                                 records.append)
+        batch_next = _decode_legacy.decode_batch(batch, magic, check_crcs, min_offset, topic, partition, records.append)
         _add_records(cols, records)
         return batch_next
 
-    walked = walk(topic, partition, records, fetch_offset, committed, aborted_transactions, check_crcs,
-                  cols, _batch_v2, _check_offsets, legacy, cols.mark, cols.truncate)
+    walked = walk(
+        topic,
+        partition,
+        records,
+        fetch_offset,
+        committed,
+        aborted_transactions,
+        check_crcs,
+        cols,
+        _batch_v2,
+        _check_offsets,
+        legacy,
+        cols.mark,
+        cols.truncate,
+    )
     return cols, walked
 
 
@@ -90,14 +117,24 @@ def columns_of(cols: _Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     spans = ints[:, 2:].ravel()  # a contiguous copy
     if len(cols.bases) > 1 or cols.bases[0][1]:
         bounds = [b[0] for b in cols.bases[1:]] + [n]
-        for (first, base), stop in zip(cols.bases, bounds):
+        for (first, base), stop in zip(cols.bases, bounds, strict=False):
             if base:
-                spans[4 * first:4 * stop] += base
+                spans[4 * first : 4 * stop] += base
     return np.ascontiguousarray(ints[:, 0]), np.ascontiguousarray(ints[:, 1]), spans
 
 
-def _batch_v2(payload: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None,
-              min_offset: int, _topic: str, _partition: int, _epoch: int, cols: _Columns) -> None:
+def _batch_v2(
+    payload: bytes,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    log_append_time: int | None,
+    min_offset: int,
+    _topic: str,
+    _partition: int,
+    _epoch: int,
+    cols: _Columns,
+) -> None:
     """The v2 batch callback of ``walk``: decode_records' signature, to columns."""
     first = len(cols)
     cols.add_payload(payload)
@@ -110,16 +147,16 @@ def _batch_v2(payload: bytes, count: int, base_offset: int, base_timestamp: int,
 
 def _check_offsets(cols: _Columns, mark: tuple, base_offset: int, last_offset: int, min_offset: int) -> None:
     """As decode_partition's: the batch's records it keeps must rise within the batch's range."""
-    got = cols.ints[_FIELDS * mark[0]::_FIELDS]
+    got = cols.ints[_FIELDS * mark[0] :: _FIELDS]
     if base_offset < min_offset:
         got = [o for o in got if o >= min_offset]
-    if got and (got[0] < base_offset or got[-1] > last_offset
-                or any(b <= a for a, b in zip(got, got[1:]))):
+    if got and (got[0] < base_offset or got[-1] > last_offset or any(b <= a for a, b in pairwise(got))):
         raise ValueError("record offsets are out of order or outside the batch's range")
 
 
-def _records_v2(buf: bytes, count: int, base_offset: int, base_timestamp: int, cols: _Columns, *,
-                _varint=varint) -> None:
+def _records_v2(
+    buf: bytes, count: int, base_offset: int, base_timestamp: int, cols: _Columns, *, _varint=varint
+) -> None:
     """decode_records' checks, appending positions instead of building records. Not a hot path (the
     fast path in _vector serves valid data), so plain varint calls."""
     ints: list[int] = []

@@ -59,7 +59,7 @@ class Fields(NamedTuple):
     offset_deltas: np.ndarray
     timestamp_deltas: np.ndarray
     spans: np.ndarray  # int64, 4 per record, positions in ``data``
-    headers: list      # (record index, headers) of the records that have any, by index
+    headers: list  # (record index, headers) of the records that have any, by index
 
 
 def parse(data: bytes | memoryview, starts: np.ndarray) -> Fields | None:

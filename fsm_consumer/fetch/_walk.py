@@ -76,7 +76,8 @@ def walk(
     after: Callable[[Any], RecordError | None] | None = None,
     views: bool = False,
 ) -> Walked:
-    """Walk the batches of ``records`` fetched from ``fetch_offset``; the decoders' callbacks add the records to ``out``.
+    """Walk the batches of ``records`` fetched from ``fetch_offset``; the decoders' callbacks add the records
+    to ``out``.
 
     ``v2(payload, count, base_offset, base_timestamp, log_append_time, min_offset, topic,
     partition, leader_epoch, out)`` (``decode_records``' signature, so the tuple decoder passes it
@@ -110,8 +111,9 @@ def walk(
         base_offset, length = _LENGTH.unpack_from(view, pos)
         end = pos + LOG_OVERHEAD + length
         if length < _MIN_LENGTH:
-            error = CorruptRecordError(topic, partition, base_offset,
-                                       f"batch length {length} is below the minimum {_MIN_LENGTH}")
+            error = CorruptRecordError(
+                topic, partition, base_offset, f"batch length {length} is below the minimum {_MIN_LENGTH}"
+            )
             break
         if end > size:
             break  # the broker cut the last batch at the fetch size: fetch it next time
@@ -121,9 +123,22 @@ def walk(
             if magic == 2:
                 if length < HEADER_SIZE - LOG_OVERHEAD:
                     raise ValueError(f"batch length {length} is shorter than the v2 batch header")
-                (_, _, epoch, _, crc, attributes, last_offset_delta, base_timestamp, max_timestamp,
-                 producer_id, _, _, count) = HEADER.unpack_from(view, pos)
-                if check_crcs and crc32c(view[pos + CRC_START:end]) != crc:
+                (
+                    _,
+                    _,
+                    epoch,
+                    _,
+                    crc,
+                    attributes,
+                    last_offset_delta,
+                    base_timestamp,
+                    max_timestamp,
+                    producer_id,
+                    _,
+                    _,
+                    count,
+                ) = HEADER.unpack_from(view, pos)
+                if check_crcs and crc32c(view[pos + CRC_START : end]) != crc:
                     raise ValueError("CRC mismatch")
                 if count < 0:
                     raise ValueError(f"negative record count {count}")
@@ -143,9 +158,18 @@ def walk(
                     elif attributes & TRANSACTIONAL_MASK and producer_id in aborted_pids:
                         skip = True  # still advances next_offset past it
                 if count and not skip:
-                    v2(payload(view, pos, end, codec, views), count, base_offset, base_timestamp,
-                       max_timestamp if attributes & TIMESTAMP_TYPE_MASK else None, next_offset,
-                       topic, partition, epoch, out)
+                    v2(
+                        payload(view, pos, end, codec, views),
+                        count,
+                        base_offset,
+                        base_timestamp,
+                        max_timestamp if attributes & TIMESTAMP_TYPE_MASK else None,
+                        next_offset,
+                        topic,
+                        partition,
+                        epoch,
+                        out,
+                    )
                     if not check_crcs:
                         check(out, batch_mark, base_offset, last_offset, next_offset)
                 batch_next = last_offset + 1
@@ -171,16 +195,19 @@ def walk(
 
     if error is None and pos == 0 and size:
         error = RecordTooLargeError(
-            topic, partition, fetch_offset,
+            topic,
+            partition,
+            fetch_offset,
             f"the fetch returned {size} bytes without one complete batch: the batch is larger than "
-            "the partition fetch size (raise max_partition_fetch_bytes)")
+            "the partition fetch size (raise max_partition_fetch_bytes)",
+        )
     return Walked(next_offset, pos, error, leader_epoch)
 
 
 def payload(view: memoryview, pos: int, end: int, codec: int, views: bool = False) -> bytes | memoryview:
     """The records part of the v2 batch at ``pos``, decompressed; bytes, whose slices are bytes
     (with ``views``, uncompressed data stays a memoryview)."""
-    data = view[pos + HEADER_SIZE:end]
+    data = view[pos + HEADER_SIZE : end]
     if codec == 0:
         return data if views else bytes(data)
     return _compression.decompress(codec, data)

@@ -58,8 +58,14 @@ def batch(
     if producer_id >= 0 and base_sequence < 0:
         base_sequence = 0
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=NONE, is_transactional=transactional, producer_id=producer_id,
-        producer_epoch=producer_epoch, base_sequence=base_sequence, batch_size=1 << 30)
+        magic=2,
+        compression_type=NONE,
+        is_transactional=transactional,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        batch_size=1 << 30,
+    )
     delta = 0
     for rec in records:
         if not isinstance(rec, Rec):
@@ -71,8 +77,14 @@ def batch(
 
 
 def control_batch(
-    base_offset: int, producer_id: int, *, marker: int = ABORT, producer_epoch: int = 0,
-    coordinator_epoch: int = 0, leader_epoch: int = 0, timestamp: int = 1_700_000_000_000,
+    base_offset: int,
+    producer_id: int,
+    *,
+    marker: int = ABORT,
+    producer_epoch: int = 0,
+    coordinator_epoch: int = 0,
+    leader_epoch: int = 0,
+    timestamp: int = 1_700_000_000_000,
 ) -> bytes:
     """A transaction marker: a transactional control batch of one record.
 
@@ -80,8 +92,14 @@ def control_batch(
     version int16 + coordinator epoch int32 (Kafka's EndTransactionMarker).
     """
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=NONE, is_transactional=True, producer_id=producer_id,
-        producer_epoch=producer_epoch, base_sequence=-1, batch_size=1 << 20)
+        magic=2,
+        compression_type=NONE,
+        is_transactional=True,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
     builder.append(0, timestamp, struct.pack(">hh", 0, marker), struct.pack(">hi", 0, coordinator_epoch), [])
     raw = bytearray(builder.build())
     struct.pack_into(">h", raw, 21, struct.unpack_from(">h", raw, 21)[0] | CONTROL_MASK)
@@ -89,8 +107,13 @@ def control_batch(
 
 
 def legacy_batch(
-    values: Sequence[bytes | None], *, magic: int = 1, base_offset: int = 0, codec: int | str = NONE,
-    timestamp: int = 1_700_000_000_000, keys: Sequence[bytes | None] | None = None,
+    values: Sequence[bytes | None],
+    *,
+    magic: int = 1,
+    base_offset: int = 0,
+    codec: int | str = NONE,
+    timestamp: int = 1_700_000_000_000,
+    keys: Sequence[bytes | None] | None = None,
 ) -> bytes:
     """A magic v0/v1 message set: plain messages, or one compressed wrapper message.
 
@@ -101,7 +124,7 @@ def legacy_batch(
     codec = CODECS.get(codec, codec)
     keys = keys if keys is not None else [None] * len(values)
     inner = LegacyRecordBatchBuilder(magic=magic, compression_type=NONE, batch_size=1 << 30)
-    for i, (key, value) in enumerate(zip(keys, values)):
+    for i, (key, value) in enumerate(zip(keys, values, strict=False)):
         offset = i if codec != NONE and magic == 1 else base_offset + i
         inner.append(offset, timestamp, key, value)
     message_set = bytes(inner.build())
@@ -126,7 +149,7 @@ def compress(codec: int, data: bytes, *, snappy_framing: str = "xerial") -> byte
             return bytes(cramjam.snappy.compress_raw(data))
         out = [b"\x82SNAPPY\x00", struct.pack(">ii", 1, 1)]
         for i in range(0, len(data), 32 * 1024):
-            block = bytes(cramjam.snappy.compress_raw(data[i:i + 32 * 1024]))
+            block = bytes(cramjam.snappy.compress_raw(data[i : i + 32 * 1024]))
             out += [struct.pack(">i", len(block)), block]
         return b"".join(out)
     if codec == LZ4:
@@ -138,8 +161,9 @@ def compress(codec: int, data: bytes, *, snappy_framing: str = "xerial") -> byte
     raise ValueError(f"unknown codec {codec}")
 
 
-def _finish(raw: bytearray, base_offset: int, leader_epoch: int, codec: int,
-            log_append_time: int | None, snappy_framing: str) -> bytes:
+def _finish(
+    raw: bytearray, base_offset: int, leader_epoch: int, codec: int, log_append_time: int | None, snappy_framing: str
+) -> bytes:
     fields = list(HEADER.unpack_from(raw))
     if codec != NONE:
         raw = raw[:HEADER_SIZE] + compress(codec, bytes(raw[HEADER_SIZE:]), snappy_framing=snappy_framing)

@@ -12,8 +12,25 @@ from ._model import Duration, Spec, State, Timeout, Transition
 from ._paths import schema_path, specs_dir
 
 __all__ = [
-    "Clock", "Duration", "FakeClock", "IllegalTransition", "MonotonicClock", "Spec", "SpecError",
-    "SpecMachine", "State", "Timeout", "Transition", "TransitionRecord", "add_observer", "all_spec_paths",
-    "load_spec", "parse_spec", "remove_observer", "resolve_durations", "schema_path", "shipped_spec",
+    "Clock",
+    "Duration",
+    "FakeClock",
+    "IllegalTransition",
+    "MonotonicClock",
+    "Spec",
+    "SpecError",
+    "SpecMachine",
+    "State",
+    "Timeout",
+    "Transition",
+    "TransitionRecord",
+    "add_observer",
+    "all_spec_paths",
+    "load_spec",
+    "parse_spec",
+    "remove_observer",
+    "resolve_durations",
+    "schema_path",
+    "shipped_spec",
     "specs_dir",
 ]

@@ -22,8 +22,13 @@ def build_spec(doc: Located, expected_name: str | None = None) -> Spec:
         raise doc.error(("machine",), f"machine {name!r} must be named like its file ({expected_name!r})")
 
     durations = {
-        d: Duration(name=d, default=v["default"], config=v.get("config"), description=v.get("description", ""),
-                    computed_by=v.get("computed_by"))
+        d: Duration(
+            name=d,
+            default=v["default"],
+            config=v.get("config"),
+            description=v.get("description", ""),
+            computed_by=v.get("computed_by"),
+        )
         for d, v in (data.get("durations") or {}).items()
     }
     states: dict[str, State] = {}
@@ -31,20 +36,34 @@ def build_spec(doc: Located, expected_name: str | None = None) -> Spec:
         body = body or {}
         raw_timeouts = ([body["timeout"]] if "timeout" in body else []) + list(body.get("timeouts", []))
         if "timeout" in body and "timeouts" in body:
-            raise doc.error(("states", sname, "timeouts"), f"state {sname!r}: give 'timeout' or 'timeouts', not both",
-                            key=True)
+            raise doc.error(
+                ("states", sname, "timeouts"), f"state {sname!r}: give 'timeout' or 'timeouts', not both", key=True
+            )
         timeouts = []
         for i, t in enumerate(raw_timeouts):
             tpath = ("states", sname, "timeout") if "timeout" in body else ("states", sname, "timeouts", i)
             if t["after"] not in durations:
-                raise doc.error(tpath + ("after",),
-                                f"state {sname!r}: timeout after {t['after']!r} names no declared duration "
-                                f"(declared: {', '.join(durations) or 'none'})")
-            timeouts.append(Timeout(after=t["after"], trigger=t["trigger"], line=doc.line_of(tpath),
-                                    description=t.get("description", "")))
-        states[sname] = State(name=sname, description=body.get("description", ""),
-                              on_enter=_hooks(body.get("on_enter")), on_exit=_hooks(body.get("on_exit")),
-                              timeouts=tuple(timeouts), line=doc.line_of(("states", sname), key=True))
+                raise doc.error(
+                    tpath + ("after",),
+                    f"state {sname!r}: timeout after {t['after']!r} names no declared duration "
+                    f"(declared: {', '.join(durations) or 'none'})",
+                )
+            timeouts.append(
+                Timeout(
+                    after=t["after"],
+                    trigger=t["trigger"],
+                    line=doc.line_of(tpath),
+                    description=t.get("description", ""),
+                )
+            )
+        states[sname] = State(
+            name=sname,
+            description=body.get("description", ""),
+            on_enter=_hooks(body.get("on_enter")),
+            on_exit=_hooks(body.get("on_exit")),
+            timeouts=tuple(timeouts),
+            line=doc.line_of(("states", sname), key=True),
+        )
 
     for field in ("initial",):
         if data[field] not in states:
@@ -67,39 +86,71 @@ def build_spec(doc: Located, expected_name: str | None = None) -> Spec:
                 raise doc.error(spath, f"transition {raw['trigger']!r}: source {s!r} is not a declared state")
         dest = None if raw["dest"] == "=" else raw["dest"]
         if raw.get("internal") and dest is not None:
-            raise doc.error(path + ("internal",), f"transition {raw['trigger']!r} is internal (it stays in its "
-                                                  f"state), so its dest must be '=', not {dest!r}", key=True)
+            raise doc.error(
+                path + ("internal",),
+                f"transition {raw['trigger']!r} is internal (it stays in its "
+                f"state), so its dest must be '=', not {dest!r}",
+                key=True,
+            )
         if dest is not None and dest not in states:
             raise doc.error(path + ("dest",), f"transition {raw['trigger']!r}: dest {dest!r} is not a declared state")
         for s in sources:
             if s in terminal:
                 raise doc.error(path + ("source",), f"transition {raw['trigger']!r} leaves terminal state {s!r}")
-        transitions.append(Transition(
-            index=i, trigger=raw["trigger"], sources=sources, dest=dest, wildcard=wildcard,
-            conditions=_hooks(raw.get("conditions")), unless=_hooks(raw.get("unless")),
-            before=_hooks(raw.get("before")), after=_hooks(raw.get("after")),
-            description=raw.get("description", ""), line=doc.line_of(path), internal=bool(raw.get("internal"))))
+        transitions.append(
+            Transition(
+                index=i,
+                trigger=raw["trigger"],
+                sources=sources,
+                dest=dest,
+                wildcard=wildcard,
+                conditions=_hooks(raw.get("conditions")),
+                unless=_hooks(raw.get("unless")),
+                before=_hooks(raw.get("before")),
+                after=_hooks(raw.get("after")),
+                description=raw.get("description", ""),
+                line=doc.line_of(path),
+                internal=bool(raw.get("internal")),
+            )
+        )
 
     timers = _build_timers(doc, data, states, durations)
-    events = {trig: Event(trigger=trig, arrives_in=_states_of(doc, ("events", trig, "arrives_in"), body["arrives_in"],
-                                                              states, tuple(states)),
-                          line=doc.line_of(("events", trig), key=True), description=body.get("description", ""))
-              for trig, body in (data.get("events") or {}).items()}
+    events = {
+        trig: Event(
+            trigger=trig,
+            arrives_in=_states_of(doc, ("events", trig, "arrives_in"), body["arrives_in"], states, tuple(states)),
+            line=doc.line_of(("events", trig), key=True),
+            description=body.get("description", ""),
+        )
+        for trig, body in (data.get("events") or {}).items()
+    }
     ignores = []
     for i, raw in enumerate(data.get("ignore") or ()):
         path = ("ignore", i)
         if raw["source"] == "*":  # every state the trigger has no transition from
-            sources = tuple(s for s in states if not any(raw["trigger"] == t.trigger and s in t.sources
-                                                         for t in transitions))
+            sources = tuple(
+                s for s in states if not any(raw["trigger"] == t.trigger and s in t.sources for t in transitions)
+            )
         else:
             sources = _states_of(doc, path + ("source",), raw["source"], states, ())
-        ignores.append(Ignore(trigger=raw["trigger"], sources=sources, line=doc.line_of(path),
-                              description=raw["description"]))
+        ignores.append(
+            Ignore(trigger=raw["trigger"], sources=sources, line=doc.line_of(path), description=raw["description"])
+        )
     attributes = _build_attributes(doc, data, states)
-    spec = Spec(machine=name, file=doc.file, initial=data["initial"], states=states,
-                transitions=tuple(transitions), terminal=terminal, durations=durations,
-                description=data.get("description", ""), timers=timers, events=events, ignores=tuple(ignores),
-                attributes=attributes)
+    spec = Spec(
+        machine=name,
+        file=doc.file,
+        initial=data["initial"],
+        states=states,
+        transitions=tuple(transitions),
+        terminal=terminal,
+        durations=durations,
+        description=data.get("description", ""),
+        timers=timers,
+        events=events,
+        ignores=tuple(ignores),
+        attributes=attributes,
+    )
     _check_ambiguity(spec, doc)
     _check_timeouts(spec, doc)
     _check_ignores(spec, doc)
@@ -124,11 +175,20 @@ def _build_timers(doc: Located, data: dict, states, durations) -> dict[str, Time
     for tname, body in (data.get("timers") or {}).items():
         path = ("timers", tname)
         if body["after"] not in durations:
-            raise doc.error(path + ("after",), f"timer {tname!r}: after {body['after']!r} names no declared duration "
-                                               f"(declared: {', '.join(durations) or 'none'})")
+            raise doc.error(
+                path + ("after",),
+                f"timer {tname!r}: after {body['after']!r} names no declared duration "
+                f"(declared: {', '.join(durations) or 'none'})",
+            )
         covered = _states_of(doc, path + ("states",), body["states"], states, ())
-        timers[tname] = Timer(name=tname, after=body["after"], trigger=body["trigger"], states=frozenset(covered),
-                              line=doc.line_of(path, key=True), description=body.get("description", ""))
+        timers[tname] = Timer(
+            name=tname,
+            after=body["after"],
+            trigger=body["trigger"],
+            states=frozenset(covered),
+            line=doc.line_of(path, key=True),
+            description=body.get("description", ""),
+        )
     return timers
 
 
@@ -145,15 +205,17 @@ def _build_attributes(doc: Located, data: dict, states) -> dict[str, Attribute]:
             vpath = path + ("values", value, "states")
             if vbody["states"] == "*":
                 if rest is not None:
-                    raise doc.error(vpath, f"attribute {aname!r}: only one value may take the rest ('*'); "
-                                           f"{rest!r} does already")
+                    raise doc.error(
+                        vpath, f"attribute {aname!r}: only one value may take the rest ('*'); {rest!r} does already"
+                    )
                 rest = value
                 continue
             names = _states_of(doc, vpath, vbody["states"], states, ())
             for s in names:
                 if s in of_state:
-                    raise doc.error(vpath, f"attribute {aname!r}: state {s!r} is given two values "
-                                           f"({of_state[s]!r} and {value!r})")
+                    raise doc.error(
+                        vpath, f"attribute {aname!r}: state {s!r} is given two values ({of_state[s]!r} and {value!r})"
+                    )
                 of_state[s] = value
             values[value] = names
         missing = [s for s in states if s not in of_state]
@@ -161,18 +223,26 @@ def _build_attributes(doc: Located, data: dict, states) -> dict[str, Attribute]:
             values[rest] = tuple(missing)
             of_state.update({s: rest for s in missing})
         elif missing:
-            raise doc.error(path + ("values",), f"attribute {aname!r} gives no value to state(s) "
-                                                f"{', '.join(missing)}: every state must have one")
-        out[aname] = Attribute(name=aname, values=values, of_state=of_state, line=doc.line_of(path, key=True),
-                               description=body.get("description", ""),
-                               value_descriptions={v: b.get("description", "") for v, b in body["values"].items()},
-                               rest=rest)
+            raise doc.error(
+                path + ("values",),
+                f"attribute {aname!r} gives no value to state(s) {', '.join(missing)}: every state must have one",
+            )
+        out[aname] = Attribute(
+            name=aname,
+            values=values,
+            of_state=of_state,
+            line=doc.line_of(path, key=True),
+            description=body.get("description", ""),
+            value_descriptions={v: b.get("description", "") for v, b in body["values"].items()},
+            rest=rest,
+        )
     return out
 
 
 def _handles(spec: Spec, trigger: str, state: str, ignored: dict[str, frozenset[str]]) -> bool:
-    return state in ignored.get(trigger, ()) or any(trigger == t.trigger and state in t.sources
-                                                    for t in spec.transitions)
+    return state in ignored.get(trigger, ()) or any(
+        trigger == t.trigger and state in t.sources for t in spec.transitions
+    )
 
 
 def _check_ignores(spec: Spec, doc: Located) -> None:
@@ -181,8 +251,11 @@ def _check_ignores(spec: Spec, doc: Located) -> None:
         for s in ig.sources:
             for t in spec.transitions:
                 if t.trigger == ig.trigger and s in t.sources:
-                    raise _at(doc, ig.line, f"trigger {ig.trigger!r} is ignored in {s!r} but has a transition from "
-                                            f"it on line {t.line}")
+                    raise _at(
+                        doc,
+                        ig.line,
+                        f"trigger {ig.trigger!r} is ignored in {s!r} but has a transition from it on line {t.line}",
+                    )
 
 
 def _check_arrivals(spec: Spec, doc: Located) -> None:
@@ -192,13 +265,20 @@ def _check_arrivals(spec: Spec, doc: Located) -> None:
     for ev in spec.events.values():
         for s in ev.arrives_in:
             if not _handles(spec, ev.trigger, s, ignored):
-                raise _at(doc, ev.line, f"event {ev.trigger!r} can arrive in state {s!r} (events.{ev.trigger}."
-                                        f"arrives_in), which has no transition and no ignore entry for it")
+                raise _at(
+                    doc,
+                    ev.line,
+                    f"event {ev.trigger!r} can arrive in state {s!r} (events.{ev.trigger}."
+                    f"arrives_in), which has no transition and no ignore entry for it",
+                )
     for tm in spec.timers.values():
         for s in sorted(tm.states):
             if not _handles(spec, tm.trigger, s, ignored):
-                raise _at(doc, tm.line, f"timer {tm.name!r} runs in state {s!r} but its trigger {tm.trigger!r} "
-                                        f"has no transition from it")
+                raise _at(
+                    doc,
+                    tm.line,
+                    f"timer {tm.name!r} runs in state {s!r} but its trigger {tm.trigger!r} has no transition from it",
+                )
 
 
 def _check_ambiguity(spec: Spec, doc: Located) -> None:
@@ -210,13 +290,17 @@ def _check_ambiguity(spec: Spec, doc: Located) -> None:
             for earlier in seen.get((t.trigger, s), []):
                 guard = (earlier.conditions, earlier.unless)
                 if guard == (t.conditions, t.unless):
-                    raise doc.error(("transitions", t.index),
-                                    f"transition {t.trigger!r} from {s!r} is given twice (lines {earlier.line} and "
-                                    f"{t.line}) with no condition to tell them apart")
+                    raise doc.error(
+                        ("transitions", t.index),
+                        f"transition {t.trigger!r} from {s!r} is given twice (lines {earlier.line} and "
+                        f"{t.line}) with no condition to tell them apart",
+                    )
                 if guard == ((), ()):
-                    raise doc.error(("transitions", t.index),
-                                    f"transition {t.trigger!r} from {s!r} can never be taken: the unconditional "
-                                    f"one on line {earlier.line} comes first")
+                    raise doc.error(
+                        ("transitions", t.index),
+                        f"transition {t.trigger!r} from {s!r} can never be taken: the unconditional "
+                        f"one on line {earlier.line} comes first",
+                    )
             seen.setdefault((t.trigger, s), []).append(t)
 
 
@@ -225,11 +309,15 @@ def _check_timeouts(spec: Spec, doc: Located) -> None:
     for st in spec.states.values():
         for to in st.timeouts:
             if to.trigger not in triggers:
-                raise _at(doc, to.line, f"state {st.name!r}: timeout trigger {to.trigger!r} is not declared "
-                                        f"by any transition")
+                raise _at(
+                    doc, to.line, f"state {st.name!r}: timeout trigger {to.trigger!r} is not declared by any transition"
+                )
             if not any(to.trigger == t.trigger and st.name in t.sources for t in spec.transitions):
-                raise _at(doc, to.line, f"state {st.name!r}: timeout trigger {to.trigger!r} has no transition "
-                                        f"from {st.name!r}")
+                raise _at(
+                    doc,
+                    to.line,
+                    f"state {st.name!r}: timeout trigger {to.trigger!r} has no transition from {st.name!r}",
+                )
 
 
 def _at(doc: Located, line: int, fault: str) -> SpecError:
@@ -257,5 +345,8 @@ def _check_exits(spec: Spec, doc: Located) -> None:
         if name in spec.terminal:
             continue
         if not any(name in t.sources and t.dest_from(name) != name for t in spec.transitions):
-            raise _at(doc, st.line, f"state {name!r} is not terminal but has no transition out of it "
-                                    f"(add one, or list it under terminal)")
+            raise _at(
+                doc,
+                st.line,
+                f"state {name!r} is not terminal but has no transition out of it (add one, or list it under terminal)",
+            )

@@ -26,8 +26,9 @@ def merge_records(directory: Path) -> dict[str, dict[int, dict[str, int]]]:
     return merged
 
 
-def coverage(spec: Spec, records: dict[str, dict[int, dict[str, int]]], kind: str | None = None
-             ) -> tuple[list[int], list[int]]:
+def coverage(
+    spec: Spec, records: dict[str, dict[int, dict[str, int]]], kind: str | None = None
+) -> tuple[list[int], list[int]]:
     """(covered, missing) transition indexes of ``spec``; ``kind`` counts only that test kind."""
     seen = records.get(spec.machine, {})
     covered, missing = [], []
@@ -38,8 +39,7 @@ def coverage(spec: Spec, records: dict[str, dict[int, dict[str, int]]], kind: st
     return covered, missing
 
 
-def broker_gaps(spec: Spec, records: dict[str, dict[int, dict[str, int]]], brokers: list[str]
-                ) -> dict[str, list[int]]:
+def broker_gaps(spec: Spec, records: dict[str, dict[int, dict[str, int]]], brokers: list[str]) -> dict[str, list[int]]:
     """Per broker, the transitions of ``spec`` some other broker's tests fired and this one's never did."""
     seen = records.get(spec.machine, {})
     gaps: dict[str, list[int]] = {b: [] for b in brokers}

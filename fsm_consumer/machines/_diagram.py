@@ -25,8 +25,7 @@ def _guard(t: Transition) -> str:
 
 def _attributes(spec: Spec, state: str) -> str:
     """``commit: open, heartbeat: send`` for a node: the values named for this state."""
-    return ", ".join(f"{a.name}: {a.of_state[state]}" for a in spec.attributes.values()
-                     if a.of_state[state] != a.rest)
+    return ", ".join(f"{a.name}: {a.of_state[state]}" for a in spec.attributes.values() if a.of_state[state] != a.rest)
 
 
 def _edges(spec: Spec):
@@ -45,11 +44,19 @@ def _edges(spec: Spec):
 
 
 def render_dot(spec: Spec) -> str:
-    g = graphviz.Digraph(name=spec.machine, graph_attr={
-        "label": f"{spec.machine} ({spec.file.rsplit('/', 1)[-1]})", "labelloc": "t", "fontname": "Helvetica",
-        "rankdir": "TB", "nodesep": "0.4", "ranksep": "0.45"},
+    g = graphviz.Digraph(
+        name=spec.machine,
+        graph_attr={
+            "label": f"{spec.machine} ({spec.file.rsplit('/', 1)[-1]})",
+            "labelloc": "t",
+            "fontname": "Helvetica",
+            "rankdir": "TB",
+            "nodesep": "0.4",
+            "ranksep": "0.45",
+        },
         node_attr={"shape": "box", "style": "rounded", "fontname": "Helvetica", "fontsize": "11"},
-        edge_attr={"fontname": "Helvetica", "fontsize": "9"})
+        edge_attr={"fontname": "Helvetica", "fontsize": "9"},
+    )
     g.node(_START, label="", shape="point", width="0.15")
     for name, st in spec.states.items():
         extra = "".join(f"\\nentry / {h}" for h in st.on_enter) + "".join(f"\\nexit / {h}" for h in st.on_exit)

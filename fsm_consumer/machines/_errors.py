@@ -9,8 +9,9 @@ class SpecError(ValueError):
     The message always starts with ``file:line:`` (line 1-based) so editors and CI logs link to it.
     """
 
-    def __init__(self, fault: str, *, file: str | None = None, line: int | None = None,
-                 faults: list[str] | None = None) -> None:
+    def __init__(
+        self, fault: str, *, file: str | None = None, line: int | None = None, faults: list[str] | None = None
+    ) -> None:
         self.fault = fault
         self.file = file
         self.line = line

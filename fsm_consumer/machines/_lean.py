@@ -30,11 +30,11 @@ class LeanState(State):
 class LeanTransition(Transition):
     """Conditions and callbacks are pre-resolved; ``owner`` records the change and arms timeouts."""
 
-    owner = None              # the SpecMachine (set on each instance by the compiler)
-    index = -1                # spec transition index
+    owner = None  # the SpecMachine (set on each instance by the compiler)
+    index = -1  # spec transition index
     trigger_name = ""
-    checks: tuple = ()        # ((callable, expected_truth), ...)
-    internal = False          # stays in the state: no exit/entry, the visit goes on
+    checks: tuple = ()  # ((callable, expected_truth), ...)
+    internal = False  # stays in the state: no exit/entry, the visit goes on
 
     def execute(self, event_data):
         for fn, expected in self.checks:
@@ -77,7 +77,7 @@ class LeanEvent(Event):
         return self.machine._process(partial(self._trigger, LeanEventData(self.machine, model)))
 
     def _trigger(self, event_data):
-        state = getattr(event_data.model, "state")
+        state = event_data.model.state
         candidates = self.transitions.get(state)
         if not candidates:
             if state in self.machine.fsm_ignored.get(self.name, ()):

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 logger = __import__("logging").getLogger("fsm_consumer.fsm")
 
@@ -13,8 +14,8 @@ class TransitionRecord(NamedTuple):
     source: str
     trigger: str
     dest: str
-    time: float      # the machine clock's now_ms() when the state changed
-    index: int       # the transition's position in its spec (coverage counts these)
+    time: float  # the machine clock's now_ms() when the state changed
+    index: int  # the transition's position in its spec (coverage counts these)
     instance: str = ""  # which machine object (several consumers share a spec)
 
 

@@ -37,8 +37,7 @@ class _Carrier:
     """The object transitions keeps the state on; the real model stays free of its helper methods."""
 
 
-def resolve_durations(spec: Spec, config: Any = None, overrides: Mapping[str, float] | None = None
-                      ) -> dict[str, float]:
+def resolve_durations(spec: Spec, config: Any = None, overrides: Mapping[str, float] | None = None) -> dict[str, float]:
     """Each named duration in ms: an explicit override, else the config key, else the spec default."""
     out: dict[str, float] = {}
     for name, d in spec.durations.items():
@@ -50,8 +49,10 @@ def resolve_durations(spec: Spec, config: Any = None, overrides: Mapping[str, fl
             if got is not None:
                 value = got
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            raise SpecError(f"duration {name!r} (config {d.config!r}) must be a non-negative number of ms, "
-                            f"got {value!r}", file=spec.file)
+            raise SpecError(
+                f"duration {name!r} (config {d.config!r}) must be a non-negative number of ms, got {value!r}",
+                file=spec.file,
+            )
         out[name] = float(value)
     return out
 
@@ -67,17 +68,29 @@ def _bind(spec: Spec, model: Any) -> dict[str, Any]:
             missing.append(f"{hook} (used by {', '.join(where)})")
     if missing:
         faults = [f"model {type(model).__name__} lacks hook {m}" for m in missing]
-        raise SpecError(f"model {type(model).__name__} lacks {len(missing)} hook(s) named by the spec: "
-                        + "; ".join(missing), file=spec.file, faults=faults)
+        raise SpecError(
+            f"model {type(model).__name__} lacks {len(missing)} hook(s) named by the spec: " + "; ".join(missing),
+            file=spec.file,
+            faults=faults,
+        )
     return resolved
 
 
 class SpecMachine:
     """One running machine: ``fire(trigger)``, ``tick(now)``, ``state``, ``log``, ``next_deadline``."""
 
-    def __init__(self, spec: Spec, model: Any, *, clock: Clock | None = None, config: Any = None,
-                 durations: Mapping[str, float] | None = None, log_size: int = 256,
-                 instance: str = "", now: float | None = None) -> None:
+    def __init__(
+        self,
+        spec: Spec,
+        model: Any,
+        *,
+        clock: Clock | None = None,
+        config: Any = None,
+        durations: Mapping[str, float] | None = None,
+        log_size: int = 256,
+        instance: str = "",
+        now: float | None = None,
+    ) -> None:
         self.spec = spec
         self.name = spec.machine
         self.instance = instance
@@ -93,24 +106,34 @@ class SpecMachine:
         self._timeouts = {s.name: tuple((t.after, t.trigger) for t in s.timeouts) for s in spec.states.values()}
         self._ignored = spec.ignored()
         self._timers = spec.timers
-        self._timer_due: dict[str, float] = {}     # running timers: name -> deadline
+        self._timer_due: dict[str, float] = {}  # running timers: name -> deadline
         self._now = now if now is not None else (clock.now_ms() if clock is not None else 0.0)
         self._computed = {d.name: hooks[d.computed_by] for d in spec.durations.values() if d.computed_by}
 
         def fns(names):
             return [hooks[n] for n in names]
 
-        states = [LeanState(s.name, on_enter=fns(s.on_enter), on_exit=fns(s.on_exit), final=s.name in spec.terminal)
-                  for s in spec.states.values()]
+        states = [
+            LeanState(s.name, on_enter=fns(s.on_enter), on_exit=fns(s.on_exit), final=s.name in spec.terminal)
+            for s in spec.states.values()
+        ]
         self._carrier = _Carrier()
         self._machine = _TransitionsMachine(
-            model=self._carrier, states=states, initial=spec.initial, auto_transitions=False,
-            ignore_invalid_triggers=False, queued=True, send_event=False, name=spec.machine)
+            model=self._carrier,
+            states=states,
+            initial=spec.initial,
+            auto_transitions=False,
+            ignore_invalid_triggers=False,
+            queued=True,
+            send_event=False,
+            name=spec.machine,
+        )
         for t in spec.transitions:
             checks = tuple((hooks[c], True) for c in t.conditions) + tuple((hooks[c], False) for c in t.unless)
             for source in t.sources:
-                self._machine.add_transition(t.trigger, source, t.dest_from(source),
-                                             before=fns(t.before), after=fns(t.after))
+                self._machine.add_transition(
+                    t.trigger, source, t.dest_from(source), before=fns(t.before), after=fns(t.after)
+                )
                 compiled = self._machine.events[t.trigger].transitions[source][-1]
                 compiled.owner, compiled.index, compiled.checks = self, t.index, checks
                 compiled.trigger_name = t.trigger
@@ -147,8 +170,13 @@ class SpecMachine:
             return event.trigger(self._carrier)
         if self.state not in event.transitions and self.state in self._ignored.get(trigger, ()):
             if logger.isEnabledFor(_DEBUG):
-                logger.debug("%s%s: %s ignored in %s", self.name, "/" + self.instance if self.instance else "",
-                             trigger, self.state)
+                logger.debug(
+                    "%s%s: %s ignored in %s",
+                    self.name,
+                    "/" + self.instance if self.instance else "",
+                    trigger,
+                    self.state,
+                )
             return False
         before = self._changes
         event.trigger(self._carrier)
@@ -233,12 +261,25 @@ class SpecMachine:
     # -- called by LeanTransition between exit and enter ---------------------------------
     def _record(self, transition: LeanTransition) -> TransitionRecord:
         self._changes += 1
-        rec = TransitionRecord(self.name, transition.source, transition.trigger_name,
-                               transition.dest, self._now, transition.index, self.instance)
+        rec = TransitionRecord(
+            self.name,
+            transition.source,
+            transition.trigger_name,
+            transition.dest,
+            self._now,
+            transition.index,
+            self.instance,
+        )
         self.log.append(rec)
         if logger.isEnabledFor(_DEBUG):
-            logger.debug("%s%s: %s --%s--> %s", self.name, "/" + self.instance if self.instance else "",
-                         rec.source, rec.trigger, rec.dest)
+            logger.debug(
+                "%s%s: %s --%s--> %s",
+                self.name,
+                "/" + self.instance if self.instance else "",
+                rec.source,
+                rec.trigger,
+                rec.dest,
+            )
         for fn in observers():
             fn(rec)
         return rec
@@ -266,8 +307,7 @@ class SpecMachine:
         if not timeouts:
             self._pending = []
         else:
-            self._pending = sorted((now + self.duration_ms(name), i, trig)
-                                   for i, (name, trig) in enumerate(timeouts))
+            self._pending = sorted((now + self.duration_ms(name), i, trig) for i, (name, trig) in enumerate(timeouts))
         self._update_next()
 
     def _update_next(self) -> None:
@@ -285,6 +325,8 @@ class SpecMachine:
             return configured
         ms = compute(configured)
         if not isinstance(ms, (int, float)) or isinstance(ms, bool) or ms < 0:
-            raise SpecError(f"duration {name!r}: hook {compute.__name__} returned {ms!r}, not a non-negative "
-                            f"number of ms", file=self.spec.file)
+            raise SpecError(
+                f"duration {name!r}: hook {compute.__name__} returned {ms!r}, not a non-negative number of ms",
+                file=self.spec.file,
+            )
         return float(ms)

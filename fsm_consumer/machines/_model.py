@@ -11,12 +11,12 @@ class Duration:
     default: int
     config: str | None = None
     description: str = ""
-    computed_by: str | None = None   # model hook: configured ms -> ms for this visit
+    computed_by: str | None = None  # model hook: configured ms -> ms for this visit
 
 
 @attrs.frozen
 class Timeout:
-    after: str       # duration name
+    after: str  # duration name
     trigger: str
     line: int = 0
     description: str = ""
@@ -34,10 +34,10 @@ class State:
 
 @attrs.frozen
 class Transition:
-    index: int                    # position in the spec's list: the unit of coverage
+    index: int  # position in the spec's list: the unit of coverage
     trigger: str
-    sources: tuple[str, ...]      # concrete states ('*' already expanded)
-    dest: str | None              # None: re-enter the source ('=')
+    sources: tuple[str, ...]  # concrete states ('*' already expanded)
+    dest: str | None  # None: re-enter the source ('=')
     wildcard: bool = False
     conditions: tuple[str, ...] = ()
     unless: tuple[str, ...] = ()
@@ -45,7 +45,7 @@ class Transition:
     after: tuple[str, ...] = ()
     description: str = ""
     line: int = 0
-    internal: bool = False        # stays in the source state: no exit/entry hooks, timeouts run on
+    internal: bool = False  # stays in the source state: no exit/entry hooks, timeouts run on
 
     def dest_from(self, source: str) -> str:
         return source if self.dest is None else self.dest
@@ -62,7 +62,7 @@ class Timer:
     (``SpecMachine.restart_timer``), disarmed on leaving them; fires ``trigger`` from ``tick``."""
 
     name: str
-    after: str       # duration name
+    after: str  # duration name
     trigger: str
     states: frozenset[str]
     line: int = 0
@@ -94,12 +94,12 @@ class Attribute:
     """What the model reads of the current state: each state has exactly one of ``values``."""
 
     name: str
-    values: dict[str, tuple[str, ...]]    # value -> the states that have it
-    of_state: dict[str, str]              # state -> its value
+    values: dict[str, tuple[str, ...]]  # value -> the states that have it
+    of_state: dict[str, str]  # state -> its value
     line: int = 0
     description: str = ""
     value_descriptions: dict[str, str] = attrs.field(factory=dict)
-    rest: str | None = None               # the value of every state not named ('*'), if any
+    rest: str | None = None  # the value of every state not named ('*'), if any
 
 
 @attrs.frozen

@@ -19,7 +19,8 @@ def specs_dir() -> Path:
             return candidate
     raise FileNotFoundError(
         f"cannot find the specs directory (looked in {package / '_specs'} and {package.parent / 'specs'}); "
-        f"set {ENV_VAR}")
+        f"set {ENV_VAR}"
+    )
 
 
 def schema_path() -> Path:

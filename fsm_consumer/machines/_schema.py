@@ -42,8 +42,14 @@ def _fault(err: jsonschema.ValidationError, doc: Located) -> tuple[tuple, str, b
         best = max(err.context, key=lambda e: len(e.absolute_path))
         return tuple(best.absolute_path), f"{_where(tuple(best.absolute_path))}: {best.message}", False
     if err.validator == "pattern":
-        return path, (f"{_where(path)}: {err.instance!r} is not a valid name "
-                      "(lower-case letters, digits and _; starting with a letter)"), False
+        return (
+            path,
+            (
+                f"{_where(path)}: {err.instance!r} is not a valid name "
+                "(lower-case letters, digits and _; starting with a letter)"
+            ),
+            False,
+        )
     return path, f"{_where(path)}: {err.message}", False
 
 

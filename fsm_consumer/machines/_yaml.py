@@ -22,8 +22,9 @@ _BOOL_TAG = "tag:yaml.org,2002:bool"
 class Located:
     """The loaded document plus a map from value path to (line, column), both 1-based."""
 
-    def __init__(self, data: Any, marks: dict[Path_, tuple[int, int]],
-                 key_marks: dict[Path_, tuple[int, int]], file: str) -> None:
+    def __init__(
+        self, data: Any, marks: dict[Path_, tuple[int, int]], key_marks: dict[Path_, tuple[int, int]], file: str
+    ) -> None:
         self.data = data
         self.marks = marks
         self.key_marks = key_marks
@@ -72,29 +73,34 @@ def load_located(text: str, file: str) -> Located:
             out: dict[Any, Any] = {}
             for key_node, value_node in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
-                    raise SpecError("merge keys (<<) are not supported in specs",
-                                    file=file, line=_mark(key_node)[0])
+                    raise SpecError("merge keys (<<) are not supported in specs", file=file, line=_mark(key_node)[0])
                 if not isinstance(key_node, yaml.ScalarNode):
                     raise SpecError("mapping keys must be plain words", file=file, line=_mark(key_node)[0])
                 if key_node.tag == _BOOL_TAG:
                     raise SpecError(
                         f"key {key_node.value!r} is read by YAML 1.1 as a boolean; quote it "
-                        f"(\"{key_node.value}\") or rename it", file=file, line=_mark(key_node)[0])
+                        f'("{key_node.value}") or rename it',
+                        file=file,
+                        line=_mark(key_node)[0],
+                    )
                 key = constructor.construct_object(key_node, deep=True)
                 if key in out:
                     first = key_marks[path + (key,)][0]
-                    raise SpecError(f"duplicate key {key!r} (first given on line {first})",
-                                    file=file, line=_mark(key_node)[0])
+                    raise SpecError(
+                        f"duplicate key {key!r} (first given on line {first})", file=file, line=_mark(key_node)[0]
+                    )
                 key_marks[path + (key,)] = _mark(key_node)
                 out[key] = build(value_node, path + (key,))
             return out
         if isinstance(node, yaml.SequenceNode):
             return [build(child, path + (i,)) for i, child in enumerate(node.value)]
-        if (node.tag == _BOOL_TAG and node.style is None
-                and node.value.lower() in _SURPRISE_BOOLS):
-            raise SpecError(f"value {node.value!r} is read by YAML 1.1 as a boolean; quote it "
-                            f"(\"{node.value}\") if a name is meant, or write true/false",
-                            file=file, line=_mark(node)[0])
+        if node.tag == _BOOL_TAG and node.style is None and node.value.lower() in _SURPRISE_BOOLS:
+            raise SpecError(
+                f"value {node.value!r} is read by YAML 1.1 as a boolean; quote it "
+                f'("{node.value}") if a name is meant, or write true/false',
+                file=file,
+                line=_mark(node)[0],
+            )
         return constructor.construct_object(node, deep=True)
 
     return Located(build(root, ()), marks, key_marks, file)

@@ -44,6 +44,7 @@ class SpecDouble:
         def compute(configured: float) -> float:
             self.calls.append(hook)
             return self.computed.get(duration, configured)
+
         return compute
 
 
@@ -96,8 +97,7 @@ def cover_plan(spec: Spec) -> dict[int, list[Step]]:
                 todo.append(d)
     plan: dict[int, list[Step]] = {}
     for t in spec.transitions:
-        options = [paths[s] + [(t.trigger, flags)] for s, tt, flags in _edges(spec)
-                   if tt is t and s in paths]
+        options = [paths[s] + [(t.trigger, flags)] for s, tt, flags in _edges(spec) if tt is t and s in paths]
         if options:
             plan[t.index] = min(options, key=len)
     return plan

@@ -9,5 +9,14 @@ from ._metadata import MetadataManager
 from ._offsets import OffsetsManager
 from ._self_assign import SelfAssignManager
 
-__all__ = ["CommitManager", "CoordinatorManager", "FetchManager", "MembershipManager", "MetadataManager",
-           "OffsetsManager", "Outgoing", "RequestManager", "SelfAssignManager"]
+__all__ = [
+    "CommitManager",
+    "CoordinatorManager",
+    "FetchManager",
+    "MembershipManager",
+    "MetadataManager",
+    "OffsetsManager",
+    "Outgoing",
+    "RequestManager",
+    "SelfAssignManager",
+]

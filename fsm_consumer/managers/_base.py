@@ -19,10 +19,10 @@ FOREVER = math.inf
 
 @attrs.define(slots=True, eq=False)
 class Outgoing:
-    request: Any                              # a kafka-python request (version picked by the transport)
-    node: int | None                          # None: any ready node
-    handler: Callable[[Any, float], None]     # (pending, now) -> None
-    timeout_ms: float | None = None           # None: request_timeout_ms
+    request: Any  # a kafka-python request (version picked by the transport)
+    node: int | None  # None: any ready node
+    handler: Callable[[Any, float], None]  # (pending, now) -> None
+    timeout_ms: float | None = None  # None: request_timeout_ms
     min_version: int = 0
     max_version: int | None = None
 
@@ -34,4 +34,5 @@ class RequestManager(Protocol):
 def error_of(code: int) -> type[Exception]:
     """kafka-python's typed error class for a broker error code."""
     import kafka.errors as ke
+
     return ke.for_code(code)

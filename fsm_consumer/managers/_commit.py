@@ -33,38 +33,51 @@ from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
 
 from ..errors import CommitFailedError, KafkaTimeoutError, RebalanceInProgressError
 from ..events import CallbackEvent, CommitEvent, FetchCommittedEvent
-from ..structs import OffsetAndMetadata, TopicPartition
 from ..policy import Action, Backoffs, classify, public_error
+from ..structs import OffsetAndMetadata, TopicPartition
 from ._base import FOREVER, Outgoing, error_of
 
 log = logging.getLogger("fsm_consumer.commit")
 
-_LOADING = 14                        # COORDINATOR_LOAD_IN_PROGRESS: the same coordinator, later
+_LOADING = 14  # COORDINATOR_LOAD_IN_PROGRESS: the same coordinator, later
 _GENERATION_MOVED = {22, 25}
 _REBALANCE_IN_PROGRESS = 27
 _GROUP_AUTHORIZATION_FAILED = 30
 _TOPIC_AUTHORIZATION_FAILED = 29
-_SENDABLE = frozenset({"open", "revoking", "simple"})   # the membership spec's commit attribute values
+_SENDABLE = frozenset({"open", "revoking", "simple"})  # the membership spec's commit attribute values
 _AUTO = frozenset({"open", "simple"})
 
 
 class _Commit:
-    __slots__ = ("offsets", "deadline", "timeout_ms", "started", "on_done", "retry_at", "sent_at", "in_flight",
-                 "auto", "event", "last_error", "stamp")
+    __slots__ = (
+        "offsets",
+        "deadline",
+        "timeout_ms",
+        "started",
+        "on_done",
+        "retry_at",
+        "sent_at",
+        "in_flight",
+        "auto",
+        "event",
+        "last_error",
+        "stamp",
+    )
 
-    def __init__(self, offsets, on_done, *, stamp, deadline=None, timeout_ms=None, started=None, auto=False,
-                 event=None) -> None:
-        self.stamp = stamp              # (generation, member id) when accepted: sent only under it
-        self.offsets = offsets          # tp -> OffsetAndMetadata
-        self.deadline = deadline        # None: now + timeout_ms at the first poll
+    def __init__(
+        self, offsets, on_done, *, stamp, deadline=None, timeout_ms=None, started=None, auto=False, event=None
+    ) -> None:
+        self.stamp = stamp  # (generation, member id) when accepted: sent only under it
+        self.offsets = offsets  # tp -> OffsetAndMetadata
+        self.deadline = deadline  # None: now + timeout_ms at the first poll
         self.timeout_ms = timeout_ms
         self.started = started
-        self.on_done = on_done          # (error or None) -> None, on the background thread
+        self.on_done = on_done  # (error or None) -> None, on the background thread
         self.retry_at = 0.0
         self.sent_at = 0.0
         self.in_flight = False
         self.auto = auto
-        self.event = event              # the CommitEvent, if the user asked: its cause says why it waits
+        self.event = event  # the CommitEvent, if the user asked: its cause says why it waits
         self.last_error: BaseException | None = None
 
     def start(self, now: float) -> None:
@@ -92,14 +105,14 @@ class CommitManager:
         self._bg = background_events
         self._metrics = metrics
         self._held = held
-        self.membership = None                      # set in group mode: generation and member id
+        self.membership = None  # set in group mode: generation and member id
         self._queue: list[_Commit] = []
         self._lookups: list[FetchCommittedEvent] = []
         self._fetching: set[TopicPartition] = set()
         # a failing commit, lookup or partition is retried a few times a second at most (the error policy)
-        self._retries = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)     # per commit / lookup
-        self._positions = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)   # per partition
-        self._holding: set = set()                  # held-error keys this manager holds
+        self._retries = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)  # per commit / lookup
+        self._positions = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)  # per partition
+        self._holding: set = set()  # held-error keys this manager holds
         self._next_auto = math.inf
         self._last_auto: dict[TopicPartition, int] = {}
         self._closing = False
@@ -125,8 +138,16 @@ class CommitManager:
         if not offsets:
             self._finish(event, None)
             return
-        self._queue.append(_Commit(offsets, lambda err, ev=event: self._finish(ev, err), deadline=event.deadline_ms,
-                                   started=now, event=event, stamp=self._stamp()))
+        self._queue.append(
+            _Commit(
+                offsets,
+                lambda err, ev=event: self._finish(ev, err),
+                deadline=event.deadline_ms,
+                started=now,
+                event=event,
+                stamp=self._stamp(),
+            )
+        )
 
     def _mode(self) -> str:
         """What a commit may do now: the ``commit`` attribute of the membership's state."""
@@ -155,11 +176,13 @@ class CommitManager:
         if mode == "rebalancing":
             return RebalanceInProgressError(
                 f"commit refused: group {group!r} is rebalancing and this member is rejoining (state {state}); "
-                "call poll() to complete the rebalance, then commit again")
+                "call poll() to complete the rebalance, then commit again"
+            )
         if mode == "gone":
             return CommitFailedError(
                 f"commit refused: this member's membership of group {group!r} is gone ({state}: its session "
-                "ran out or it stopped polling); its partitions are lost and poll() rejoins")
+                "ran out or it stopped polling); its partitions are lost and poll() rejoins"
+            )
         return m.fatal
 
     def _moved(self, commit: _Commit) -> BaseException | None:
@@ -174,17 +197,20 @@ class CommitManager:
                 f"commit of {_describe(commit.offsets)} not sent: it was accepted under generation {gen} of "
                 f"group {self._config.group_id!r} (member {member or '-'}), and the membership has moved on "
                 f"(generation {now_gen}, member {now_member or '-'}); the partitions may be owned by another "
-                "member now, so their offsets are no longer this member's to commit")
+                "member now, so their offsets are no longer this member's to commit"
+            )
         return None
 
     def _generation_error(self, code: int) -> BaseException:
         if code == _REBALANCE_IN_PROGRESS or self._mode() == "rebalancing":
             return RebalanceInProgressError(
                 f"the commit was answered {error_of(code).__name__}: group {self._config.group_id!r} is "
-                "rebalancing; call poll() to complete the rebalance, then commit again")
+                "rebalancing; call poll() to complete the rebalance, then commit again"
+            )
         return CommitFailedError(
             "the commit was rejected: the group moved to a new generation (this member was fenced or the "
-            f"group rebalanced) [{error_of(code).__name__}]")
+            f"group rebalanced) [{error_of(code).__name__}]"
+        )
 
     def _finish(self, event: CommitEvent, error) -> None:
         if event.callback is not None:
@@ -199,8 +225,9 @@ class CommitManager:
     def commit_positions(self, positions: dict[TopicPartition, int], on_done) -> None:
         """Commit before revocation completes (auto-commit on): bounded by default_api_timeout_ms."""
         offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in positions.items()}
-        self._queue.append(_Commit(offsets, on_done, timeout_ms=self._config.default_api_timeout_ms,
-                                   stamp=self._stamp()))
+        self._queue.append(
+            _Commit(offsets, on_done, timeout_ms=self._config.default_api_timeout_ms, stamp=self._stamp())
+        )
 
     def on_fetch_committed(self, event: FetchCommittedEvent, now: float) -> None:
         self._lookups.append(event)
@@ -260,8 +287,14 @@ class CommitManager:
                 continue
             commit.in_flight = True
             commit.sent_at = now
-            out.append(Outgoing(self._commit_request(commit.offsets, commit.stamp), node,
-                                lambda p, n, c=commit: self._on_commit(p, n, c), max_version=9))
+            out.append(
+                Outgoing(
+                    self._commit_request(commit.offsets, commit.stamp),
+                    node,
+                    lambda p, n, c=commit: self._on_commit(p, n, c),
+                    max_version=9,
+                )
+            )
         ready = set()
         for tp in need_committed:
             later = self._positions.wait(tp, now)
@@ -271,16 +304,28 @@ class CommitManager:
                 ready.add(tp)
         if ready:
             self._fetching |= ready
-            out.append(Outgoing(self._fetch_request(ready), node,
-                                lambda p, n, tps=frozenset(ready): self._on_positions(p, n, tps), max_version=7))
+            out.append(
+                Outgoing(
+                    self._fetch_request(ready),
+                    node,
+                    lambda p, n, tps=frozenset(ready): self._on_positions(p, n, tps),
+                    max_version=7,
+                )
+            )
         for event in list(self._lookups):
             later = self._retries.wait(event, now)
             if later:
                 wait = min(wait, later)
                 continue
             self._lookups.remove(event)
-            out.append(Outgoing(self._fetch_request(event.partitions), node,
-                                lambda p, n, ev=event: self._on_lookup(p, n, ev), max_version=7))
+            out.append(
+                Outgoing(
+                    self._fetch_request(event.partitions),
+                    node,
+                    lambda p, n, ev=event: self._on_lookup(p, n, ev),
+                    max_version=7,
+                )
+            )
         return wait, out
 
     def _expire(self, now: float) -> None:
@@ -298,8 +343,11 @@ class CommitManager:
     def _time_out(self, commit: _Commit, now: float) -> None:
         """The deadline passed: a timeout that names what kept failing (chained as its cause)."""
         self._queue.remove(commit)
-        what = commit.event.what if commit.event is not None and commit.event.what else \
-            f"commit of {_describe(commit.offsets)}"
+        what = (
+            commit.event.what
+            if commit.event is not None and commit.event.what
+            else f"commit of {_describe(commit.offsets)}"
+        )
         last = commit.last_error
         why = f"last error {_name(last)}" if last is not None else self._no_coordinator()
         error = KafkaTimeoutError(f"{what} timed out after {now - commit.started:.0f} ms: {why}")
@@ -312,8 +360,7 @@ class CommitManager:
             self._queue_auto_commit()
 
     def _queue_auto_commit(self) -> None:
-        positions = {tp: off for tp, off in self._subs.positions().items()
-                     if self._last_auto.get(tp) != off}
+        positions = {tp: off for tp, off in self._subs.positions().items() if self._last_auto.get(tp) != off}
         if not positions or any(c.auto and c.in_flight for c in self._queue):
             return
         offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in positions.items()}
@@ -348,13 +395,22 @@ class CommitManager:
         instance = self._config.group_instance_id if self.membership is not None else None
         topics: dict[str, list] = defaultdict(list)
         for tp, om in offsets.items():
-            topics[tp.topic].append(OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
-                partition_index=tp.partition, committed_offset=om.offset,
-                committed_leader_epoch=getattr(om, "leader_epoch", -1), committed_metadata=om.metadata or ""))
+            topics[tp.topic].append(
+                OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                    partition_index=tp.partition,
+                    committed_offset=om.offset,
+                    committed_leader_epoch=getattr(om, "leader_epoch", -1),
+                    committed_metadata=om.metadata or "",
+                )
+            )
         return OffsetCommitRequest(
-            group_id=self._config.group_id, generation_id_or_member_epoch=generation, member_id=member_id,
-            group_instance_id=instance, retention_time_ms=-1,
-            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()])
+            group_id=self._config.group_id,
+            generation_id_or_member_epoch=generation,
+            member_id=member_id,
+            group_instance_id=instance,
+            retention_time_ms=-1,
+            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()],
+        )
 
     def _on_commit(self, pending, now: float, commit: _Commit) -> None:
         commit.in_flight = False
@@ -386,8 +442,9 @@ class CommitManager:
         elif action in (Action.FATAL, Action.RESET, Action.FENCED):  # the user's to fix: never retried
             self._queue.remove(commit)
             tps = None if code == _GROUP_AUTHORIZATION_FAILED else failed[code]
-            self._done(commit, public_error(code, f"OffsetCommit for group {self._config.group_id!r}",
-                                            partitions=tps), now)
+            self._done(
+                commit, public_error(code, f"OffsetCommit for group {self._config.group_id!r}", partitions=tps), now
+            )
         else:  # RETRY, REDISCOVER, REFRESH_METADATA: the same commit after a backoff
             if action is Action.REDISCOVER and code != _LOADING:
                 self._coordinator.mark_unknown()
@@ -412,18 +469,29 @@ class CommitManager:
             # acknowledged after it, so a checker orders commits by sending
             generation, member_id = commit.stamp
             sent = commit.sent_at if commit.sent_at else None
-            history.write("commit", member_id, generation, now, error=None if error is None else repr(error),
-                          sent_ago_ms=None if sent is None else round(now - sent, 3),
-                          offsets=[[tp.topic, tp.partition, om.offset] for tp, om in sorted(commit.offsets.items())])
+            history.write(
+                "commit",
+                member_id,
+                generation,
+                now,
+                error=None if error is None else repr(error),
+                sent_ago_ms=None if sent is None else round(now - sent, 3),
+                offsets=[[tp.topic, tp.partition, om.offset] for tp, om in sorted(commit.offsets.items())],
+            )
         commit.on_done(error)
 
     def _fetch_request(self, partitions) -> OffsetFetchRequest:
         topics: dict[str, list[int]] = defaultdict(list)
         for tp in partitions:
             topics[tp.topic].append(tp.partition)
-        return OffsetFetchRequest(group_id=self._config.group_id, require_stable=True, topics=[
-            OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=sorted(ps))
-            for t, ps in topics.items()])
+        return OffsetFetchRequest(
+            group_id=self._config.group_id,
+            require_stable=True,
+            topics=[
+                OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=sorted(ps))
+                for t, ps in topics.items()
+            ],
+        )
 
     @staticmethod
     def _committed(response, partitions) -> tuple[dict, dict]:
@@ -437,9 +505,13 @@ class CommitManager:
                 if p.error_code or top:
                     errors[tp] = p.error_code or top
                     continue
-                found[tp] = (None if p.committed_offset < 0 else
-                             OffsetAndMetadata(p.committed_offset, p.metadata or "",
-                                               getattr(p, "committed_leader_epoch", -1)))
+                found[tp] = (
+                    None
+                    if p.committed_offset < 0
+                    else OffsetAndMetadata(
+                        p.committed_offset, p.metadata or "", getattr(p, "committed_leader_epoch", -1)
+                    )
+                )
         if top:
             errors.update({tp: top for tp in partitions if tp not in errors})
         return found, errors
@@ -457,8 +529,9 @@ class CommitManager:
             if tp in found:
                 self._positions.succeeded(tp)
                 om = found[tp]
-                self._subs.set_committed_position(tp, None if om is None else om.offset,
-                                                  -1 if om is None else om.leader_epoch)
+                self._subs.set_committed_position(
+                    tp, None if om is None else om.offset, -1 if om is None else om.leader_epoch
+                )
             else:  # in errors, or left out of the answer: asked again after a backoff
                 self._positions.failed(tp, now)
         by_code: dict[int, list[TopicPartition]] = defaultdict(list)
@@ -478,12 +551,21 @@ class CommitManager:
         if code == _GROUP_AUTHORIZATION_FAILED:
             held = [(("group",), public_error(code, f"OffsetFetch of the committed offsets of group {group!r}"))]
         elif code == _TOPIC_AUTHORIZATION_FAILED:
-            held = [(("topic", t), public_error(code, f"OffsetFetch of the committed offsets of topic {t!r} "
-                                                      f"(group {group!r})"))
-                    for t in sorted({tp.topic for tp in tps})]
+            held = [
+                (
+                    ("topic", t),
+                    public_error(code, f"OffsetFetch of the committed offsets of topic {t!r} (group {group!r})"),
+                )
+                for t in sorted({tp.topic for tp in tps})
+            ]
         else:
-            held = [(("partition", tp), public_error(code, f"OffsetFetch of the committed offset (group {group!r})",
-                                                     partitions=[tp])) for tp in tps]
+            held = [
+                (
+                    ("partition", tp),
+                    public_error(code, f"OffsetFetch of the committed offset (group {group!r})", partitions=[tp]),
+                )
+                for tp in tps
+            ]
         for key, error in held:
             if self._held.holds(key):
                 continue  # another manager's error for the same thing (membership's fatal error): kept
@@ -530,8 +612,10 @@ class CommitManager:
             self._retries.succeeded(event)
             event.complete({tp: found.get(tp) for tp in event.partitions})
             return
-        code = next((c for c in errors.values() if classify(c) in (Action.FATAL, Action.RESET, Action.FENCED)),
-                    next(iter(errors.values())))
+        code = next(
+            (c for c in errors.values() if classify(c) in (Action.FATAL, Action.RESET, Action.FENCED)),
+            next(iter(errors.values())),
+        )
         action = classify(code)
         if action in (Action.FATAL, Action.RESET, Action.FENCED):  # the user's to fix: never retried
             self._retries.succeeded(event)
@@ -550,10 +634,12 @@ class CommitManager:
 
 def _worst(failed: dict[int, list]) -> int:
     """The code that decides a commit: a moved generation, then what the user must fix, then the rest."""
+
     def rank(code: int) -> int:
         if code in _GENERATION_MOVED or code == _REBALANCE_IN_PROGRESS:
             return 0
         return 1 if classify(code) in (Action.FATAL, Action.RESET, Action.FENCED) else 2
+
     return min(failed, key=rank)
 
 

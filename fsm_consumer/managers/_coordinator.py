@@ -24,15 +24,15 @@ class CoordinatorManager:
     def __init__(self, config, machine, held) -> None:
         self._config = config
         self._group_id = config.group_id
-        self._machine = machine          # the background SpecMachine
+        self._machine = machine  # the background SpecMachine
         self._held = held
         self._send = False
-        self.node: int | None = None     # the synthetic node id while the coordinator is usable
+        self.node: int | None = None  # the synthetic node id while the coordinator is usable
         self.brokers: dict[int, tuple[str, int]] = {}
-        self.version = 0                 # bumps when the coordinator's address changes
+        self.version = 0  # bumps when the coordinator's address changes
         self._found: tuple[int, str, int] | None = None
         self._backoff = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)
-        self.last_error: str | None = None   # why the last discovery failed, for a timeout's message
+        self.last_error: str | None = None  # why the last discovery failed, for a timeout's message
 
     # -- asked by other managers ----------------------------------------------------------
     def needed(self) -> None:
@@ -103,8 +103,12 @@ class CoordinatorManager:
             return
         if classify(code) is Action.FATAL:  # GROUP_AUTHORIZATION_FAILED...: held, raised by every call
             self._held.hold(("group", "discovery"), public_error(code, f"FindCoordinator for group {self._group_id!r}"))
-        self._failed(now, f"FindCoordinator answered {error_of(code).__name__}" if code else
-                     f"FindCoordinator answered node {node_id}")
+        self._failed(
+            now,
+            f"FindCoordinator answered {error_of(code).__name__}"
+            if code
+            else f"FindCoordinator answered node {node_id}",
+        )
 
     def next_backoff_ms(self, now: float) -> float:
         """One more discovery failed (an error or the spec's discovery_timeout): the pause before

@@ -20,8 +20,8 @@ from collections import defaultdict
 from kafka.protocol.consumer import FetchRequest
 
 from ..fetch._buffer import CompletedFetch, FetchBuffer
-from ..structs import TopicPartition
 from ..policy import Action, Backoffs, classify, public_error
+from ..structs import TopicPartition
 from ._base import FOREVER, Outgoing
 from ._fetch_session import SESSION_ERRORS, FetchPlan, FetchSession, PartitionData
 
@@ -71,8 +71,7 @@ class FetchManager:
         out = []
         caught_up, busy = self._subs.caught_up_and_buffered() if by_node else (set(), set())
         for node, parts in by_node.items():
-            if all(p[0] in caught_up for p in parts) and any(
-                    self._metadata.leader(tp) == node for tp in busy):
+            if all(p[0] in caught_up for p in parts) and any(self._metadata.leader(tp) == node for tp in busy):
                 # Only caught-up partitions are left to fetch from this broker while others of its
                 # partitions are still being drained by the application: a long poll now would hold
                 # those back for up to fetch_max_wait_ms once drained (their Fetch waits behind it).
@@ -88,11 +87,16 @@ class FetchManager:
             # every partition of this round, listed or implied by the session: the answer may carry any
             sent = {p[0]: (p[1], p[3]) for p in parts}
             plan = self._plan(node, parts)
-            out.append(Outgoing(self._request(plan, max_bytes), node,
-                                lambda pending, n, node=node, sent=sent, mb=max_bytes:
-                                self.on_response(pending, n, node, sent, mb),
-                                timeout_ms=self._config.request_timeout_ms + self._config.fetch_max_wait_ms,
-                                min_version=7 if plan.session_id else 4, max_version=12))
+            out.append(
+                Outgoing(
+                    self._request(plan, max_bytes),
+                    node,
+                    lambda pending, n, node=node, sent=sent, mb=max_bytes: self.on_response(pending, n, node, sent, mb),
+                    timeout_ms=self._config.request_timeout_ms + self._config.fetch_max_wait_ms,
+                    min_version=7 if plan.session_id else 4,
+                    max_version=12,
+                )
+            )
             self._metrics.fetch_sent(now)
             self._metrics.fetch_incremental += not plan.full
         return wait, out
@@ -110,20 +114,30 @@ class FetchManager:
     def _request(self, plan: FetchPlan, max_bytes: int) -> FetchRequest:
         topics: dict[str, list] = defaultdict(list)
         for tp, d in plan.to_send.items():
-            topics[tp.topic].append(FetchRequest.FetchTopic.FetchPartition(
-                partition=tp.partition, current_leader_epoch=d.leader_epoch, fetch_offset=d.fetch_offset,
-                log_start_offset=d.log_start_offset, partition_max_bytes=d.max_bytes))
+            topics[tp.topic].append(
+                FetchRequest.FetchTopic.FetchPartition(
+                    partition=tp.partition,
+                    current_leader_epoch=d.leader_epoch,
+                    fetch_offset=d.fetch_offset,
+                    log_start_offset=d.log_start_offset,
+                    partition_max_bytes=d.max_bytes,
+                )
+            )
         forgotten: dict[str, list[int]] = defaultdict(list)
         for tp in plan.to_forget:
             forgotten[tp.topic].append(tp.partition)
         return FetchRequest(
-            replica_id=-1, max_wait_ms=self._config.fetch_max_wait_ms, min_bytes=self._config.fetch_min_bytes,
-            max_bytes=max_bytes, isolation_level=self._isolation,
-            session_id=plan.session_id, session_epoch=plan.epoch,
+            replica_id=-1,
+            max_wait_ms=self._config.fetch_max_wait_ms,
+            min_bytes=self._config.fetch_min_bytes,
+            max_bytes=max_bytes,
+            isolation_level=self._isolation,
+            session_id=plan.session_id,
+            session_epoch=plan.epoch,
             topics=[FetchRequest.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()],
-            forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=t, partitions=ps)
-                                   for t, ps in forgotten.items()],
-            rack_id=self._config.client_rack)
+            forgotten_topics_data=[FetchRequest.ForgottenTopic(topic=t, partitions=ps) for t, ps in forgotten.items()],
+            rack_id=self._config.client_rack,
+        )
 
     def on_response(self, pending, now: float, node: int, sent: dict, reserved: int) -> None:
         self._in_flight.discard(node)
@@ -163,9 +177,19 @@ class FetchManager:
                 if p.error_code == 0 and size:
                     self._partitions.succeeded(tp)
                     self._release_topic(tp.topic)
-                    completed.append(CompletedFetch(tp, offset, epoch, records, p.high_watermark,
-                                                    p.last_stable_offset, p.log_start_offset,
-                                                    p.aborted_transactions, size))
+                    completed.append(
+                        CompletedFetch(
+                            tp,
+                            offset,
+                            epoch,
+                            records,
+                            p.high_watermark,
+                            p.last_stable_offset,
+                            p.log_start_offset,
+                            p.aborted_transactions,
+                            size,
+                        )
+                    )
                     continue
                 self._subs.release_fetch(tp, epoch)
                 if p.error_code == 0:

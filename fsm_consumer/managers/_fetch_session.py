@@ -17,8 +17,8 @@ import attrs
 from ..structs import TopicPartition
 
 INVALID_SESSION_ID = 0
-INITIAL_EPOCH = 0       # full request: (re)create a session
-FINAL_EPOCH = -1        # full request: no session (what the consumer sends with sessions off)
+INITIAL_EPOCH = 0  # full request: (re)create a session
+FINAL_EPOCH = -1  # full request: no session (what the consumer sends with sessions off)
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
 SESSION_ERRORS = frozenset({FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH})
@@ -28,6 +28,7 @@ _MAX_EPOCH = 2**31 - 1
 @attrs.frozen(slots=True)
 class PartitionData:
     """The request fields the broker's session remembers per partition (compared whole)."""
+
     fetch_offset: int
     leader_epoch: int
     max_bytes: int
@@ -38,9 +39,9 @@ class PartitionData:
 class FetchPlan:
     session_id: int
     epoch: int
-    to_send: dict[TopicPartition, PartitionData]    # listed in the request
-    to_forget: list[TopicPartition]                 # forgotten_topics_data
-    session: dict[TopicPartition, PartitionData]    # all the answer may carry: listed or implied
+    to_send: dict[TopicPartition, PartitionData]  # listed in the request
+    to_forget: list[TopicPartition]  # forgotten_topics_data
+    session: dict[TopicPartition, PartitionData]  # all the answer may carry: listed or implied
 
     @property
     def full(self) -> bool:
@@ -55,7 +56,7 @@ class FetchPlan:
 def next_epoch(epoch: int) -> int:
     if epoch < 0:
         return FINAL_EPOCH
-    return 1 if epoch == _MAX_EPOCH else epoch + 1   # 0 means "new session": skipped on wrap
+    return 1 if epoch == _MAX_EPOCH else epoch + 1  # 0 means "new session": skipped on wrap
 
 
 class FetchSession:

@@ -21,8 +21,14 @@ class MemberHistory:
     def write(self, event: str, member: str, generation: int, now: float, **fields: Any) -> None:
         # "t" is the engine's clock (given); "wall" lets a checker order lines of several processes,
         # as a log line's timestamp would
-        line = {"t": round(now, 3), "wall": round(time.time(), 6), "client": self._client,
-                "member": member, "generation": generation, "event": event}
+        line = {
+            "t": round(now, 3),
+            "wall": round(time.time(), 6),
+            "client": self._client,
+            "member": member,
+            "generation": generation,
+            "event": event,
+        }
         line.update(fields)
         self._file.write(json.dumps(line, default=str) + "\n")
 

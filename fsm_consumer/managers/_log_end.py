@@ -19,7 +19,7 @@ from ..structs import TopicPartition
 _BASE_AND_LENGTH = struct.Struct(">qi")
 _MAGIC_AT = 16
 _LAST_DELTA = struct.Struct(">i")
-_LAST_DELTA_AT = 23          # v2: base offset 8, length 4, leader epoch 4, magic 1, crc 4, attributes 2
+_LAST_DELTA_AT = 23  # v2: base offset 8, length 4, leader epoch 4, magic 1, crc 4, attributes 2
 _LOG_OVERHEAD = 12
 
 
@@ -27,11 +27,30 @@ def probe_request(tp: TopicPartition, offset: int, isolation_level: int) -> Fetc
     """A Fetch of the batch holding ``offset`` (brokers return at least one whole batch). The record
     at ``offset`` exists, so min_bytes=1 is met at once; Tansu answers max_wait_ms=0 with nothing."""
     return FetchRequest(
-        replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1, isolation_level=isolation_level,
-        session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
-        topics=[FetchRequest.FetchTopic(topic=tp.topic, partitions=[FetchRequest.FetchTopic.FetchPartition(
-            partition=tp.partition, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
-            partition_max_bytes=1)])])
+        replica_id=-1,
+        max_wait_ms=100,
+        min_bytes=1,
+        max_bytes=1,
+        isolation_level=isolation_level,
+        session_id=0,
+        session_epoch=-1,
+        forgotten_topics_data=[],
+        rack_id="",
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=tp.topic,
+                partitions=[
+                    FetchRequest.FetchTopic.FetchPartition(
+                        partition=tp.partition,
+                        current_leader_epoch=-1,
+                        fetch_offset=offset,
+                        log_start_offset=-1,
+                        partition_max_bytes=1,
+                    )
+                ],
+            )
+        ],
+    )
 
 
 def batch_end(records, reported: int) -> int:

@@ -12,26 +12,37 @@ from __future__ import annotations
 import logging
 
 import kafka.errors as ke
-from kafka.protocol.consumer import (HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest)
+from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
 
-from ..assignors import (Assignment, ConsumerProtocolError, RebalanceProtocol, Subscription, decode_assignment,
-                         decode_subscription, encode_assignment, encode_subscription, resolve)
+from ..assignors import (
+    Assignment,
+    ConsumerProtocolError,
+    RebalanceProtocol,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+    resolve,
+)
 from ..events import CallbackAckEvent, CallbackEvent
-from ..structs import TopicPartition
-from ..policy import public_error
 from ..machines import SpecMachine, shipped_spec
+from ..policy import public_error
+from ..structs import TopicPartition
 from ._base import FOREVER, Outgoing
 from ._heartbeat import HeartbeatTimer
 from ._history import MemberHistory
 
 log = logging.getLogger("fsm_consumer.membership")
 
-_COORDINATOR_ERRORS = {14, 15, 16}     # load in progress, not available, not coordinator
-_FENCED = {22, 25}                     # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID
+_COORDINATOR_ERRORS = {14, 15, 16}  # load in progress, not available, not coordinator
+_FENCED = {22, 25}  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID
 _REBALANCE_IN_PROGRESS = 27
 _MEMBER_ID_REQUIRED = 79
-_FATAL = {23, 24, 26, 30, 81, 82}      # inconsistent protocol, invalid group id, invalid session timeout,
-                                       # group authorization, group max size, fenced instance id
+_FATAL = {23, 24, 26, 30, 81, 82}  # inconsistent protocol, invalid group id, invalid session timeout,
+
+
+# group authorization, group max size, fenced instance id
 def _heard(pending, sent_at: float) -> float:
     """When the coordinator at the earliest renewed this member's session by answering: not before the
     request went out, nor before the engine's bound on the answer's arrival (Pending.heard_after). An
@@ -47,8 +58,9 @@ _ACK_TRIGGER = {"revoke": "revoke_acked", "assign": "assign_acked", "lost": "los
 
 
 class MembershipManager:
-    def __init__(self, config, *, subscription, metadata, coordinator, commits, background_events,
-                 post_app_event, metrics, held) -> None:
+    def __init__(
+        self, config, *, subscription, metadata, coordinator, commits, background_events, post_app_event, metrics, held
+    ) -> None:
         self._config = config
         self._subs = subscription
         self._metadata = metadata
@@ -60,8 +72,9 @@ class MembershipManager:
         self._held = held
         self.assignors = [resolve(s) for s in config.partition_assignment_strategy]
         common = set.intersection(*(set(a.protocols) for a in self.assignors))
-        self.protocol = (RebalanceProtocol.COOPERATIVE if RebalanceProtocol.COOPERATIVE in common
-                         else RebalanceProtocol.EAGER)
+        self.protocol = (
+            RebalanceProtocol.COOPERATIVE if RebalanceProtocol.COOPERATIVE in common else RebalanceProtocol.EAGER
+        )
         self.member_id = ""
         self.generation = -1
         self.group_protocol: str | None = None
@@ -73,18 +86,18 @@ class MembershipManager:
         self._added: frozenset[TopicPartition] = frozenset()
         self._lost: frozenset[TopicPartition] = frozenset()
         self._revoked_this_round = False
-        self._commit_on_revoke = True             # False once close(autocommit=False) began
-        self._closing = False                     # close() began: a completed leave does not rejoin
-        self._sync_metadata_asked: float | None = None   # when the leader asked for topics it lacked
+        self._commit_on_revoke = True  # False once close(autocommit=False) began
+        self._closing = False  # close() began: a completed leave does not rejoin
+        self._sync_metadata_asked: float | None = None  # when the leader asked for topics it lacked
         self._assigned_counts: dict[str, int] | None = None  # the leader's: partitions it assigned by
-        self._request_in_flight = False           # a JoinGroup or SyncGroup
+        self._request_in_flight = False  # a JoinGroup or SyncGroup
         self._leave_in_flight = False
-        self._sent_visit = -1                     # the machine visit whose request went out
+        self._sent_visit = -1  # the machine visit whose request went out
         self._sync_not_before = 0.0
         self._join_not_before = 0.0
         self._joined_at = 0.0  # when this round's JoinGroup was answered
-        self._token = 0                           # identifies the callback request last posted
-        self._token_kind: str | None = None       # and what it was (revoke, assign, lost)
+        self._token = 0  # identifies the callback request last posted
+        self._token_kind: str | None = None  # and what it was (revoke, assign, lost)
         self._last_poll: float | None = None
         self._joined_topics: tuple[str, ...] = ()
         self._joined_counts: dict[str, int] = {}
@@ -95,9 +108,10 @@ class MembershipManager:
         self.rebalances = 0
         self.rebalance_last_ms: float | None = None
         self.rebalance_total_ms = 0.0
-        self.history: list = []                   # (event, partitions, time, generation), bounded
-        self.history_file = (MemberHistory(config.debug_history_path, config.client_id)
-                             if config.debug_history_path else None)
+        self.history: list = []  # (event, partitions, time, generation), bounded
+        self.history_file = (
+            MemberHistory(config.debug_history_path, config.client_id) if config.debug_history_path else None
+        )
         # no clock: the engine ticks this machine each loop and passes `now` to every fire
         self.machine = SpecMachine(shipped_spec("membership"), self, config=config, instance=config.client_id)
         self.session_expiries = 0
@@ -147,8 +161,12 @@ class MembershipManager:
         if event.token != self._token or kind is None or self.machine.attribute("awaits") != kind:
             # an abandoned callback finished late (the state no longer waits for it: timed out, fenced,
             # fatal, or another callback was asked for since): nothing waits for it any more
-            log.debug("group %s: late acknowledgement of %s ignored (state %s)", self._config.group_id,
-                      kind, self.machine.state)
+            log.debug(
+                "group %s: late acknowledgement of %s ignored (state %s)",
+                self._config.group_id,
+                kind,
+                self.machine.state,
+            )
             return
         self._token_kind = None  # each request is acknowledged once
         self._record(f"{kind}_done", ())
@@ -292,14 +310,22 @@ class MembershipManager:
 
     def note_session_expired(self) -> None:
         self.session_expiries += 1
-        log.warning("group %s: no successful heartbeat for %d ms (session_timeout_ms): the group has moved on "
-                    "without member %s; its partitions %s are lost and it rejoins", self._config.group_id,
-                    self._config.session_timeout_ms, self.member_id, sorted(self.owned))
+        log.warning(
+            "group %s: no successful heartbeat for %d ms (session_timeout_ms): the group has moved on "
+            "without member %s; its partitions %s are lost and it rejoins",
+            self._config.group_id,
+            self._config.session_timeout_ms,
+            self.member_id,
+            sorted(self.owned),
+        )
         self._record("session_expired", self.owned)
 
     def note_poll_timer_expired(self) -> None:
-        log.warning("group %s: no poll() for %d ms (max_poll_interval_ms): leaving the group",
-                    self._config.group_id, self._config.max_poll_interval_ms)
+        log.warning(
+            "group %s: no poll() for %d ms (max_poll_interval_ms): leaving the group",
+            self._config.group_id,
+            self._config.max_poll_interval_ms,
+        )
 
     def abandon_partitions(self) -> None:
         """Leaving and a callback did not return in time: the partitions go without it."""
@@ -381,19 +407,33 @@ class MembershipManager:
         if heartbeats and self.generation >= 0:
             if self.heartbeat.due(now):
                 self.heartbeat.sent(now)
-                out.append(Outgoing(HeartbeatRequest(
-                    group_id=self._config.group_id, generation_id=self.generation, member_id=self.member_id,
-                    group_instance_id=self._config.group_instance_id), node,
-                    lambda pending, answered, sent=(self.member_id, self.generation), at=now:
-                    self._on_heartbeat(pending, answered, sent, at)))
+                out.append(
+                    Outgoing(
+                        HeartbeatRequest(
+                            group_id=self._config.group_id,
+                            generation_id=self.generation,
+                            member_id=self.member_id,
+                            group_instance_id=self._config.group_instance_id,
+                        ),
+                        node,
+                        lambda pending, answered, sent=(self.member_id, self.generation), at=now: self._on_heartbeat(
+                            pending, answered, sent, at
+                        ),
+                    )
+                )
             wait = min(wait, self.heartbeat.wait(now))
         return wait, out
 
     def _subscribed_topics(self) -> tuple[str, ...]:
         if self._subs.pattern is not None:
             internal = self._config.exclude_internal_topics
-            return tuple(sorted(t for t, info in self._metadata.topics.items()
-                                if self._subs.pattern.fullmatch(t) and not (internal and info.internal)))
+            return tuple(
+                sorted(
+                    t
+                    for t, info in self._metadata.topics.items()
+                    if self._subs.pattern.fullmatch(t) and not (internal and info.internal)
+                )
+            )
         return tuple(sorted(self._subs.topics))
 
     def _partition_counts(self, topics) -> dict[str, int]:
@@ -409,8 +449,11 @@ class MembershipManager:
         if self.machine.state != "stable":
             return
         topics = self._subscribed_topics()
-        if (topics != self._joined_topics or self._partition_counts(topics) != self._joined_counts
-                or self._assignment_outdated()):
+        if (
+            topics != self._joined_topics
+            or self._partition_counts(topics) != self._joined_counts
+            or self._assignment_outdated()
+        ):
             self._request_rejoin("subscribed topics or their partitions changed")
 
     def _join_request(self, node: int) -> Outgoing:
@@ -419,23 +462,37 @@ class MembershipManager:
         owned = tuple(sorted(self.owned)) if self.protocol is RebalanceProtocol.COOPERATIVE else ()
         protocols = []
         for a in self.assignors:
-            sub = Subscription(topics=topics, owned_partitions=owned, generation=self.generation,
-                               user_data=a.subscription_user_data(topics, owned, self.generation),
-                               rack=self._config.client_rack or None)
+            sub = Subscription(
+                topics=topics,
+                owned_partitions=owned,
+                generation=self.generation,
+                user_data=a.subscription_user_data(topics, owned, self.generation),
+                rack=self._config.client_rack or None,
+            )
             protocols.append(JoinGroupRequest.JoinGroupRequestProtocol(name=a.name, metadata=encode_subscription(sub)))
         request = JoinGroupRequest(
-            group_id=self._config.group_id, session_timeout_ms=self._config.session_timeout_ms,
-            rebalance_timeout_ms=self._config.max_poll_interval_ms, member_id=self.member_id,
-            group_instance_id=self._config.group_instance_id, protocol_type="consumer", protocols=protocols,
-            reason=None)
+            group_id=self._config.group_id,
+            session_timeout_ms=self._config.session_timeout_ms,
+            rebalance_timeout_ms=self._config.max_poll_interval_ms,
+            member_id=self.member_id,
+            group_instance_id=self._config.group_instance_id,
+            protocol_type="consumer",
+            protocols=protocols,
+            reason=None,
+        )
         self._request_in_flight = True
-        log.info("group %s: JoinGroup (generation %d, owned %s)", self._config.group_id, self.generation,
-                 sorted(tp.partition for tp in owned))
+        log.info(
+            "group %s: JoinGroup (generation %d, owned %s)",
+            self._config.group_id,
+            self.generation,
+            sorted(tp.partition for tp in owned),
+        )
         # the coordinator holds JoinGroup until the group rebalances: allow the rebalance timeout
         timeout = max(self._config.request_timeout_ms, self._config.max_poll_interval_ms + 5000)
         visit, sent = self.machine.visit, self.machine.now
-        return Outgoing(request, node, lambda pending, now: self._on_join(pending, now, visit, sent),
-                        timeout_ms=timeout)
+        return Outgoing(
+            request, node, lambda pending, now: self._on_join(pending, now, visit, sent), timeout_ms=timeout
+        )
 
     def _round_answer(self, pending, visit: int) -> int | None:
         """The error code of a JoinGroup or SyncGroup answer; None when there is nothing to do (the
@@ -465,8 +522,14 @@ class MembershipManager:
             self._joined_at = now
             self.heartbeat.reset(now)
             self.machine.restart_timer("session", _heard(pending, sent))
-            log.info("group %s: joined generation %d as %s (leader %s, %d members)", self._config.group_id,
-                     self.generation, self.member_id, self.leader_id, len(self._members))
+            log.info(
+                "group %s: joined generation %d as %s (leader %s, %d members)",
+                self._config.group_id,
+                self.generation,
+                self.member_id,
+                self.leader_id,
+                len(self._members),
+            )
             self._record("joined", ())
             self.machine.fire("joined", now)
         elif code == _MEMBER_ID_REQUIRED:
@@ -481,21 +544,29 @@ class MembershipManager:
             assignment = self._assign()
             if assignment is None:
                 return []  # waiting for metadata of topics other members subscribe to
-            assignments = [SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=encode_assignment(a))
-                           for m, a in sorted(assignment.items())]
+            assignments = [
+                SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=encode_assignment(a))
+                for m, a in sorted(assignment.items())
+            ]
         self._request_in_flight = True
         request = SyncGroupRequest(
-            group_id=self._config.group_id, generation_id=self.generation, member_id=self.member_id,
-            group_instance_id=self._config.group_instance_id, protocol_type="consumer",
-            protocol_name=self.group_protocol, assignments=assignments)
+            group_id=self._config.group_id,
+            generation_id=self.generation,
+            member_id=self.member_id,
+            group_instance_id=self._config.group_instance_id,
+            protocol_type="consumer",
+            protocol_name=self.group_protocol,
+            assignments=assignments,
+        )
         visit, sent = self.machine.visit, self.machine.now
         return [Outgoing(request, node, lambda pending, now: self._on_sync(pending, now, visit, sent))]
 
     def _assign(self) -> dict[str, Assignment] | None:
         assignor = next((a for a in self.assignors if a.name == self.group_protocol), None)
         if assignor is None:
-            self.fatal = ke.InconsistentGroupProtocolError(f"the group chose {self.group_protocol!r}, which this "
-                                                           "member does not offer")
+            self.fatal = ke.InconsistentGroupProtocolError(
+                f"the group chose {self.group_protocol!r}, which this member does not offer"
+            )
             self.machine.fire("fatal_error")
             return None
         subscriptions = {}
@@ -504,8 +575,12 @@ class MembershipManager:
             try:  # static members (group_instance_id) are ordered first by the assignors
                 subscriptions[m.member_id] = decode_subscription(data, group_instance_id=m.group_instance_id)
             except ConsumerProtocolError as exc:
-                log.error("group %s: member %s sent a subscription that cannot be read (%s); it gets no "
-                          "partitions", self._config.group_id, m.member_id, exc)
+                log.error(
+                    "group %s: member %s sent a subscription that cannot be read (%s); it gets no partitions",
+                    self._config.group_id,
+                    m.member_id,
+                    exc,
+                )
                 subscriptions[m.member_id] = Subscription(topics=())
         topics = {t for s in subscriptions.values() for t in s.topics}
         missing = {t for t in topics if t not in self._metadata.topics}
@@ -517,8 +592,10 @@ class MembershipManager:
                 self._sync_metadata_asked = now
                 self._metadata.request_update(missing)
                 return None
-            if (self._metadata.refreshed_at <= self._sync_metadata_asked
-                    and now - self._sync_metadata_asked < self._config.request_timeout_ms):
+            if (
+                self._metadata.refreshed_at <= self._sync_metadata_asked
+                and now - self._sync_metadata_asked < self._config.request_timeout_ms
+            ):
                 return None
         self._sync_metadata_asked = None
         counts = {t: len(self._metadata.topics[t].leaders) for t in topics if t in self._metadata.topics}
@@ -543,8 +620,12 @@ class MembershipManager:
             data = r.assignment
             assignment = decode_assignment(bytes(data) if data is not None else b"")
             self._new = frozenset(assignment.partitions)
-            log.info("group %s: generation %d assigns %s", self._config.group_id, self.generation,
-                     sorted(tp.partition for tp in self._new))
+            log.info(
+                "group %s: generation %d assigns %s",
+                self._config.group_id,
+                self.generation,
+                sorted(tp.partition for tp in self._new),
+            )
             for a in self.assignors:
                 if a.name == self.group_protocol:
                     a.on_assignment(assignment, self.generation)
@@ -556,8 +637,9 @@ class MembershipManager:
     def _round_failed(self, code: int, what: str) -> None:
         """A JoinGroup or SyncGroup error: fenced, fatal, or retried after join_backoff."""
         if code in _FENCED:
-            log.info("group %s: %s says this member is fenced: %s", self._config.group_id, what,
-                     ke.for_code(code).__name__)
+            log.info(
+                "group %s: %s says this member is fenced: %s", self._config.group_id, what, ke.for_code(code).__name__
+            )
             self.machine.fire("fenced_error")
         elif code in _FATAL:
             self._fail(code, what)
@@ -588,8 +670,12 @@ class MembershipManager:
             log.info("group %s: heartbeat says the group rebalances (state %s)", self._config.group_id, state)
             self.machine.fire("rejoin_needed", now)  # ignored mid-round: the next heartbeat says it again
         elif code in _FENCED:
-            log.info("group %s: heartbeat says this member is fenced: %s (state %s)", self._config.group_id,
-                     ke.for_code(code).__name__, state)
+            log.info(
+                "group %s: heartbeat says this member is fenced: %s (state %s)",
+                self._config.group_id,
+                ke.for_code(code).__name__,
+                state,
+            )
             self.machine.fire("fenced_error", now)
         elif code in _FATAL:
             self._fail(code, "Heartbeat")
@@ -598,19 +684,28 @@ class MembershipManager:
 
     def _leave_request(self, node: int) -> Outgoing:
         request = LeaveGroupRequest(
-            group_id=self._config.group_id, member_id=self.member_id,
-            members=[LeaveGroupRequest.MemberIdentity(member_id=self.member_id,
-                                                      group_instance_id=self._config.group_instance_id,
-                                                      reason="the consumer is leaving")])
+            group_id=self._config.group_id,
+            member_id=self.member_id,
+            members=[
+                LeaveGroupRequest.MemberIdentity(
+                    member_id=self.member_id,
+                    group_instance_id=self._config.group_instance_id,
+                    reason="the consumer is leaving",
+                )
+            ],
+        )
         self._leave_in_flight = True
         log.info("group %s: LeaveGroup as %s (state %s)", self._config.group_id, self.member_id, self.machine.state)
-        return Outgoing(request, node, lambda pending, now, visit=self.machine.visit: self._on_leave(pending, now, visit))
+        return Outgoing(
+            request, node, lambda pending, now, visit=self.machine.visit: self._on_leave(pending, now, visit)
+        )
 
     def _on_leave(self, pending, now: float, visit: int) -> None:
         self._leave_in_flight = False
         code = pending.response.error_code if pending.error is None else None
-        log.info("group %s: LeaveGroup answered: %s", self._config.group_id,
-                 pending.error or ke.for_code(code).__name__)
+        log.info(
+            "group %s: LeaveGroup answered: %s", self._config.group_id, pending.error or ke.for_code(code).__name__
+        )
         if self.machine.state == "leaving" and self.machine.visit == visit:
             self.machine.fire("left", now)
 
@@ -634,7 +729,12 @@ class MembershipManager:
     def _record(self, what: str, partitions) -> None:
         self.history.append((what, tuple(sorted(partitions)), self.machine.now, self.generation))
         if self.history_file is not None:
-            self.history_file.write(what, self.member_id, self.generation, self.machine.now,
-                                    partitions=[[tp.topic, tp.partition] for tp in sorted(partitions)])
+            self.history_file.write(
+                what,
+                self.member_id,
+                self.generation,
+                self.machine.now,
+                partitions=[[tp.topic, tp.partition] for tp in sorted(partitions)],
+            )
         if len(self.history) > 10_000:
             del self.history[:5_000]

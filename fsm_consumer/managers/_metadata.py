@@ -19,8 +19,8 @@ import attrs
 from kafka.protocol.metadata import MetadataRequest
 
 from ..errors import KafkaTimeoutError
-from ..structs import TopicPartition
 from ..policy import Action, Backoffs, classify, public_error
+from ..structs import TopicPartition
 from ._base import FOREVER, Outgoing
 
 log = logging.getLogger("fsm_consumer.metadata")
@@ -29,34 +29,39 @@ _BOOTSTRAP = ("bootstrap",)  # the held error's key
 
 @attrs.define(slots=True)
 class TopicInfo:
-    leaders: dict[int, int]            # partition -> leader node id (-1: none)
+    leaders: dict[int, int]  # partition -> leader node id (-1: none)
     leader_epochs: dict[int, int]
-    error: int = 0                     # topic-level error code of the last answer
+    error: int = 0  # topic-level error code of the last answer
     internal: bool = False
 
 
 class MetadataManager:
-    def __init__(self, config, topics_needed: Callable[[], set[str]], held=None,
-                 node_states: Callable[[], dict[int, dict[str, Any]]] | None = None) -> None:
+    def __init__(
+        self,
+        config,
+        topics_needed: Callable[[], set[str]],
+        held=None,
+        node_states: Callable[[], dict[int, dict[str, Any]]] | None = None,
+    ) -> None:
         self._config = config
         self._topics_needed = topics_needed
         self._held = held
-        self._node_states = node_states   # the transport's snapshot: why the bootstrap servers fail
-        self._bootstrap_deadline: float | None = None   # set by the first poll
-        self._last_error: BaseException | None = None   # of the last failed Metadata request
+        self._node_states = node_states  # the transport's snapshot: why the bootstrap servers fail
+        self._bootstrap_deadline: float | None = None  # set by the first poll
+        self._last_error: BaseException | None = None  # of the last failed Metadata request
         self._backoff = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, TopicInfo] = {}
         self.cluster_id: str | None = None
-        self.version = 0                  # bumps when brokers or leaders change
+        self.version = 0  # bumps when brokers or leaders change
         self._last_ok = -FOREVER
         self._retry_at = 0.0
         self._need_all = False
         self._need = True
         self._extra: set[str] = set()
         self._in_flight = False
-        self._waiters: list[tuple[object, float]] = []   # (event, requested at) for TopicMetadataEvent
-        self.all_topics_wanted = False                    # pattern subscriptions need every topic
+        self._waiters: list[tuple[object, float]] = []  # (event, requested at) for TopicMetadataEvent
+        self.all_topics_wanted = False  # pattern subscriptions need every topic
 
     @property
     def refreshed_at(self) -> float:
@@ -80,14 +85,18 @@ class MetadataManager:
     def explain_missing(self, tp: TopicPartition) -> str:
         """Why ``tp`` has no usable leader, in words for a timeout message."""
         if not self.ready:
-            return ("no broker has answered a Metadata request yet: check bootstrap_servers "
-                    f"{','.join(self._config.bootstrap_servers)} and that the brokers are up")
+            return (
+                "no broker has answered a Metadata request yet: check bootstrap_servers "
+                f"{','.join(self._config.bootstrap_servers)} and that the brokers are up"
+            )
         info = self.topics.get(tp.topic)
         if info is None:
             return f"topic {tp.topic!r} does not exist (or this client is not allowed to describe it)"
         if tp.partition not in info.leaders:
-            return (f"partition {tp.partition} of topic {tp.topic!r} does not exist: the topic has "
-                    f"{len(info.leaders)} partitions")
+            return (
+                f"partition {tp.partition} of topic {tp.topic!r} does not exist: the topic has "
+                f"{len(info.leaders)} partitions"
+            )
         return f"partition {tp.partition} of topic {tp.topic!r} has no leader at the moment"
 
     # -- reads ----------------------------------------------------------------------------
@@ -112,13 +121,17 @@ class MetadataManager:
         timeout = self._config.bootstrap_timeout_ms
         servers = ",".join(self._config.bootstrap_servers)
         nodes = self._node_states() if self._node_states is not None else {}
-        why = "; ".join(f"{n['address']}: {n.get('last_error') or n.get('state')}"
-                        for node, n in sorted(nodes.items(), reverse=True) if int(node) < 0)
+        why = "; ".join(
+            f"{n['address']}: {n.get('last_error') or n.get('state')}"
+            for node, n in sorted(nodes.items(), reverse=True)
+            if int(node) < 0
+        )
         error = KafkaTimeoutError(
             f"no broker answered within bootstrap_timeout_ms ({timeout} ms): could not bootstrap from "
             f"bootstrap_servers {servers!r}{f' ({why})' if why else ''}. Check that the brokers are up and "
             "that bootstrap_servers names their listeners as host:port reachable from this machine; a cluster "
-            "that takes longer to come up needs a larger bootstrap_timeout_ms")
+            "that takes longer to come up needs a larger bootstrap_timeout_ms"
+        )
         error.__cause__ = self._last_error
         return error
 
@@ -137,9 +150,12 @@ class MetadataManager:
             topics = None  # all topics
         else:
             topics = [MetadataRequest.MetadataRequestTopic(name=t) for t in sorted(wanted)]
-        request = MetadataRequest(topics=topics, allow_auto_topic_creation=self._config.allow_auto_create_topics,
-                                  include_cluster_authorized_operations=False,
-                                  include_topic_authorized_operations=False)
+        request = MetadataRequest(
+            topics=topics,
+            allow_auto_topic_creation=self._config.allow_auto_create_topics,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
         self._in_flight = True
         self._sent_at = now
         self._sent_extra, self._sent_all = set(self._extra), topics is None
@@ -182,8 +198,12 @@ class MetadataManager:
             leaders = {p.partition_index: p.leader_id for p in t.partitions}
             epochs = {p.partition_index: p.leader_epoch for p in t.partitions}
             old = self.topics.get(t.name)
-            if t.error_code not in (0, 3) and classify(t.error_code) is not Action.FATAL and old is not None \
-                    and not old.error:
+            if (
+                t.error_code not in (0, 3)
+                and classify(t.error_code) is not Action.FATAL
+                and old is not None
+                and not old.error
+            ):
                 # an answer with a transient error (LEADER_NOT_AVAILABLE, a broker loading) says nothing of
                 # the topic's partitions: keep what was known, ask again (partitions retired here would come
                 # back at auto_offset_reset, past every record in between)

@@ -18,8 +18,8 @@ from collections import defaultdict
 from kafka.protocol.consumer import ListOffsetsRequest
 
 from ..events import ListOffsetsEvent
-from ..structs import TopicPartition
 from ..policy import Action, Backoffs, classify, public_error
+from ..structs import TopicPartition
 from ._base import FOREVER, Outgoing, error_of
 from ._log_end import log_end, probe_request
 
@@ -28,7 +28,7 @@ log = logging.getLogger("fsm_consumer.offsets")
 EARLIEST, LATEST = -2, -1
 _STRATEGY_TS = {"earliest": EARLIEST, "latest": LATEST}
 _TOPIC_AUTHORIZATION_FAILED = 29
-_USERS = (Action.FATAL, Action.RESET, Action.FENCED)   # not retried: the user must act
+_USERS = (Action.FATAL, Action.RESET, Action.FENCED)  # not retried: the user must act
 
 
 class OffsetsManager:
@@ -39,12 +39,12 @@ class OffsetsManager:
         self._bg = background_events
         self._held = held
         self._isolation = 1 if config.isolation_level == "read_committed" else 0
-        self._resetting: dict[TopicPartition, str] = {}     # in flight
+        self._resetting: dict[TopicPartition, str] = {}  # in flight
         # a failing partition is asked again a few times a second at most (the error policy)
         self._backoff = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)
-        self._holding: dict = {}                             # held-error key -> error, held by this manager
+        self._holding: dict = {}  # held-error key -> error, held by this manager
         self._events: list[_Lookup] = []
-        self._probes: list[_Probe] = []                      # latest answers being checked (_log_end)
+        self._probes: list[_Probe] = []  # latest answers being checked (_log_end)
 
     def add_event(self, event: ListOffsetsEvent, now: float) -> None:
         self._events.append(_Lookup(event))
@@ -76,8 +76,9 @@ class OffsetsManager:
             for node, ts in by_node.items():
                 for tp in ts:
                     self._resetting[tp] = ready[tp]
-                out.append(Outgoing(self._request(ts), node,
-                                    lambda p, n, ts=ts: self._on_reset(p, n, ts), min_version=1))
+                out.append(
+                    Outgoing(self._request(ts), node, lambda p, n, ts=ts: self._on_reset(p, n, ts), min_version=1)
+                )
         for probe in [p for p in self._probes if not p.in_flight]:
             node = self._metadata.leader(probe.tp)
             if node is None:  # no leader to ask: the answer stands as it came
@@ -85,15 +86,25 @@ class OffsetsManager:
                 probe.on_end(probe.reported)
                 continue
             probe.in_flight = True
-            out.append(Outgoing(probe_request(probe.tp, probe.reported - 1, self._isolation), node,
-                                lambda p, n, pr=probe: self._on_probe(p, n, pr), min_version=4, max_version=12))
+            out.append(
+                Outgoing(
+                    probe_request(probe.tp, probe.reported - 1, self._isolation),
+                    node,
+                    lambda p, n, pr=probe: self._on_probe(p, n, pr),
+                    min_version=4,
+                    max_version=12,
+                )
+            )
         # API lookups
         for lookup in list(self._events):
             if lookup.event.future.done:
                 self._events.remove(lookup)
                 continue
-            todo = {tp: t for tp, t in lookup.event.timestamps.items()
-                    if tp not in lookup.results and tp not in lookup.in_flight}
+            todo = {
+                tp: t
+                for tp, t in lookup.event.timestamps.items()
+                if tp not in lookup.results and tp not in lookup.in_flight
+            }
             if not todo:
                 continue
             error = next((self._holding[k] for tp in todo for k in _keys(tp) if k in self._holding), None)
@@ -115,8 +126,14 @@ class OffsetsManager:
                 wait = min(wait, self._config.retry_backoff_ms)
             for node, ts in by_node.items():
                 lookup.in_flight |= set(ts)
-                out.append(Outgoing(self._request(ts), node,
-                                    lambda p, n, lk=lookup, ts=ts: self._on_lookup(p, n, lk, ts), min_version=1))
+                out.append(
+                    Outgoing(
+                        self._request(ts),
+                        node,
+                        lambda p, n, lk=lookup, ts=ts: self._on_lookup(p, n, lk, ts),
+                        min_version=1,
+                    )
+                )
         return wait, out
 
     def _by_leader(self, timestamps: dict[TopicPartition, int]):
@@ -133,10 +150,16 @@ class OffsetsManager:
     def _request(self, timestamps: dict[TopicPartition, int]) -> ListOffsetsRequest:
         topics: dict[str, list] = defaultdict(list)
         for tp, ts in timestamps.items():
-            topics[tp.topic].append(ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                partition_index=tp.partition, current_leader_epoch=-1, timestamp=ts))
-        return ListOffsetsRequest(replica_id=-1, isolation_level=self._isolation, topics=[
-            ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()])
+            topics[tp.topic].append(
+                ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                    partition_index=tp.partition, current_leader_epoch=-1, timestamp=ts
+                )
+            )
+        return ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=self._isolation,
+            topics=[ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()],
+        )
 
     @staticmethod
     def _results(response, asked):
@@ -202,7 +225,9 @@ class OffsetsManager:
                 epoch = getattr(p, "leader_epoch", -1)
                 if strategy == "latest" and p.offset > 0:
                     self._resetting[tp] = strategy  # until the probe answers
-                    self._probes.append(_Probe(tp, p.offset, lambda end, tp=tp, e=epoch: self._reset_to_end(tp, end, e)))
+                    self._probes.append(
+                        _Probe(tp, p.offset, lambda end, tp=tp, e=epoch: self._reset_to_end(tp, end, e))
+                    )
                 else:
                     self._subs.set_reset_position(tp, strategy, p.offset, epoch)
                 continue
@@ -215,7 +240,7 @@ class OffsetsManager:
         for tp in set(timestamps) - answered:
             self._backoff.failed(tp, now)
 
-    def _on_lookup(self, pending, now: float, lookup: "_Lookup", timestamps) -> None:
+    def _on_lookup(self, pending, now: float, lookup: _Lookup, timestamps) -> None:
         lookup.in_flight -= set(timestamps)
         if lookup.event.future.done:  # failed meanwhile (a held error) or timed out
             return
@@ -237,8 +262,15 @@ class OffsetsManager:
                 epoch = getattr(p, "leader_epoch", -1)
                 if queried == LATEST and not missing and p.offset > 0:
                     lookup.in_flight.add(tp)
-                    self._probes.append(_Probe(tp, p.offset, lambda end, lk=lookup, tp=tp, e=epoch, ts=p.timestamp:
-                                               self._lookup_end(lk, tp, (end, ts, e))))
+                    self._probes.append(
+                        _Probe(
+                            tp,
+                            p.offset,
+                            lambda end, lk=lookup, tp=tp, e=epoch, ts=p.timestamp: self._lookup_end(
+                                lk, tp, (end, ts, e)
+                            ),
+                        )
+                    )
                     continue
                 lookup.results[tp] = None if missing else (p.offset, p.timestamp, epoch)
                 continue
@@ -256,16 +288,17 @@ class OffsetsManager:
         if set(lookup.results) >= set(lookup.event.timestamps):
             lookup.event.complete(dict(lookup.results))
 
-    def _on_probe(self, pending, now: float, probe: "_Probe") -> None:
+    def _on_probe(self, pending, now: float, probe: _Probe) -> None:
         self._probes.remove(probe)
-        probe.on_end(probe.reported if pending.error is not None else
-                     log_end(pending.response, probe.tp, probe.reported))
+        probe.on_end(
+            probe.reported if pending.error is not None else log_end(pending.response, probe.tp, probe.reported)
+        )
 
     def _reset_to_end(self, tp: TopicPartition, end: int, leader_epoch: int) -> None:
         self._resetting.pop(tp, None)
         self._subs.set_reset_position(tp, "latest", end, leader_epoch)
 
-    def _lookup_end(self, lookup: "_Lookup", tp: TopicPartition, result) -> None:
+    def _lookup_end(self, lookup: _Lookup, tp: TopicPartition, result) -> None:
         lookup.in_flight.discard(tp)
         lookup.results[tp] = result
         if set(lookup.results) >= set(lookup.event.timestamps):
@@ -282,8 +315,8 @@ class _Probe:
 
     def __init__(self, tp: TopicPartition, reported: int, on_end) -> None:
         self.tp = tp
-        self.reported = reported      # the ListOffsets answer
-        self.on_end = on_end          # (log end) -> None
+        self.reported = reported  # the ListOffsets answer
+        self.on_end = on_end  # (log end) -> None
         self.in_flight = False
 
 

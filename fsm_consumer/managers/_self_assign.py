@@ -23,7 +23,7 @@ class SelfAssignManager:
         self._subs = subscription
         self._metadata = metadata
         self._seen: tuple[int, int] = (-1, -1)
-        self._retired: dict[TopicPartition, int] = {}   # positions of partitions whose topic went away
+        self._retired: dict[TopicPartition, int] = {}  # positions of partitions whose topic went away
 
     def poll(self, now: float):
         subs, metadata = self._subs, self._metadata
@@ -50,5 +50,8 @@ class SelfAssignManager:
         if subs.pattern is None:
             return sorted(subs.topics)
         internal = self._config.exclude_internal_topics
-        return sorted(t for t, info in self._metadata.topics.items()
-                      if subs.pattern.fullmatch(t) and not (internal and info.internal))
+        return sorted(
+            t
+            for t, info in self._metadata.topics.items()
+            if subs.pattern.fullmatch(t) and not (internal and info.internal)
+        )

@@ -34,9 +34,11 @@ class HandlerFailedError(FsmConsumerError):
     completed before was committed; this record and everything after it in its partition were not."""
 
     def __init__(self, record: Any, cause: BaseException) -> None:
-        super().__init__(f"the handler failed on {record.topic}-{record.partition}@{record.offset}: {cause!r}; "
-                         f"completed records were committed, this one was not (give on_failure= to dead-letter "
-                         f"failures and go on)")
+        super().__init__(
+            f"the handler failed on {record.topic}-{record.partition}@{record.offset}: {cause!r}; "
+            f"completed records were committed, this one was not (give on_failure= to dead-letter "
+            f"failures and go on)"
+        )
         self.record = record
         self.__cause__ = cause
 
@@ -62,24 +64,41 @@ class ParallelConsumer:
     """Drive ``consumer`` (subscribed or assigned, ``enable_auto_commit=False``) with ``handler(record)``
     on ``parallelism`` workers until :meth:`stop`. See the README's "Parallel processing"."""
 
-    def __init__(self, consumer: Any, handler: Callable[[Any], Any], *, parallelism: int = 16,
-                 ordering: str = "key", max_in_flight: int = 1000, commit_interval_ms: int = 1000,
-                 retries: int = 0, on_failure: Callable[[Any, BaseException], Any] | None = None,
-                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 10_000,
-                 revoke_timeout_ms: int | None = None, metadata_limit: int = METADATA_LIMIT) -> None:
+    def __init__(
+        self,
+        consumer: Any,
+        handler: Callable[[Any], Any],
+        *,
+        parallelism: int = 16,
+        ordering: str = "key",
+        max_in_flight: int = 1000,
+        commit_interval_ms: int = 1000,
+        retries: int = 0,
+        on_failure: Callable[[Any, BaseException], Any] | None = None,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 10_000,
+        revoke_timeout_ms: int | None = None,
+        metadata_limit: int = METADATA_LIMIT,
+    ) -> None:
         if ordering not in ORDERINGS:
             raise ConfigError(f"ordering must be one of {', '.join(ORDERINGS)}, got {ordering!r}", key="ordering")
-        for name, value in (("parallelism", parallelism), ("max_in_flight", max_in_flight),
-                            ("commit_interval_ms", commit_interval_ms), ("metadata_limit", metadata_limit)):
+        for name, value in (
+            ("parallelism", parallelism),
+            ("max_in_flight", max_in_flight),
+            ("commit_interval_ms", commit_interval_ms),
+            ("metadata_limit", metadata_limit),
+        ):
             _positive(name, value)
         if not isinstance(retries, int) or retries < 0:
             raise ConfigError(f"retries must be an integer >= 0, got {retries!r}", key="retries")
         config = consumer.config
         self._group = config.group_id is not None
         if self._group and config.enable_auto_commit:
-            raise ConfigError("ParallelConsumer commits what its workers completed; auto-commit would commit "
-                              "records still running: create the consumer with enable_auto_commit=False",
-                              key="enable_auto_commit")
+            raise ConfigError(
+                "ParallelConsumer commits what its workers completed; auto-commit would commit "
+                "records still running: create the consumer with enable_auto_commit=False",
+                key="enable_auto_commit",
+            )
         if revoke_timeout_ms is None:  # the revocation must end well inside the group's rebalance timeout
             revoke_timeout_ms = min(30_000, config.max_poll_interval_ms // 2)
         self.consumer = consumer
@@ -101,14 +120,21 @@ class ParallelConsumer:
         self._paused: set[TopicPartition] = set()
         self._full = False
         self._in_flight = 0
-        self._counts = {"completed": 0, "retried": 0, "failed": 0, "dead-lettered": 0, "skipped": 0,
-                        "commits": 0, "commit-errors": 0}
+        self._counts = {
+            "completed": 0,
+            "retried": 0,
+            "failed": 0,
+            "dead-lettered": 0,
+            "skipped": 0,
+            "commits": 0,
+            "commit-errors": 0,
+        }
         self._final: dict[TopicPartition, tuple[int, str]] = {}
         self._commit_pending = False
         self._fatal: HandlerFailedError | None = None
         self._abort: BaseException | None = None  # KeyboardInterrupt, SystemExit...: raised as itself
         self._stop = threading.Event()
-        self._state = "new"        # new -> running -> done
+        self._state = "new"  # new -> running -> done
         self._user_listener: Any = None
         self._swapped = False
 
@@ -169,10 +195,14 @@ class ParallelConsumer:
         """Counters and per-partition progress (gap: records received and not done; metadata-bytes: the
         size of the completed offsets' encoding; state ``blocked`` when it came near the limit)."""
         parts = dict(self._parts)
-        return {"in-flight": self._in_flight, "queued": self._scheduler.queued, **self._counts,
-                "paused-full": self._full,
-                "partitions-blocked": sum(1 for p in parts.values() if p.state == "blocked"),
-                "partitions": {f"{tp.topic}-{tp.partition}": p.metrics() for tp, p in parts.items()}}
+        return {
+            "in-flight": self._in_flight,
+            "queued": self._scheduler.queued,
+            **self._counts,
+            "paused-full": self._full,
+            "partitions-blocked": sum(1 for p in parts.values() if p.state == "blocked"),
+            "partitions": {f"{tp.topic}-{tp.partition}": p.metrics() for tp, p in parts.items()},
+        }
 
     # -- the loop --------------------------------------------------------------------------------------
     def _out(self) -> int:
@@ -284,8 +314,12 @@ class ParallelConsumer:
                 self._counts["commit-errors"] += 1
                 # refused while the group rebalances: normal, the next interval (or the revocation) commits
                 level = logging.DEBUG if isinstance(error, RebalanceInProgressError) else logging.WARNING
-                log.log(level, "parallel consumer: commit of %d partition(s) failed, retried at the next "
-                        "interval: %r", len(offsets), error)
+                log.log(
+                    level,
+                    "parallel consumer: commit of %d partition(s) failed, retried at the next interval: %r",
+                    len(offsets),
+                    error,
+                )
                 return
             self._counts["commits"] += 1
             for tp, om in offsets.items():
@@ -303,9 +337,12 @@ class ParallelConsumer:
             self._counts["commits"] += 1
         except Exception as exc:  # the group moved on (fenced, rebalancing): the next owner redoes the rest
             self._counts["commit-errors"] += 1
-            log.warning("parallel consumer: commit on %s failed for %s: %r", why,
-                        ", ".join(f"{tp.topic}-{tp.partition}@{om.offset}" for tp, om in sorted(offsets.items())),
-                        exc)
+            log.warning(
+                "parallel consumer: commit on %s failed for %s: %r",
+                why,
+                ", ".join(f"{tp.topic}-{tp.partition}@{om.offset}" for tp, om in sorted(offsets.items())),
+                exc,
+            )
 
     # -- partitions coming and going -------------------------------------------------------------------
     def _adopt(self, tps) -> list[PartitionRun]:
@@ -333,8 +370,13 @@ class ParallelConsumer:
         commit (its queued records dropped; those running finish, their completions no longer count) and
         a new run tracks the partition from ``offset``, so the next commit is the sought position."""
         tp, now = old.tp, _now_ms()
-        log.info("parallel consumer: %s-%d sought back to %d (received up to %d): its progress restarts there",
-                 tp.topic, tp.partition, offset, old.progress.last_received)
+        log.info(
+            "parallel consumer: %s-%d sought back to %d (received up to %d): its progress restarts there",
+            tp.topic,
+            tp.partition,
+            offset,
+            old.progress.last_received,
+        )
         old.machine.fire("seek", now)
         part = PartitionRun(tp, None, self, self._settings, now, self.metadata_limit)
         self._parts[tp] = part
@@ -350,11 +392,15 @@ class ParallelConsumer:
         if trigger == "revoke":
             self._await_drain(parts)
             offsets = self._offsets_final()
-            log.debug("parallel consumer: %s of %s: committing %s", trigger,
-                      ", ".join(f"{p.tp.topic}-{p.tp.partition}" for p in parts),
-                      {f"{tp.topic}-{tp.partition}": om.offset for tp, om in offsets.items()})
-            self._commit_sync(offsets, "revocation" if self._state == "running" and not self._stop.is_set()
-                              else "close")
+            log.debug(
+                "parallel consumer: %s of %s: committing %s",
+                trigger,
+                ", ".join(f"{p.tp.topic}-{p.tp.partition}" for p in parts),
+                {f"{tp.topic}-{tp.partition}": om.offset for tp, om in offsets.items()},
+            )
+            self._commit_sync(
+                offsets, "revocation" if self._state == "running" and not self._stop.is_set() else "close"
+            )
         for part in parts:
             if part.live:
                 part.machine.fire("lose", _now_ms())
@@ -396,8 +442,10 @@ class ParallelConsumer:
             self._give_up(list(self._parts), "revoke")
         finally:
             if not self._workers.stop(timeout_s=1.0):
-                log.warning("parallel consumer: some handlers are still running after run() ended; their "
-                            "records were not committed")
+                log.warning(
+                    "parallel consumer: some handlers are still running after run() ended; their "
+                    "records were not committed"
+                )
             if self._swapped:
                 self.consumer.swap_rebalance_listener(self._user_listener)
                 self._swapped = False
@@ -433,12 +481,16 @@ def _noted(outcome: Outcome) -> BaseException:
     """The aborting exception, with a note saying where it came from (it is raised from run())."""
     exc, job = outcome.error, outcome.job
     if job is None:
-        exc.add_note("it ended a ParallelConsumer's worker outside any record; run() stopped: the records "
-                     "completed were committed")
+        exc.add_note(
+            "it ended a ParallelConsumer's worker outside any record; run() stopped: the records "
+            "completed were committed"
+        )
     else:
         record = job.record
-        exc.add_note(f"raised in a ParallelConsumer's worker on {record.topic}-{record.partition}@{record.offset}; "
-                     f"run() stopped: the records completed were committed, this one was not")
+        exc.add_note(
+            f"raised in a ParallelConsumer's worker on {record.topic}-{record.partition}@{record.offset}; "
+            f"run() stopped: the records completed were committed, this one was not"
+        )
     return exc
 
 

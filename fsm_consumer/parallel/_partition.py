@@ -24,17 +24,19 @@ class Owner(Protocol):
 
 
 class PartitionRun:
-    def __init__(self, tp: Any, progress: PartitionProgress | None, owner: Owner, settings: Any, now: float,
-                 limit: int) -> None:
+    def __init__(
+        self, tp: Any, progress: PartitionProgress | None, owner: Owner, settings: Any, now: float, limit: int
+    ) -> None:
         self.tp = tp
-        self.progress = progress      # None until the first record when nothing was committed
+        self.progress = progress  # None until the first record when nothing was committed
         self.owner = owner
         self.limit = limit
-        self.out = 0                  # records received and not yet completed (queued or running)
+        self.out = 0  # records received and not yet completed (queued or running)
         self.completed = 0
         self.committed: tuple[int, str] | None = None  # the last (offset, metadata) committed
-        self.machine = SpecMachine(shipped_spec("parallel"), self, config=settings, now=now,
-                                   instance=f"{tp[0]}-{tp[1]}")
+        self.machine = SpecMachine(
+            shipped_spec("parallel"), self, config=settings, now=now, instance=f"{tp[0]}-{tp[1]}"
+        )
 
     @property
     def state(self) -> str:
@@ -91,13 +93,17 @@ class PartitionRun:
 
     def metrics(self) -> dict[str, Any]:
         p = self.progress
-        return {"state": self.state, "out": self.out, "completed": self.completed,
-                "committable": p.committable if p else None,
-                "gap": p.pending if p else 0,
-                "metadata-bytes": p.metadata_bytes if p else 0,
-                "metadata-truncated": p.truncated if p else False,
-                "metadata-committed-bytes": len(self.committed[1]) if self.committed else 0,
-                "committed": self.committed[0] if self.committed else None}
+        return {
+            "state": self.state,
+            "out": self.out,
+            "completed": self.completed,
+            "committable": p.committable if p else None,
+            "gap": p.pending if p else 0,
+            "metadata-bytes": p.metadata_bytes if p else 0,
+            "metadata-truncated": p.truncated if p else False,
+            "metadata-committed-bytes": len(self.committed[1]) if self.committed else 0,
+            "committed": self.committed[0] if self.committed else None,
+        }
 
     # -- the spec's hooks ----------------------------------------------------------------------------
     def hold(self) -> None:

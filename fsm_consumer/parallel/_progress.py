@@ -122,9 +122,9 @@ def decode(metadata: str) -> tuple[int, list[int]]:
     if not isinstance(metadata, str):
         raise ValueError("metadata is not a string")
     if metadata.startswith(_PREFIX_Z):
-        body, packed = metadata[len(_PREFIX_Z):], True
+        body, packed = metadata[len(_PREFIX_Z) :], True
     elif metadata.startswith(_PREFIX):
-        body, packed = metadata[len(_PREFIX):], False
+        body, packed = metadata[len(_PREFIX) :], False
     else:
         raise ValueError("not fsm_consumer progress metadata")
     # Strict alphabet: b64decode would otherwise silently drop stray characters.
@@ -171,8 +171,19 @@ class PartitionProgress:
     """
 
     __slots__ = (
-        "_limit", "_last", "_order", "_pending", "_done", "_restored", "_max_done",
-        "_changes", "_full_key", "_full_text", "_meta_key", "_meta_text", "_truncated",
+        "_limit",
+        "_last",
+        "_order",
+        "_pending",
+        "_done",
+        "_restored",
+        "_max_done",
+        "_changes",
+        "_full_key",
+        "_full_text",
+        "_meta_key",
+        "_meta_text",
+        "_truncated",
     )
 
     def __init__(self, start: int, done: Iterable[int] = (), limit: int = METADATA_LIMIT) -> None:

@@ -13,8 +13,9 @@ leave most workers idle; order is kept either way, since a lane is only ever in 
 Held partitions hand out only records below their bound (none when the bound is None): a partition
 blocked by its metadata size hands out only its lowest unfinished record, whose completion can only
 shrink the encoding (and is what closes the gap). A lane whose next record is at or past the bound
-is set aside until the partition is released or its bound moves. ``drop`` forgets a partition's queued records. All methods are
-called under one lock from the application thread (submit, hold, drop) and the workers (take, done).
+is set aside until the partition is released or its bound moves. ``drop`` forgets a partition's queued
+records. All methods are called under one lock from the application thread (submit, hold, drop) and the
+workers (take, done).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class Job:
         self.record = record
         self.lane = lane
         self.attempts = 0
-        self.owner = owner      # whose record it is (the partition's run when it was received)
+        self.owner = owner  # whose record it is (the partition's run when it was received)
 
 
 def lane_of(ordering: str, tp: Any, key: bytes | None) -> Hashable | None:
@@ -65,16 +66,16 @@ class Scheduler:
         self.ordering = ordering
         self._ranges = parallelism
         self._lock = threading.Condition()
-        self._lanes: dict[Hashable, deque[Job]] = {}      # lane -> its queued jobs (not running)
-        self._busy: set[Hashable] = set()                 # lanes with a running job
+        self._lanes: dict[Hashable, deque[Job]] = {}  # lane -> its queued jobs (not running)
+        self._busy: set[Hashable] = set()  # lanes with a running job
         self._ready: list[deque[Hashable]] = [deque() for _ in range(parallelism)]
-        self._free: deque[Job] = deque()                  # unordered jobs
-        self._held: dict[Any, int | None] = {}            # held partition -> hand out only offsets below
-        self._parked: dict[Any, list[Hashable]] = {}      # held partition -> its ready lanes
+        self._free: deque[Job] = deque()  # unordered jobs
+        self._held: dict[Any, int | None] = {}  # held partition -> hand out only offsets below
+        self._parked: dict[Any, list[Hashable]] = {}  # held partition -> its ready lanes
         self._queued = 0
-        self._by_tp: dict[Any, int] = {}                  # queued jobs per partition
+        self._by_tp: dict[Any, int] = {}  # queued jobs per partition
         self._closed = False
-        self.on_ready = on_ready                           # wakes an event loop (async handlers)
+        self.on_ready = on_ready  # wakes an event loop (async handlers)
 
     # -- application thread ----------------------------------------------------------------------
     def submit(self, jobs: Iterable[Job]) -> None:

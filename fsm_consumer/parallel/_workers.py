@@ -55,8 +55,13 @@ def is_failure(exc: BaseException) -> bool:
 class Attempts:
     """The retry policy shared by both kinds of workers."""
 
-    def __init__(self, retries: int, backoff_ms: float, backoff_max_ms: float,
-                 on_failure: Callable[[Any, BaseException], Any] | None) -> None:
+    def __init__(
+        self,
+        retries: int,
+        backoff_ms: float,
+        backoff_max_ms: float,
+        on_failure: Callable[[Any, BaseException], Any] | None,
+    ) -> None:
         self.retries = retries
         self.backoff_ms = backoff_ms
         self.backoff_max_ms = backoff_max_ms
@@ -97,8 +102,15 @@ def _hand_over(outcome: Outcome, scheduler: Scheduler, completions: SimpleQueue,
 
 
 class ThreadWorkers:
-    def __init__(self, scheduler: Scheduler, handler: Callable[[Any], Any], parallelism: int, attempts: Attempts,
-                 completions: SimpleQueue, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        handler: Callable[[Any], Any],
+        parallelism: int,
+        attempts: Attempts,
+        completions: SimpleQueue,
+        wake: Callable[[], None],
+    ) -> None:
         self._scheduler = scheduler
         self._handler = handler
         self._attempts = attempts
@@ -106,8 +118,10 @@ class ThreadWorkers:
         self._wake = wake
         self._stopping = threading.Event()
         # daemon threads: a handler that never returns must not keep the process alive after close()
-        self._threads = [threading.Thread(target=self._run, args=(i,), name=f"fsm-parallel-{i}", daemon=True)
-                         for i in range(parallelism)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(i,), name=f"fsm-parallel-{i}", daemon=True)
+            for i in range(parallelism)
+        ]
 
     def start(self) -> None:
         for t in self._threads:
@@ -153,8 +167,15 @@ class ThreadWorkers:
 class AsyncWorkers:
     """``parallelism`` tasks on one event loop, in a thread of its own."""
 
-    def __init__(self, scheduler: Scheduler, handler: Callable[[Any], Any], parallelism: int, attempts: Attempts,
-                 completions: SimpleQueue, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        handler: Callable[[Any], Any],
+        parallelism: int,
+        attempts: Attempts,
+        completions: SimpleQueue,
+        wake: Callable[[], None],
+    ) -> None:
         self._scheduler = scheduler
         self._handler = handler
         self._parallelism = parallelism
@@ -255,4 +276,6 @@ def _cancelling() -> bool:
 
 
 def is_async(handler: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
+    # an instance whose class defines ``async def __call__`` is an async handler too
+    call = getattr(type(handler), "__call__", None)  # noqa: B004 - the method itself, not whether it is callable
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)

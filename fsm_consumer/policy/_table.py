@@ -15,26 +15,38 @@ from ..transport import AuthenticationError
 
 
 class Action(enum.Enum):
-    RETRY = "retry"                      # the same request again, after a backoff
-    REFRESH_METADATA = "refresh"         # leaders moved or the topic is not known yet: metadata, then retry
-    REDISCOVER = "rediscover"            # the group coordinator moved or is loading: FindCoordinator again
-    FENCED = "fenced"                    # this member's generation is gone: partitions lost, rejoin
-    RESET = "reset"                      # the position is out of range: the reset policy decides
-    FATAL = "fatal"                      # the user must act (credentials, ACLs, config): held and raised
+    RETRY = "retry"  # the same request again, after a backoff
+    REFRESH_METADATA = "refresh"  # leaders moved or the topic is not known yet: metadata, then retry
+    REDISCOVER = "rediscover"  # the group coordinator moved or is loading: FindCoordinator again
+    FENCED = "fenced"  # this member's generation is gone: partitions lost, rejoin
+    RESET = "reset"  # the position is out of range: the reset policy decides
+    FATAL = "fatal"  # the user must act (credentials, ACLs, config): held and raised
 
 
 _TABLE: dict[int, Action] = {
-    1: Action.RESET,                      # OFFSET_OUT_OF_RANGE
-    3: Action.REFRESH_METADATA, 5: Action.REFRESH_METADATA, 6: Action.REFRESH_METADATA,
-    74: Action.REFRESH_METADATA, 75: Action.REFRESH_METADATA, 100: Action.REFRESH_METADATA,
-    14: Action.REDISCOVER,                # COORDINATOR_LOAD_IN_PROGRESS: the same node, after a backoff
-    15: Action.REDISCOVER, 16: Action.REDISCOVER,
-    22: Action.FENCED, 25: Action.FENCED,
-    27: Action.RETRY,                     # REBALANCE_IN_PROGRESS: the membership decides
-    2: Action.FATAL,                      # CORRUPT_MESSAGE: held for the partition until a seek
-    29: Action.FATAL, 30: Action.FATAL, 31: Action.FATAL,   # topic / group / cluster authorization
-    58: Action.FATAL,                     # SASL_AUTHENTICATION_FAILED
-    23: Action.FATAL, 24: Action.FATAL, 26: Action.FATAL, 81: Action.FATAL, 82: Action.FATAL,
+    1: Action.RESET,  # OFFSET_OUT_OF_RANGE
+    3: Action.REFRESH_METADATA,
+    5: Action.REFRESH_METADATA,
+    6: Action.REFRESH_METADATA,
+    74: Action.REFRESH_METADATA,
+    75: Action.REFRESH_METADATA,
+    100: Action.REFRESH_METADATA,
+    14: Action.REDISCOVER,  # COORDINATOR_LOAD_IN_PROGRESS: the same node, after a backoff
+    15: Action.REDISCOVER,
+    16: Action.REDISCOVER,
+    22: Action.FENCED,
+    25: Action.FENCED,
+    27: Action.RETRY,  # REBALANCE_IN_PROGRESS: the membership decides
+    2: Action.FATAL,  # CORRUPT_MESSAGE: held for the partition until a seek
+    29: Action.FATAL,
+    30: Action.FATAL,
+    31: Action.FATAL,  # topic / group / cluster authorization
+    58: Action.FATAL,  # SASL_AUTHENTICATION_FAILED
+    23: Action.FATAL,
+    24: Action.FATAL,
+    26: Action.FATAL,
+    81: Action.FATAL,
+    82: Action.FATAL,
 }
 
 # what to do about it, in the words of the message
@@ -58,7 +70,7 @@ def classify(error: int | BaseException) -> Action:
     if isinstance(error, BaseException):
         if isinstance(error, AuthenticationError):  # TLS or SASL: reconnecting cannot fix it
             return Action.FATAL
-        return Action.RETRY                  # connection lost, timed out: the transport reconnects
+        return Action.RETRY  # connection lost, timed out: the transport reconnects
     action = _TABLE.get(error)
     if action is not None:
         return action

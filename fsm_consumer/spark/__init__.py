@@ -30,5 +30,13 @@ def register(spark) -> None:
     spark.dataSource.register(KafkaDataSource)
 
 
-__all__ = ["NAME", "ClusterStartError", "ConsumerSink", "KafkaDataSource", "KafkaOptionError", "StandaloneCluster",
-           "WrittenBatch", "register"]
+__all__ = [
+    "NAME",
+    "ClusterStartError",
+    "ConsumerSink",
+    "KafkaDataSource",
+    "KafkaOptionError",
+    "StandaloneCluster",
+    "WrittenBatch",
+    "register",
+]

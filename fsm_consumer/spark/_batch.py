@@ -22,21 +22,31 @@ def plan_batch(opts: ReadOptions, lookup: OffsetLookup) -> list[KafkaRange]:
     if not tps:
         return []
     earliest, latest = lookup.earliest(tps), lookup.latest(tps)
-    start = resolve(opts.starting or OffsetSpec("earliest", "startingOffsets"), tps, lookup, ending=False,
-                    by_timestamp_strategy=opts.by_timestamp_strategy, earliest=earliest, latest=latest)
-    end = resolve(opts.ending or OffsetSpec("latest", "endingOffsets"), tps, lookup, ending=True,
-                  earliest=earliest, latest=latest)
+    start = resolve(
+        opts.starting or OffsetSpec("earliest", "startingOffsets"),
+        tps,
+        lookup,
+        ending=False,
+        by_timestamp_strategy=opts.by_timestamp_strategy,
+        earliest=earliest,
+        latest=latest,
+    )
+    end = resolve(
+        opts.ending or OffsetSpec("latest", "endingOffsets"), tps, lookup, ending=True, earliest=earliest, latest=latest
+    )
     ranges = []
     for tp in tps:
         s, e = start[tp], end[tp]
         where = describe([tp])
         if s > e:
             option = (opts.ending or opts.starting or OffsetSpec("latest", "endingOffsets")).option
-            raise KafkaOptionError(option, f"{where}: the starting offset {s} is "
-                                   f"after the ending offset {e}")
+            raise KafkaOptionError(option, f"{where}: the starting offset {s} is after the ending offset {e}")
         if s < earliest[tp]:
-            report_data_loss(opts, f"{where}: starting offset {s} is below the log's start {earliest[tp]} "
-                                   f"(offsets {s} to {min(e, earliest[tp]) - 1} are gone)")
+            report_data_loss(
+                opts,
+                f"{where}: starting offset {s} is below the log's start {earliest[tp]} "
+                f"(offsets {s} to {min(e, earliest[tp]) - 1} are gone)",
+            )
             s = earliest[tp]
         if e > latest[tp]:
             report_data_loss(opts, f"{where}: ending offset {e} is past the log's end {latest[tp]}")

@@ -28,6 +28,7 @@ class ClusterStartError(RuntimeError):
 
 def _spark_class() -> Path:
     import pyspark
+
     path = Path(pyspark.__file__).parent / "bin" / "spark-class"
     if not path.exists():
         raise ClusterStartError(f"{path} is missing: reinstall pyspark (pip install 'fsm_consumer[spark]')")
@@ -35,8 +36,15 @@ def _spark_class() -> Path:
 
 
 class StandaloneCluster:
-    def __init__(self, *, workers: int = 1, cores: int = 2, memory: str = "1g", workdir: str | None = None,
-                 start_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        *,
+        workers: int = 1,
+        cores: int = 2,
+        memory: str = "1g",
+        workdir: str | None = None,
+        start_timeout: float = 60.0,
+    ) -> None:
         self.workers = workers
         self.cores = cores
         self.memory = memory
@@ -53,9 +61,13 @@ class StandaloneCluster:
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(SPARK_LOCAL_IP=LOOPBACK, SPARK_LOCAL_DIRS=str(self.workdir / "local"),
-                   SPARK_LOG_DIR=str(self.workdir / "logs"), SPARK_WORKER_DIR=str(self.workdir / "work"),
-                   PYSPARK_PYTHON=env.get("PYSPARK_PYTHON", sys.executable))  # executors run this package
+        env.update(
+            SPARK_LOCAL_IP=LOOPBACK,
+            SPARK_LOCAL_DIRS=str(self.workdir / "local"),
+            SPARK_LOG_DIR=str(self.workdir / "logs"),
+            SPARK_WORKER_DIR=str(self.workdir / "work"),
+            PYSPARK_PYTHON=env.get("PYSPARK_PYTHON", sys.executable),
+        )  # executors run this package
         return env
 
     def _spawn(self, name: str, argv: list[str]) -> GuardedProcess:
@@ -81,23 +93,52 @@ class StandaloneCluster:
             time.sleep(0.2)
         tail = proc.log_path.read_text(errors="replace")[-2000:] if proc.log_path.exists() else ""
         self.stop()
-        raise ClusterStartError(f"the Spark {what} did not come up within {self.start_timeout:g} s "
-                                f"(log {proc.log_path}):\n{tail}")
+        raise ClusterStartError(
+            f"the Spark {what} did not come up within {self.start_timeout:g} s (log {proc.log_path}):\n{tail}"
+        )
 
     def start(self) -> StandaloneCluster:
         for sub in ("local", "logs", "work"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
         self.port, self.ui_port = free_loopback_port(), free_loopback_port()
-        master = self._spawn("master", ["org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
-                                        "--port", str(self.port), "--webui-port", str(self.ui_port)])
+        master = self._spawn(
+            "master",
+            [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(self.port),
+                "--webui-port",
+                str(self.ui_port),
+            ],
+        )
         self._wait("master", master, lambda: (self._status() or {}).get("status") == "ALIVE")
         for i in range(self.workers):
-            worker = self._spawn(f"worker-{i}", [
-                "org.apache.spark.deploy.worker.Worker", self.master_url, "--host", LOOPBACK,
-                "--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(free_loopback_port()),
-                "--work-dir", str(self.workdir / "work")])
-            self._wait(f"worker {i}", worker, lambda n=i + 1: sum(
-                1 for w in (self._status() or {}).get("workers", []) if w.get("state") == "ALIVE") >= n)
+            worker = self._spawn(
+                f"worker-{i}",
+                [
+                    "org.apache.spark.deploy.worker.Worker",
+                    self.master_url,
+                    "--host",
+                    LOOPBACK,
+                    "--cores",
+                    str(self.cores),
+                    "--memory",
+                    self.memory,
+                    "--webui-port",
+                    str(free_loopback_port()),
+                    "--work-dir",
+                    str(self.workdir / "work"),
+                ],
+            )
+            self._wait(
+                f"worker {i}",
+                worker,
+                lambda n=i + 1: (
+                    sum(1 for w in (self._status() or {}).get("workers", []) if w.get("state") == "ALIVE") >= n
+                ),
+            )
         return self
 
     def alive_workers(self) -> int:

@@ -71,17 +71,29 @@ class ConsumerSink:
     ``on_written(WrittenBatch)`` runs after each write, before its commit.
     """
 
-    def __init__(self, consumer, spark, path: str | None = None, *, table: str | None = None,
-                 format: str = "parquet", partition_by: Sequence[str] | None = None,
-                 options: dict[str, str] | None = None, max_records: int = 10_000, max_wait_ms: float = 5_000,
-                 transform: Callable[[Any], Any] | None = None,
-                 on_written: Callable[[WrittenBatch], None] | None = None) -> None:
+    def __init__(
+        self,
+        consumer,
+        spark,
+        path: str | None = None,
+        *,
+        table: str | None = None,
+        format: str = "parquet",
+        partition_by: Sequence[str] | None = None,
+        options: dict[str, str] | None = None,
+        max_records: int = 10_000,
+        max_wait_ms: float = 5_000,
+        transform: Callable[[Any], Any] | None = None,
+        on_written: Callable[[WrittenBatch], None] | None = None,
+    ) -> None:
         config = consumer.config
         if not config.group_id:
             raise ValueError("ConsumerSink needs a Consumer with a group_id (it commits what it wrote)")
         if config.enable_auto_commit:
-            raise ValueError("ConsumerSink needs enable_auto_commit=False: an auto-commit would commit "
-                             "records before they are written")
+            raise ValueError(
+                "ConsumerSink needs enable_auto_commit=False: an auto-commit would commit "
+                "records before they are written"
+            )
         if (path is None) == (table is None):
             raise ValueError("give exactly one of path and table")
         if format == "delta" and importlib.util.find_spec("delta") is None:
@@ -95,11 +107,11 @@ class ConsumerSink:
         self.partition_by, self.options = list(partition_by or ()), dict(options or {})
         self.max_records, self.max_wait_ms = max_records, max_wait_ms
         self.transform, self.on_written = transform, on_written
-        self._pending: list = []                          # pyarrow Tables polled, not written
+        self._pending: list = []  # pyarrow Tables polled, not written
         self._pending_rows = 0
-        self._first_at: float | None = None               # monotonic ms when the first pending row came
-        self._written: dict[TopicPartition, int] = {}     # next offsets written, not committed yet
-        self.committed: dict[TopicPartition, int] = {}    # next offsets this sink committed
+        self._first_at: float | None = None  # monotonic ms when the first pending row came
+        self._written: dict[TopicPartition, int] = {}  # next offsets written, not committed yet
+        self.committed: dict[TopicPartition, int] = {}  # next offsets this sink committed
         self.batches_written = self.rows_written = 0
         self._stop = threading.Event()
 
@@ -149,7 +161,8 @@ class ConsumerSink:
         if batch.num_rows:
             self._add(batch)
         if self._pending_rows >= self.max_records or (
-                self._first_at is not None and _now() - self._first_at >= self.max_wait_ms):
+            self._first_at is not None and _now() - self._first_at >= self.max_wait_ms
+        ):
             self.flush()
 
     def _add(self, batch) -> None:
@@ -157,10 +170,14 @@ class ConsumerSink:
 
         table = pa.Table.from_batches([batch])
         # Spark takes neither dictionary strings nor (safely) zone-less timestamps
-        table = table.set_column(table.schema.get_field_index("topic"), "topic",
-                                 table.column("topic").cast(pa.string()))
-        table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp",
-                                 table.column("timestamp").cast(pa.timestamp("ms", tz="UTC")))
+        table = table.set_column(
+            table.schema.get_field_index("topic"), "topic", table.column("topic").cast(pa.string())
+        )
+        table = table.set_column(
+            table.schema.get_field_index("timestamp"),
+            "timestamp",
+            table.column("timestamp").cast(pa.timestamp("ms", tz="UTC")),
+        )
         self._pending.append(table)
         self._pending_rows += table.num_rows
         if self._first_at is None:
@@ -213,8 +230,12 @@ class ConsumerSink:
             _log.info("commit of %d partitions deferred: the group is rebalancing", len(offsets))
             return
         except CommitFailedError as exc:
-            _log.warning("the written rows of %s were not committed (%s); their partitions' new owner "
-                         "reads them again: duplicates", _describe(offsets), exc)
+            _log.warning(
+                "the written rows of %s were not committed (%s); their partitions' new owner "
+                "reads them again: duplicates",
+                _describe(offsets),
+                exc,
+            )
             self._written.clear()
             return
         self.committed.update(offsets)
@@ -235,8 +256,10 @@ class ConsumerSink:
         for table in self._pending:
             gone = None
             for tp in partitions:
-                match = pc.and_(pc.equal(table.column("topic"), tp.topic),
-                                pc.equal(table.column("partition"), pa.scalar(tp.partition, pa.int32())))
+                match = pc.and_(
+                    pc.equal(table.column("topic"), tp.topic),
+                    pc.equal(table.column("partition"), pa.scalar(tp.partition, pa.int32())),
+                )
                 gone = match if gone is None else pc.or_(gone, match)
             table = table.filter(pc.invert(gone))
             if table.num_rows:

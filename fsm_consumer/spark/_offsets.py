@@ -20,10 +20,12 @@ log = logging.getLogger("fsm_consumer.spark")
 T = TypeVar("T")
 Offsets = dict[TopicPartitionKey, int]
 
-_LOSS_HINT = ("Some data may have been lost because they are not available in Kafka any more; either the data "
-              "was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
-              "processed. If you want your query to go on in such cases (reading what is still there), set the "
-              "source option 'failOnDataLoss' to 'false'.")
+_LOSS_HINT = (
+    "Some data may have been lost because they are not available in Kafka any more; either the data "
+    "was aged out by Kafka or the topic may have been deleted before all the data in the topic was "
+    "processed. If you want your query to go on in such cases (reading what is still there), set the "
+    "source option 'failOnDataLoss' to 'false'."
+)
 
 
 class DataLossError(RuntimeError):
@@ -76,8 +78,9 @@ class OffsetLookup:
             except KafkaTimeoutError:
                 if attempt == self.opts.fetch_retries:
                     raise
-                log.warning("Kafka offset lookup timed out; trying again (%d of %d)", attempt + 1,
-                            self.opts.fetch_retries)
+                log.warning(
+                    "Kafka offset lookup timed out; trying again (%d of %d)", attempt + 1, self.opts.fetch_retries
+                )
                 time.sleep(self.opts.fetch_retry_interval_ms / 1000)
         raise AssertionError("unreachable")
 
@@ -93,7 +96,7 @@ class OffsetLookup:
         if opts.assign is not None:
             wanted = sorted(opts.assign)
             for topic in sorted({t for t, _ in wanted}):
-                have = self._retry(lambda c: c.partitions_for_topic(topic))
+                have = self._retry(lambda c, topic=topic: c.partitions_for_topic(topic))
                 missing = [p for t, p in wanted if t == topic and p not in have]
                 if missing:
                     what = f"has partitions {sorted(have)}" if have else "does not exist"
@@ -104,11 +107,14 @@ class OffsetLookup:
         else:
             pattern = re.compile(opts.pattern)
             internal = self._client().config.exclude_internal_topics
-            topics = sorted(t for t in self._retry(lambda c: c.topics())
-                            if pattern.fullmatch(t) and not (internal and t.startswith("__")))
+            topics = sorted(
+                t
+                for t in self._retry(lambda c: c.topics())
+                if pattern.fullmatch(t) and not (internal and t.startswith("__"))
+            )
         out = []
         for topic in topics:
-            parts = self._retry(lambda c: c.partitions_for_topic(topic))
+            parts = self._retry(lambda c, topic=topic: c.partitions_for_topic(topic))
             out += [(topic, p) for p in sorted(parts or ())]
         return out
 
@@ -141,9 +147,16 @@ class OffsetLookup:
 
 
 # -- resolving an option ----------------------------------------------------------------------------------
-def resolve(spec: OffsetSpec, tps: list[TopicPartitionKey], lookup: OffsetLookup, *, ending: bool,
-            by_timestamp_strategy: str = "error", earliest: Offsets | None = None,
-            latest: Offsets | None = None) -> Offsets:
+def resolve(
+    spec: OffsetSpec,
+    tps: list[TopicPartitionKey],
+    lookup: OffsetLookup,
+    *,
+    ending: bool,
+    by_timestamp_strategy: str = "error",
+    earliest: Offsets | None = None,
+    latest: Offsets | None = None,
+) -> Offsets:
     """Concrete offsets for ``tps`` from a startingOffsets/endingOffsets-like option. ``earliest`` and
     ``latest``, when given, are the lookups already made."""
     if not tps:
@@ -162,10 +175,12 @@ def resolve(spec: OffsetSpec, tps: list[TopicPartitionKey], lookup: OffsetLookup
     if spec.kind in ("offsets", "timestamps"):
         given = set(spec.offsets)
         if given != set(tps):
-            raise KafkaOptionError(spec.option, "if it names specific partitions it must name all the "
-                                   f"TopicPartitions read: named {describe(given) or 'none'}; read "
-                                   f"{describe(tps)}" + (" (use -1 for latest, -2 for earliest)"
-                                                         if spec.kind == "offsets" else ""))
+            raise KafkaOptionError(
+                spec.option,
+                "if it names specific partitions it must name all the "
+                f"TopicPartitions read: named {describe(given) or 'none'}; read "
+                f"{describe(tps)}" + (" (use -1 for latest, -2 for earliest)" if spec.kind == "offsets" else ""),
+            )
     if spec.kind == "offsets":
         out = dict(spec.offsets)
         first = lo([tp for tp, o in out.items() if o == EARLIEST])
@@ -175,8 +190,11 @@ def resolve(spec: OffsetSpec, tps: list[TopicPartitionKey], lookup: OffsetLookup
     found = lookup.for_times(stamps)
     none = sorted(tp for tp, o in found.items() if o is None)
     if none and not ending and by_timestamp_strategy == "error":
-        raise KafkaOptionError(spec.option, f"no offset matched the timestamp for {describe(none)} (no record "
-                               "at or after it); set startingOffsetsByTimestampStrategy=latest to start at the "
-                               "latest offset there")
+        raise KafkaOptionError(
+            spec.option,
+            f"no offset matched the timestamp for {describe(none)} (no record "
+            "at or after it); set startingOffsetsByTimestampStrategy=latest to start at the "
+            "latest offset there",
+        )
     last = hi(none)  # no record at or after the timestamp: the latest offset, as Spark
     return {tp: (last[tp] if o is None else o) for tp, o in sorted(found.items())}

@@ -21,11 +21,28 @@ from typing import Any
 TopicPartitionKey = tuple[str, int]
 
 # Spark's Kafka source options this source implements, by their lower-cased name
-_KNOWN = ("subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "startingTimestamp",
-          "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
-          "startingOffsetsByTimestampStrategy", "maxOffsetsPerTrigger", "minPartitions", "maxRecordsPerPartition",
-          "failOnDataLoss", "includeHeaders", "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
-          "fetchOffset.retryIntervalMs", "groupIdPrefix", "commitToGroup")
+_KNOWN = (
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "endingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "maxOffsetsPerTrigger",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "failOnDataLoss",
+    "includeHeaders",
+    "kafkaConsumer.pollTimeoutMs",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "groupIdPrefix",
+    "commitToGroup",
+)
 CANONICAL = {name.lower(): name for name in (*_KNOWN, "kafka.bootstrap.servers")}
 # Spark's, refused here with the reason (by lower-cased name: Spark's spelling, why)
 _UNSUPPORTED = {
@@ -36,19 +53,26 @@ _UNSUPPORTED = {
 # kafka.* options Spark refuses (or that would break the read), with what to use instead
 _KAFKA_REFUSED = {
     "group.id": "the source reads without a consumer group (offsets live in Spark's checkpoint); "
-                "use the option commitToGroup to commit each finished batch's end to a group",
+    "use the option commitToGroup to commit each finished batch's end to a group",
     "group.instance.id": "the source reads without a consumer group",
     "auto.offset.reset": "set the source option startingOffsets instead",
     "enable.auto.commit": "the source never commits consumer offsets (see commitToGroup)",
     "key.deserializer": "keys are always read as bytes; deserialize the key column with DataFrame operations",
-    "value.deserializer": "values are always read as bytes; deserialize the value column with DataFrame "
-                          "operations",
+    "value.deserializer": "values are always read as bytes; deserialize the value column with DataFrame operations",
     "interceptor.classes": "consumer interceptors are not supported",
     "partition.assignment.strategy": "the source assigns partitions itself",
 }
 # config keys that take Python objects, which a string option cannot give
-_OBJECT_KEYS = frozenset({"ssl_context", "sasl_oauth_token_provider", "default_offset_commit_callback",
-                          "key_deserializer", "value_deserializer", "partition_assignment_strategy"})
+_OBJECT_KEYS = frozenset(
+    {
+        "ssl_context",
+        "sasl_oauth_token_provider",
+        "default_offset_commit_callback",
+        "key_deserializer",
+        "value_deserializer",
+        "partition_assignment_strategy",
+    }
+)
 _JAAS = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 EARLIEST, LATEST = -2, -1
@@ -80,8 +104,8 @@ class ReadOptions:
     subscribe: tuple[str, ...] | None = None
     pattern: str | None = None
     assign: tuple[TopicPartitionKey, ...] | None = None
-    starting: OffsetSpec | None = None       # None: the mode's default (earliest batch, latest streaming)
-    ending: OffsetSpec | None = None         # batch only; None: latest
+    starting: OffsetSpec | None = None  # None: the mode's default (earliest batch, latest streaming)
+    ending: OffsetSpec | None = None  # batch only; None: latest
     by_timestamp_strategy: str = "error"
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
@@ -93,7 +117,7 @@ class ReadOptions:
     fetch_retry_interval_ms: int = 10
     commit_to_group: str | None = None
     kafka_params: dict[str, Any] = field(default_factory=dict)
-    given: frozenset[str] = frozenset()    # canonical names of the options given
+    given: frozenset[str] = frozenset()  # canonical names of the options given
 
     @property
     def strategy(self) -> str:
@@ -176,10 +200,16 @@ def _offsets(option: str, value: str, *, allowed: tuple[str, ...]) -> OffsetSpec
     if text.lower() in ("earliest", "latest"):
         return OffsetSpec(text.lower(), option)
     if not text.startswith("{"):
-        raise KafkaOptionError(option, f"{value!r} is not one of {', '.join(allowed)} or a JSON object such as "
-                               '{"topicA":{"0":23,"1":-1}} (-2: earliest, -1: latest)')
-    return OffsetSpec("offsets", option, offsets=_per_partition(
-        option, text, minimum=EARLIEST, example='{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'))
+        raise KafkaOptionError(
+            option,
+            f"{value!r} is not one of {', '.join(allowed)} or a JSON object such as "
+            '{"topicA":{"0":23,"1":-1}} (-2: earliest, -1: latest)',
+        )
+    return OffsetSpec(
+        "offsets",
+        option,
+        offsets=_per_partition(option, text, minimum=EARLIEST, example='{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'),
+    )
 
 
 # -- kafka.* -------------------------------------------------------------------------------------------------
@@ -213,9 +243,12 @@ def _jaas(value: str) -> dict[str, str]:
     """The username and password of a Java ``sasl.jaas.config`` (Plain or Scram login module)."""
     found = {k.lower(): v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _JAAS.findall(value)}
     if not {"username", "password"} <= set(found) or "oauthbearer" in value.lower():
-        raise KafkaOptionError("kafka.sasl.jaas.config", "only a PlainLoginModule or ScramLoginModule with "
-                               'username="..." password="..." can be translated; or set kafka.sasl.plain.username '
-                               "and kafka.sasl.plain.password")
+        raise KafkaOptionError(
+            "kafka.sasl.jaas.config",
+            "only a PlainLoginModule or ScramLoginModule with "
+            'username="..." password="..." can be translated; or set kafka.sasl.plain.username '
+            "and kafka.sasl.plain.password",
+        )
     return {"sasl_plain_username": found["username"], "sasl_plain_password": found["password"]}
 
 
@@ -225,7 +258,7 @@ def _kafka_params(given: Mapping[str, str]) -> tuple[str | None, dict[str, Any]]
     servers = None
     params: dict[str, Any] = {}
     for option, value in given.items():
-        name = option[len("kafka."):]
+        name = option[len("kafka.") :]
         if name == "bootstrap.servers":
             servers = str(value).strip()
             continue
@@ -242,14 +275,18 @@ def _kafka_params(given: Mapping[str, str]) -> tuple[str | None, dict[str, Any]]
             servers = str(value).strip()
             continue
         if key in _OBJECT_KEYS:
-            raise KafkaOptionError(option, f"config key {key!r} takes a Python object, which a string option "
-                                   "cannot give")
+            raise KafkaOptionError(
+                option, f"config key {key!r} takes a Python object, which a string option cannot give"
+            )
         if key not in types:
             options = sorted("kafka." + k.replace("_", ".") for k in types if k not in _OBJECT_KEYS)
             close = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
             hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise KafkaOptionError(option, f"no fsm_consumer config key {key!r} (kafka.* options are the "
-                                   f"consumer's config keys with dots for underscores){hint}")
+            raise KafkaOptionError(
+                option,
+                f"no fsm_consumer config key {key!r} (kafka.* options are the "
+                f"consumer's config keys with dots for underscores){hint}",
+            )
         params[key] = _convert(option, key, value, types[key])
     return servers, params
 
@@ -275,19 +312,28 @@ def _unknown(option: str) -> KafkaOptionError:
         return KafkaOptionError(name, f"not supported for reads: it {why}")
     close = difflib.get_close_matches(option, list(CANONICAL), n=1, cutoff=0.6)
     hint = f"; did you mean '{CANONICAL[close[0]]}'?" if close else ""
-    return KafkaOptionError(option, "unknown option (fsm_kafka takes Spark's Kafka source options, commitToGroup "
-                            f"and kafka.* consumer settings){hint}")
+    return KafkaOptionError(
+        option,
+        "unknown option (fsm_kafka takes Spark's Kafka source options, commitToGroup "
+        f"and kafka.* consumer settings){hint}",
+    )
 
 
 def _bound(opt, side: str, *, allowed: tuple[str, ...]) -> OffsetSpec | None:
     """Where reading starts or ends (``side``: "starting" or "ending"), from whichever option is given."""
     by_time, by_times, by_offsets = f"{side}Timestamp", f"{side}OffsetsByTimestamp", f"{side}Offsets"
     if by_time in opt:
-        return OffsetSpec("timestamp", by_time, timestamp=_long(
-            by_time, opt[by_time], minimum=0, what="a timestamp in ms (a long)"))
+        return OffsetSpec(
+            "timestamp", by_time, timestamp=_long(by_time, opt[by_time], minimum=0, what="a timestamp in ms (a long)")
+        )
     if by_times in opt:
-        return OffsetSpec("timestamps", by_times, offsets=_per_partition(
-            by_times, str(opt[by_times]), minimum=0, example='{"topicA":{"0":1700000000000,"1":1700000000000}}'))
+        return OffsetSpec(
+            "timestamps",
+            by_times,
+            offsets=_per_partition(
+                by_times, str(opt[by_times]), minimum=0, example='{"topicA":{"0":1700000000000,"1":1700000000000}}'
+            ),
+        )
     if by_offsets in opt:
         return _offsets(by_offsets, opt[by_offsets], allowed=allowed)
     return None
@@ -306,17 +352,23 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
     opt = {CANONICAL[k]: v for k, v in plain.items()}
     servers, params = _kafka_params(kafka)
     if not servers:
-        raise KafkaOptionError("kafka.bootstrap.servers", "required: the Kafka brokers to read from, "
-                               "e.g. .option('kafka.bootstrap.servers', 'host1:9092,host2:9092')")
+        raise KafkaOptionError(
+            "kafka.bootstrap.servers",
+            "required: the Kafka brokers to read from, "
+            "e.g. .option('kafka.bootstrap.servers', 'host1:9092,host2:9092')",
+        )
     _check_consumer_config(servers, params)
 
     chosen = [name for name in ("subscribe", "subscribePattern", "assign") if name in opt]
     if len(chosen) > 1:
-        raise KafkaOptionError(chosen[1], f"only one of subscribe, subscribePattern, assign can be specified, "
-                               f"got {' and '.join(chosen)}")
+        raise KafkaOptionError(
+            chosen[1], f"only one of subscribe, subscribePattern, assign can be specified, got {' and '.join(chosen)}"
+        )
     if not chosen:
-        raise KafkaOptionError("subscribe", "one of the options subscribe, subscribePattern or assign must be "
-                               "specified for the Kafka source")
+        raise KafkaOptionError(
+            "subscribe",
+            "one of the options subscribe, subscribePattern or assign must be specified for the Kafka source",
+        )
     subscribe = pattern = assign = None
     if "subscribe" in opt:
         subscribe = tuple(dict.fromkeys(t.strip() for t in str(opt["subscribe"]).split(",") if t.strip()))
@@ -348,8 +400,13 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
         return default if name not in opt else _long(name, opt[name], minimum=minimum)
 
     return ReadOptions(
-        bootstrap_servers=servers, subscribe=subscribe, pattern=pattern, assign=assign,
-        starting=starting, ending=ending, by_timestamp_strategy=strategy,
+        bootstrap_servers=servers,
+        subscribe=subscribe,
+        pattern=pattern,
+        assign=assign,
+        starting=starting,
+        ending=ending,
+        by_timestamp_strategy=strategy,
         max_offsets_per_trigger=number("maxOffsetsPerTrigger", 1),
         min_partitions=number("minPartitions", 1),
         max_records_per_partition=number("maxRecordsPerPartition", 1),
@@ -373,8 +430,10 @@ def _refuse(spec: OffsetSpec | None, kind: str, sentinel: int, side: str) -> Non
     if spec.kind == "offsets":
         for (topic, p), offset in spec.offsets.items():
             if offset == sentinel:
-                raise KafkaOptionError(spec.option, f"{side} offset for {topic}-{p} can't be {kind} ({sentinel}) "
-                                       "for batch queries on Kafka")
+                raise KafkaOptionError(
+                    spec.option,
+                    f"{side} offset for {topic}-{p} can't be {kind} ({sentinel}) for batch queries on Kafka",
+                )
 
 
 def check_batch(opts: ReadOptions) -> ReadOptions:
@@ -382,8 +441,9 @@ def check_batch(opts: ReadOptions) -> ReadOptions:
     _refuse(opts.starting, "latest", LATEST, "starting")
     _refuse(opts.ending, "earliest", EARLIEST, "ending")
     if opts.commit_to_group is not None:
-        raise KafkaOptionError("commitToGroup", "only for streaming reads (spark.readStream): a batch read "
-                               "has no progress to commit")
+        raise KafkaOptionError(
+            "commitToGroup", "only for streaming reads (spark.readStream): a batch read has no progress to commit"
+        )
     return opts
 
 

@@ -28,7 +28,11 @@ class KafkaRange(InputPartition):
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, KafkaRange) and (self.topic, self.partition, self.start, self.end) == (
-            other.topic, other.partition, other.start, other.end)
+            other.topic,
+            other.partition,
+            other.start,
+            other.end,
+        )
 
     def __hash__(self) -> int:
         return hash((self.topic, self.partition, self.start, self.end))
@@ -47,8 +51,9 @@ def _cut(r: KafkaRange, parts: int) -> list[KafkaRange]:
     return out
 
 
-def split(ranges: Iterable[KafkaRange], min_partitions: int | None = None,
-          max_records_per_partition: int | None = None) -> list[KafkaRange]:
+def split(
+    ranges: Iterable[KafkaRange], min_partitions: int | None = None, max_records_per_partition: int | None = None
+) -> list[KafkaRange]:
     """The non-empty ``ranges``, cut so there are at least ``min_partitions`` of them (as far as there
     are offsets) and none holds more than ``max_records_per_partition`` offsets."""
     todo = sorted((r for r in ranges if r.size > 0), key=lambda r: (r.topic, r.partition, r.start))
@@ -61,8 +66,8 @@ def split(ranges: Iterable[KafkaRange], min_partitions: int | None = None,
         total = sum(r.size for r in todo)
         target = min(min_partitions, total)
         ideal = total / target
-        parts = [max(p, min(r.size, max(1, round(r.size / ideal)))) for p, r in zip(parts, todo)]
+        parts = [max(p, min(r.size, max(1, round(r.size / ideal)))) for p, r in zip(parts, todo, strict=False)]
         while sum(parts) < target:  # rounding left some short: the largest pieces are cut again
             i = max((i for i, r in enumerate(todo) if parts[i] < r.size), key=lambda i: todo[i].size / parts[i])
             parts[i] += 1
-    return [piece for r, n in zip(todo, parts) for piece in (_cut(r, n) if n > 1 else [r])]
+    return [piece for r, n in zip(todo, parts, strict=False) for piece in (_cut(r, n) if n > 1 else [r])]

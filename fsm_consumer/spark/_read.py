@@ -20,9 +20,9 @@ from ._options import ReadOptions
 from ._ranges import KafkaRange
 from ._schema import to_spark
 
-_POLL_MS = 500           # one poll_batch() wait
-_STALL_CHECK_S = 1.0     # no progress for this long: look at the log's bounds
-_MAX_ROWS = 200_000      # rows per poll_batch() at most (one Arrow batch handed to Spark)
+_POLL_MS = 500  # one poll_batch() wait
+_STALL_CHECK_S = 1.0  # no progress for this long: look at the log's bounds
+_MAX_ROWS = 200_000  # rows per poll_batch() at most (one Arrow batch handed to Spark)
 
 
 def read_range(opts: ReadOptions, r: KafkaRange) -> Iterator:
@@ -85,19 +85,23 @@ def _out_of_range(opts: ReadOptions, consumer, tp, where: str, position: int, en
     first = consumer.beginning_offsets([tp]).get(tp, position)
     last = consumer.end_offsets([tp]).get(tp, position)
     if position < first:
-        report_data_loss(opts, f"{where}: offsets {position} to {min(first, end) - 1} are no longer in the log "
-                               f"(it starts at {first})")
+        report_data_loss(
+            opts,
+            f"{where}: offsets {position} to {min(first, end) - 1} are no longer in the log (it starts at {first})",
+        )
         return first
-    report_data_loss(opts, f"{where}: offsets {max(position, last)} to {end - 1} are not in the log (it ends at "
-                           f"{last}): {exc}")
+    report_data_loss(
+        opts, f"{where}: offsets {max(position, last)} to {end - 1} are not in the log (it ends at {last}): {exc}"
+    )
     return end
 
 
 def _check_start(opts: ReadOptions, consumer, tp, where: str, start: int, got: int) -> None:
     first = consumer.beginning_offsets([tp]).get(tp, start)
     if first > start:
-        report_data_loss(opts, f"{where}: offsets {start} to {first - 1} are no longer in the log (it starts at "
-                               f"{first})")
+        report_data_loss(
+            opts, f"{where}: offsets {start} to {first - 1} are no longer in the log (it starts at {first})"
+        )
 
 
 def _stalled(opts: ReadOptions, consumer, tp, where: str, position: int, end: int, since: float) -> int:
@@ -109,12 +113,16 @@ def _stalled(opts: ReadOptions, consumer, tp, where: str, position: int, end: in
         return end
     first = consumer.beginning_offsets([tp]).get(tp)
     if first is not None and first > position:
-        report_data_loss(opts, f"{where}: offsets {position} to {min(first, end) - 1} are no longer in the log "
-                               f"(it starts at {first})")
+        report_data_loss(
+            opts,
+            f"{where}: offsets {position} to {min(first, end) - 1} are no longer in the log (it starts at {first})",
+        )
         return first
     waited_ms = (time.monotonic() - since) * 1000
     if waited_ms >= opts.poll_timeout_ms:
-        raise TimeoutError(f"{where}: no records at offset {position} for {waited_ms:.0f} ms although the log "
-                           f"holds offsets up to {last} (kafkaConsumer.pollTimeoutMs={opts.poll_timeout_ms})")
+        raise TimeoutError(
+            f"{where}: no records at offset {position} for {waited_ms:.0f} ms although the log "
+            f"holds offsets up to {last} (kafkaConsumer.pollTimeoutMs={opts.poll_timeout_ms})"
+        )
     log.debug("%s: waiting for offset %d (log end %s)", where, position, last)
     return position

@@ -11,24 +11,39 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-_FIELDS = "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, " \
-          "timestampType int"
+_FIELDS = "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, timestampType int"
 _HEADERS = "headers array<struct<key: string, value: binary>>"
 
 
 @lru_cache(maxsize=2)
 def spark_schema(include_headers: bool):
     """The StructType of the rows (Spark's Kafka source's, to the field)."""
-    from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField,
-                                   StructType, TimestampType)
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
 
-    fields = [StructField("key", BinaryType()), StructField("value", BinaryType()),
-              StructField("topic", StringType()), StructField("partition", IntegerType()),
-              StructField("offset", LongType()), StructField("timestamp", TimestampType()),
-              StructField("timestampType", IntegerType())]
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
     if include_headers:
-        fields.append(StructField("headers", ArrayType(StructType(
-            [StructField("key", StringType()), StructField("value", BinaryType())]))))
+        fields.append(
+            StructField(
+                "headers", ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+            )
+        )
     return StructType(fields)
 
 
@@ -44,7 +59,8 @@ def to_spark(batch, include_headers: bool):
     """One ``poll_batch()`` RecordBatch (a single topic-partition's rows) as Spark's Kafka rows."""
     import pyarrow as pa
 
-    from ..fetch._arrow import array, nulls, numpy as values
+    from ..fetch._arrow import array, nulls
+    from ..fetch._arrow import numpy as values
 
     schema = arrow_schema(include_headers)
     timestamp = batch.column("timestamp").cast(schema.field("timestamp").type)
@@ -56,8 +72,15 @@ def to_spark(batch, include_headers: bool):
     topic = batch.column("topic")
     if pa.types.is_dictionary(topic.type):
         topic = topic.dictionary_decode()
-    columns = [batch.column("key"), batch.column("value"), topic, batch.column("partition"),
-               batch.column("offset"), timestamp, kind]
+    columns = [
+        batch.column("key"),
+        batch.column("value"),
+        topic,
+        batch.column("partition"),
+        batch.column("offset"),
+        timestamp,
+        kind,
+    ]
     if include_headers:
         columns.append(batch.column("headers").cast(schema.field("headers").type))
     return pa.RecordBatch.from_arrays(columns, schema=schema)

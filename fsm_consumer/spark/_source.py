@@ -19,8 +19,10 @@ def _check_schema(schema, opts) -> None:
     """Like Spark's Kafka source, the schema is fixed: a user-specified one is refused."""
     expected = spark_schema(opts.include_headers)
     if schema is not None and schema != expected:
-        raise ValueError(f"{NAME} has a fixed schema and cannot be read with a user-specified one: expected "
-                         f"{expected.simpleString()}, got {schema.simpleString()}")
+        raise ValueError(
+            f"{NAME} has a fixed schema and cannot be read with a user-specified one: expected "
+            f"{expected.simpleString()}, got {schema.simpleString()}"
+        )
 
 
 class KafkaDataSource(DataSource):

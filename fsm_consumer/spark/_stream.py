@@ -20,7 +20,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from ._offsets import Offsets, OffsetLookup, decode, describe, encode, log, report_data_loss, resolve
+from ._offsets import OffsetLookup, Offsets, decode, describe, encode, log, report_data_loss, resolve
 from ._options import OffsetSpec, ReadOptions
 from ._ranges import KafkaRange, split
 from ._read import read_range
@@ -92,8 +92,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new = [tp for tp in tps if tp not in begin]
         if self._target is not None:  # AvailableNow: nothing past what was there at the start
             new = [tp for tp in new if tp in self._target]
-            latest = {tp: min(o, self._target[tp]) if tp in self._target else begin[tp]
-                      for tp, o in latest.items() if tp in self._target or tp in begin}
+            latest = {
+                tp: min(o, self._target[tp]) if tp in self._target else begin[tp]
+                for tp, o in latest.items()
+                if tp in self._target or tp in begin
+            }
         start_at = {**self.lookup.earliest(new), **{tp: o for tp, o in begin.items() if tp in latest}}
         until = dict(latest)
         if isinstance(limit, ReadMaxRows):
@@ -115,14 +118,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         earliest = self.lookup.earliest(new)
         for tp in new:
             if earliest[tp] != 0:
-                report_data_loss(self.opts, f"added partition {describe([tp])} starts from {earliest[tp]} instead "
-                                            "of 0")
+                report_data_loss(self.opts, f"added partition {describe([tp])} starts from {earliest[tp]} instead of 0")
         ranges = []
         for tp, e in sorted(until.items()):
             s = begin.get(tp, earliest.get(tp))
             if e < s:
-                report_data_loss(self.opts, f"{describe([tp])}: offset went back from {s} to {e} (the topic was "
-                                            "deleted and created again, or its log truncated?)")
+                report_data_loss(
+                    self.opts,
+                    f"{describe([tp])}: offset went back from {s} to {e} (the topic was "
+                    "deleted and created again, or its log truncated?)",
+                )
                 continue
             ranges.append(KafkaRange(tp[0], tp[1], s, e))
         return split(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
@@ -156,13 +161,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._committer is None:
                 from ..consumer import Consumer
 
-                self._committer = Consumer(**self.opts.consumer_config(group_id=self.opts.commit_to_group,
-                                                                       enable_auto_commit=False))
+                self._committer = Consumer(
+                    **self.opts.consumer_config(group_id=self.opts.commit_to_group, enable_auto_commit=False)
+                )
             self._committer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in done.items()})
             self._committed = done
         except Exception as exc:  # progress for lag tools only: the checkpoint is what the query goes by
-            log.warning("commitToGroup: committing %s to group %r failed (tried again with the next batch): %r",
-                        describe(done), self.opts.commit_to_group, exc)
+            log.warning(
+                "commitToGroup: committing %s to group %r failed (tried again with the next batch): %r",
+                describe(done),
+                self.opts.commit_to_group,
+                exc,
+            )
 
     def stop(self) -> None:
         lookup, committer = self._lookup, self._committer

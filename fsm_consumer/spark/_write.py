@@ -38,8 +38,11 @@ _NOT_OPTIONS = {
     "key_serializer": "keys are sent as the key column's bytes",
     "value_serializer": "values are sent as the value column's bytes",
     "partitioner": "a Python object; use the partition column to choose partitions",
-    "selector": "a Python object", "kafka_client": "a Python object", "socket_options": "a Python object",
-    "ssl_context": "a Python object", "sasl_oauth_token_provider": "a Python object",
+    "selector": "a Python object",
+    "kafka_client": "a Python object",
+    "socket_options": "a Python object",
+    "ssl_context": "a Python object",
+    "sasl_oauth_token_provider": "a Python object",
     "metric_reporters": "a Python object",
 }
 _INT_OR_NONE = {"receive_buffer_bytes", "send_buffer_bytes"}  # None by default, numbers when set
@@ -82,8 +85,9 @@ def _convert(option: str, key: str, text: Any, default: Any) -> Any:
         if isinstance(default, float):
             return float(text)
     except ValueError:
-        raise KafkaOptionError(option, f"{text!r} is not a valid value (kafka-python's {key} is like "
-                               f"{default!r})") from None
+        raise KafkaOptionError(
+            option, f"{text!r} is not a valid value (kafka-python's {key} is like {default!r})"
+        ) from None
     return text
 
 
@@ -96,7 +100,7 @@ def producer_config(options: Mapping[str, Any]) -> dict[str, Any]:
         option = option.lower()
         if not option.startswith(_PREFIX):
             continue
-        key = option[len(_PREFIX):].replace(".", "_").replace("-", "_")
+        key = option[len(_PREFIX) :].replace(".", "_").replace("-", "_")
         if key in _NOT_OPTIONS:
             raise KafkaOptionError(option, f"not supported: {_NOT_OPTIONS[key]}")
         if key not in defaults:
@@ -105,8 +109,9 @@ def producer_config(options: Mapping[str, Any]) -> dict[str, Any]:
             raise KafkaOptionError(option, f"not a setting of kafka-python's KafkaProducer{hint}")
         config[key] = _convert(option, key, text, defaults[key])
     if not config.get("bootstrap_servers"):
-        raise KafkaOptionError("kafka.bootstrap.servers", "required: the Kafka brokers to write to "
-                               "(host:port[,host:port...])")
+        raise KafkaOptionError(
+            "kafka.bootstrap.servers", "required: the Kafka brokers to write to (host:port[,host:port...])"
+        )
     return config
 
 
@@ -123,12 +128,16 @@ class WritePlan:
     columns: dict[str, str]
 
     @classmethod
-    def of(cls, options: Mapping[str, Any], schema: StructType) -> "WritePlan":
+    def of(cls, options: Mapping[str, Any], schema: StructType) -> WritePlan:
         producer = producer_config(options)
         topic = options.get("topic") or None
         fields = {f.name.lower(): f for f in schema.fields}  # Spark resolves names case-insensitively
-        allowed = {"value": (BinaryType, StringType), "key": (BinaryType, StringType),
-                   "topic": (StringType,), "partition": (IntegerType,)}
+        allowed = {
+            "value": (BinaryType, StringType),
+            "key": (BinaryType, StringType),
+            "topic": (StringType,),
+            "partition": (IntegerType,),
+        }
         columns: dict[str, str] = {}
         for part, types in allowed.items():
             field = fields.get(part)
@@ -139,13 +148,15 @@ class WritePlan:
                 raise ValueError(f"column {field.name} must be {wanted}, not {field.dataType.simpleString()}")
             columns[part] = field.name
         if "value" not in columns:
-            raise ValueError("the value column is required (binary or string); columns: "
-                             + ", ".join(f.name for f in schema.fields))
+            raise ValueError(
+                "the value column is required (binary or string); columns: " + ", ".join(f.name for f in schema.fields)
+            )
         if "headers" in fields:
             field = fields["headers"]
             if field.dataType.simpleString() != _HEADER_TYPE.simpleString():
-                raise ValueError(f"column {field.name} must be {_HEADER_TYPE.simpleString()}, "
-                                 f"not {field.dataType.simpleString()}")
+                raise ValueError(
+                    f"column {field.name} must be {_HEADER_TYPE.simpleString()}, not {field.dataType.simpleString()}"
+                )
             columns["headers"] = field.name
         if topic is None and "topic" not in columns:
             raise KafkaOptionError("topic", "no topic: set the topic option or give a topic column (string)")
@@ -209,11 +220,14 @@ def send_batches(plan: WritePlan, batches: Iterator) -> KafkaWriteCommitMessage:
             headers = data.get("headers", [None] * n)
             for i in range(n):
                 if topics[i] is None:
-                    raise ValueError(f"column {cols['topic']} is null in a row; set the topic option "
-                                     "to send such rows")
-                future = producer.send(topics[i], value=_utf8(values[i]), key=_utf8(keys[i]),
-                                       headers=_headers(headers[i], cols.get("headers", "headers")),
-                                       partition=partitions[i])
+                    raise ValueError(f"column {cols['topic']} is null in a row; set the topic option to send such rows")
+                future = producer.send(
+                    topics[i],
+                    value=_utf8(values[i]),
+                    key=_utf8(keys[i]),
+                    headers=_headers(headers[i], cols.get("headers", "headers")),
+                    partition=partitions[i],
+                )
                 future.add_callback(acks.ok)
                 future.add_errback(acks.error)
                 sent += 1
@@ -230,8 +244,10 @@ def send_batches(plan: WritePlan, batches: Iterator) -> KafkaWriteCommitMessage:
         if producer is not None:
             producer.close()
     if acks.acked != sent:
-        raise KafkaWriteError(f"{sent - acks.acked} of {sent} records were not acknowledged "
-                              f"({acks.failed} failed); first error: {acks.first_error!r}")
+        raise KafkaWriteError(
+            f"{sent - acks.acked} of {sent} records were not acknowledged "
+            f"({acks.failed} failed); first error: {acks.first_error!r}"
+        )
     return KafkaWriteCommitMessage(records=sent)
 
 

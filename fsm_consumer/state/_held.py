@@ -64,8 +64,9 @@ class HeldErrors:
 
 def _key_text(key: Hashable) -> str:
     parts = key if isinstance(key, tuple) and not hasattr(key, "_fields") else (key,)
-    return "/".join(f"{p.topic}-{p.partition}" if hasattr(p, "topic") and hasattr(p, "partition") else str(p)
-                    for p in parts)
+    return "/".join(
+        f"{p.topic}-{p.partition}" if hasattr(p, "topic") and hasattr(p, "partition") else str(p) for p in parts
+    )
 
 
 def _error_text(error: BaseException) -> str:

@@ -18,19 +18,24 @@ class PartitionState:
     position: int | None = None
     leader_epoch: int = -1
     paused: bool = False
-    reset_strategy: str | None = None     # 'earliest' / 'latest' / a timestamp request pending
-    awaiting_committed: bool = False      # position will come from the group's committed offset
+    reset_strategy: str | None = None  # 'earliest' / 'latest' / a timestamp request pending
+    awaiting_committed: bool = False  # position will come from the group's committed offset
     epoch: int = 0
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    revoking: bool = False                # about to be revoked: not fetched, nothing returned
-    fetch_in_flight: bool = False         # a Fetch for it is outstanding or its data is buffered
+    revoking: bool = False  # about to be revoked: not fetched, nothing returned
+    fetch_in_flight: bool = False  # a Fetch for it is outstanding or its data is buffered
 
     @property
     def fetchable(self) -> bool:
-        return (self.position is not None and not self.paused and not self.revoking
-                and self.reset_strategy is None and not self.fetch_in_flight)
+        return (
+            self.position is not None
+            and not self.paused
+            and not self.revoking
+            and self.reset_strategy is None
+            and not self.fetch_in_flight
+        )
 
     def invalidate(self) -> None:
         self.epoch += 1

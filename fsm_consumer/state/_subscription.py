@@ -31,8 +31,8 @@ from ._partition import PartitionState
 class Take(enum.Enum):
     """What ``SubscriptionState.take`` answers; true only for TAKEN."""
 
-    TAKEN = "taken"      # the position moved (or, verifying only, may move): hand the records out
-    STALE = "stale"      # the partition changed since the data was fetched: drop the data
+    TAKEN = "taken"  # the position moved (or, verifying only, may move): hand the records out
+    STALE = "stale"  # the partition changed since the data was fetched: drop the data
     EXPIRED = "expired"  # the lease ran out: hand out nothing now, keep the data for a renewed lease
 
     def __bool__(self) -> bool:
@@ -42,15 +42,15 @@ class Take(enum.Enum):
 class SubscriptionState:
     def __init__(self, default_reset: str = "latest", notify=None) -> None:
         self._lock = threading.RLock()
-        self._notify = notify or (lambda: None)   # wakes an application thread waiting in position()
+        self._notify = notify or (lambda: None)  # wakes an application thread waiting in position()
         self._parts: dict[TopicPartition, PartitionState] = {}
         self._retired: dict[TopicPartition, int] = {}  # last epoch of a partition no longer assigned
         self.default_reset = default_reset
-        self.kind: str | None = None              # None, 'assigned', 'topics', 'pattern'
+        self.kind: str | None = None  # None, 'assigned', 'topics', 'pattern'
         self.topics: frozenset[str] = frozenset()
         self.pattern: re.Pattern[str] | None = None
         self.listener: Any = None
-        self.changes = 0                          # bumps on every assignment change (for the engine)
+        self.changes = 0  # bumps on every assignment change (for the engine)
         # records are handed out only before this time (engine clock ms): the group member's session
         # deadline, so a member frozen past it hands out nothing before its background thread has
         # declared the partitions lost (a plain float store, read without the lock)
@@ -62,7 +62,8 @@ class SubscriptionState:
             raise IllegalStateError(
                 f"cannot {'assign' if kind == 'assigned' else 'subscribe'}: the consumer already "
                 f"{'has manual assignments' if self.kind == 'assigned' else 'is subscribed'}; "
-                "call unsubscribe() first")
+                "call unsubscribe() first"
+            )
         self.kind = kind
 
     def assign(self, partitions: Iterable[TopicPartition], *, awaiting_committed: bool = False) -> set[TopicPartition]:
@@ -74,8 +75,9 @@ class SubscriptionState:
                 self.kind = None
             return self._set_assignment(wanted, awaiting_committed)
 
-    def subscribe(self, topics: Iterable[str] = (), pattern: str | re.Pattern[str] | None = None,
-                  listener: Any = None) -> None:
+    def subscribe(
+        self, topics: Iterable[str] = (), pattern: str | re.Pattern[str] | None = None, listener: Any = None
+    ) -> None:
         with self._lock:
             if pattern is not None:
                 self._claim("pattern")
@@ -104,8 +106,9 @@ class SubscriptionState:
             self.changes += 1
             return dropped
 
-    def set_group_assignment(self, partitions: Iterable[TopicPartition], *, awaiting_committed: bool = True
-                             ) -> set[TopicPartition]:
+    def set_group_assignment(
+        self, partitions: Iterable[TopicPartition], *, awaiting_committed: bool = True
+    ) -> set[TopicPartition]:
         """Install what the group assigned (subscribe mode; ``awaiting_committed=False`` when a consumer
         without a group assigns itself); returns partitions dropped."""
         with self._lock:
@@ -167,17 +170,23 @@ class SubscriptionState:
         s = self.state(tp)
         return s.high_watermark if s.high_watermark >= 0 else None
 
-    def consumed_offsets(self) -> dict[TopicPartition, "OffsetAndMetadata"]:
+    def consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
         """What a commit of 'everything handed out so far' commits: each position with its leader epoch."""
         with self._lock:
-            return {tp: OffsetAndMetadata(s.position, "", s.leader_epoch)
-                    for tp, s in self._parts.items() if s.position is not None}
+            return {
+                tp: OffsetAndMetadata(s.position, "", s.leader_epoch)
+                for tp, s in self._parts.items()
+                if s.position is not None
+            }
 
     def lag(self) -> dict[TopicPartition, int]:
         """Records between each position and the last known high watermark (for metrics)."""
         with self._lock:
-            return {tp: max(0, s.high_watermark - s.position) for tp, s in self._parts.items()
-                    if s.position is not None and s.high_watermark >= 0}
+            return {
+                tp: max(0, s.high_watermark - s.position)
+                for tp, s in self._parts.items()
+                if s.position is not None and s.high_watermark >= 0
+            }
 
     def topics_needed(self) -> set[str]:
         with self._lock:
@@ -202,15 +211,17 @@ class SubscriptionState:
         """(partitions whose position reached the last known high watermark, partitions with a fetch
         outstanding or data buffered) - the fetch manager's long-poll decision."""
         with self._lock:
-            caught = {tp for tp, s in self._parts.items()
-                      if s.position is not None and 0 <= s.high_watermark <= s.position}
+            caught = {
+                tp for tp, s in self._parts.items() if s.position is not None and 0 <= s.high_watermark <= s.position
+            }
             busy = {tp for tp, s in self._parts.items() if s.fetch_in_flight}
             return caught, busy
 
     def needing_reset(self) -> dict[TopicPartition, str]:
         with self._lock:
-            return {tp: s.reset_strategy for tp, s in self._parts.items()
-                    if s.reset_strategy is not None and not s.revoking}
+            return {
+                tp: s.reset_strategy for tp, s in self._parts.items() if s.reset_strategy is not None and not s.revoking
+            }
 
     def awaiting_committed(self) -> set[TopicPartition]:
         with self._lock:
@@ -263,8 +274,15 @@ class SubscriptionState:
                     if paused:
                         s.invalidate()  # data fetched before the pause is not returned
 
-    def take(self, tp: TopicPartition, epoch: int, start: int | None, end: int | None, leader_epoch: int = -1,
-             now: float | None = None) -> Take:
+    def take(
+        self,
+        tp: TopicPartition,
+        epoch: int,
+        start: int | None,
+        end: int | None,
+        leader_epoch: int = -1,
+        now: float | None = None,
+    ) -> Take:
         """Hand out the records ``[start, end)`` of data fetched under ``epoch``: one step under the lock.
 
         TAKEN, and the position moves to ``end``, only if ``tp`` is still assigned, its epoch is still
@@ -275,8 +293,7 @@ class SubscriptionState:
         ``end=None`` checks without moving the position (records lent to a caller that moves it)."""
         with self._lock:
             s = self._parts.get(tp)
-            if (s is None or s.epoch != epoch or s.paused or s.revoking
-                    or (start is not None and s.position != start)):
+            if s is None or s.epoch != epoch or s.paused or s.revoking or (start is not None and s.position != start):
                 return Take.STALE
             if now is not None and now >= self.lease_until:
                 return Take.EXPIRED

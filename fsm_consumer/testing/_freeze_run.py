@@ -24,13 +24,30 @@ __all__ = ["run"]
 _ROOT = Path(__file__).resolve().parent.parent.parent  # the directory holding the fsm_consumer package
 
 
-def run(bootstrap: str, topic: str, partitions: int, duration_s: float, session_timeout_ms: int,
-        freeze_every_s: float, out_dir: str | os.PathLike, produce_rate: float, members: int = 3, *,
-        heartbeat_interval_ms: int | None = None, max_poll_records: int | None = None,
-        request_timeout_ms: int | None = None, commit: str = "every-poll", group: str | None = None,
-        assign_timeout_s: float = 60.0, drain_timeout_s: float = 20.0, rotate: bool = False,
-        freeze_s: float | None = None, records: int | None = None, create_topic: bool = True,
-        log: Callable[[str], None] | None = None) -> CheckResult:
+def run(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    duration_s: float,
+    session_timeout_ms: int,
+    freeze_every_s: float,
+    out_dir: str | os.PathLike,
+    produce_rate: float,
+    members: int = 3,
+    *,
+    heartbeat_interval_ms: int | None = None,
+    max_poll_records: int | None = None,
+    request_timeout_ms: int | None = None,
+    commit: str = "every-poll",
+    group: str | None = None,
+    assign_timeout_s: float = 60.0,
+    drain_timeout_s: float = 20.0,
+    rotate: bool = False,
+    freeze_s: float | None = None,
+    records: int | None = None,
+    create_topic: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> CheckResult:
     """Create ``topic``, produce ``produce_rate`` records/s, start ``members`` member processes, and once
     all own partitions: steady for ``freeze_every_s`` (and until member 0 owns partitions again), member 0
     frozen for ``freeze_s`` (2 x ``session_timeout_ms``), again while a freeze fits in ``duration_s``.
@@ -51,10 +68,20 @@ def run(bootstrap: str, topic: str, partitions: int, duration_s: float, session_
     try:
         producer.start()
         for i in range(members):
-            procs.append(_MemberProcess(
-                bootstrap, group, topic, f"m{i}", out, session_timeout_ms=session_timeout_ms,
-                heartbeat_interval_ms=heartbeat_interval_ms, max_poll_records=max_poll_records,
-                request_timeout_ms=request_timeout_ms, commit=commit))
+            procs.append(
+                _MemberProcess(
+                    bootstrap,
+                    group,
+                    topic,
+                    f"m{i}",
+                    out,
+                    session_timeout_ms=session_timeout_ms,
+                    heartbeat_interval_ms=heartbeat_interval_ms,
+                    max_poll_records=max_poll_records,
+                    request_timeout_ms=request_timeout_ms,
+                    commit=commit,
+                )
+            )
         watch = _Watch(procs)
         say(f"{members} members started in group {group!r}; waiting for all to own partitions")
         watch.wait(lambda: watch.all_assigned(partitions), assign_timeout_s, "every member to own partitions")
@@ -89,15 +116,26 @@ def run(bootstrap: str, topic: str, partitions: int, duration_s: float, session_
         say(f"produced {sum(map(len, produced.values()))} records; draining")
         started = time.monotonic()
         drained = watch.wait(lambda: watch.read_all(produced), drain_timeout_s, None)
-        context.update(freezes=freezes, freezes_owning=freezes_owning, frozen_s_each=freeze_s, drained=drained,
-                       drain_s=round(time.monotonic() - started, 1), delivery_errors=producer.errors[:5])
+        context.update(
+            freezes=freezes,
+            freezes_owning=freezes_owning,
+            frozen_s_each=freeze_s,
+            drained=drained,
+            drain_s=round(time.monotonic() - started, 1),
+            delivery_errors=producer.errors[:5],
+        )
         say(f"drained: {drained} after {context['drain_s']} s: {watch.describe()}")
     finally:
         producer.stop()
         context["exit_codes"] = _stop_all(procs)
     events, unparsable = load_histories(p.out for p in procs)
-    context.update(unparsable_lines=unparsable, members=members, partitions=partitions,
-                   session_timeout_ms=session_timeout_ms, group=group)
+    context.update(
+        unparsable_lines=unparsable,
+        members=members,
+        partitions=partitions,
+        session_timeout_ms=session_timeout_ms,
+        group=group,
+    )
     return check(events, produced, context)
 
 
@@ -116,16 +154,21 @@ def _create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float 
     deadline = time.monotonic() + timeout_s
     while True:
         meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        if meta is not None and meta.error is None and len(meta.partitions) == partitions \
-                and all(p.leader >= 0 for p in meta.partitions.values()):
+        if (
+            meta is not None
+            and meta.error is None
+            and len(meta.partitions) == partitions
+            and all(p.leader >= 0 for p in meta.partitions.values())
+        ):
             return
         if time.monotonic() > deadline:
             raise RuntimeError(f"topic {topic!r}: metadata shows {meta} after {timeout_s} s")
         time.sleep(0.05)
 
 
-def _rotate(procs, watch: _Watch, freeze_s: float, every_s: float, left: Callable[[], float],
-            say: Callable[[str], None]) -> tuple[int, int]:
+def _rotate(
+    procs, watch: _Watch, freeze_s: float, every_s: float, left: Callable[[], float], say: Callable[[str], None]
+) -> tuple[int, int]:
     """Freeze each member in turn for ``freeze_s``, one freeze starting every ``every_s``, while a whole
     freeze fits in the time ``left()``; thaw each on time. Returns (freezes, freezes of an owner)."""
     thaw_at: dict[int, float] = {}
@@ -152,8 +195,10 @@ def _rotate(procs, watch: _Watch, freeze_s: float, every_s: float, left: Callabl
                     thaw_at[i] = now + freeze_s
                     freezes += 1
                     owning += bool(held)
-                    say(f"froze {procs[i].name} (#{freezes}, owning {held}) for {freeze_s:g} s; frozen now: "
-                        f"{sorted(procs[j].name for j in thaw_at)}")
+                    say(
+                        f"froze {procs[i].name} (#{freezes}, owning {held}) for {freeze_s:g} s; frozen now: "
+                        f"{sorted(procs[j].name for j in thaw_at)}"
+                    )
             time.sleep(0.05)
     finally:
         for i in thaw_at:
@@ -196,8 +241,9 @@ class _Producer:
                 due = min(due, self._limit)
             while sent < due:
                 try:
-                    self._producer.produce(self._topic, key=b"k%d" % sent, value=b"v%d" % sent,
-                                           on_delivery=self._report)
+                    self._producer.produce(
+                        self._topic, key=b"k%d" % sent, value=b"v%d" % sent, on_delivery=self._report
+                    )
                 except BufferError:  # the local queue is full: let deliveries drain it
                     break
                 sent += 1
@@ -235,15 +281,29 @@ class _MemberProcess:
         self.out = out_dir / f"{name}.jsonl"
         for stale in (self.out, Path(f"{self.out}.lib")):  # histories append: a rerun must start empty
             stale.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", "fsm_consumer.testing._member_process", "--bootstrap", bootstrap,
-                "--group", group, "--topic", topic, "--name", name, "--out", str(self.out)]
+        argv = [
+            sys.executable,
+            "-m",
+            "fsm_consumer.testing._member_process",
+            "--bootstrap",
+            bootstrap,
+            "--group",
+            group,
+            "--topic",
+            topic,
+            "--name",
+            name,
+            "--out",
+            str(self.out),
+        ]
         for key, value in options.items():
             if value is not None:
                 argv += [f"--{key.replace('_', '-')}", str(value)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))}
         self._stderr = open(out_dir / f"{name}.stderr", "w")
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._stderr, stderr=self._stderr,
-                                     env=env, process_group=0)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=self._stderr, stderr=self._stderr, env=env, process_group=0
+        )
 
     def signal(self, sig: int) -> None:
         try:
@@ -328,7 +388,8 @@ class _Watch:
                 if what is None:
                     return False
                 why = "a member exited" if dead else f"timed out after {timeout_s} s"
-                raise RuntimeError(f"{why} waiting for {what}: {self.describe()}; "
-                                   + "; ".join(f"{p.name} exit {p.proc.poll()} stderr: {p.stderr_tail()}"
-                                               for p in self._procs))
+                raise RuntimeError(
+                    f"{why} waiting for {what}: {self.describe()}; "
+                    + "; ".join(f"{p.name} exit {p.proc.poll()} stderr: {p.stderr_tail()}" for p in self._procs)
+                )
             time.sleep(0.1)

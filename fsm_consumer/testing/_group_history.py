@@ -44,8 +44,8 @@ TP = tuple[str, int]
 
 @dataclass(frozen=True)
 class Violation:
-    rule: str                     # "R1", "R2" or "R3"
-    message: str                  # one line, for humans
+    rule: str  # "R1", "R2" or "R3"
+    message: str  # one line, for humans
     details: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __str__(self) -> str:
@@ -70,23 +70,33 @@ class CheckResult:
     def format(self, limit: int = 10) -> str:
         """The summary, then at most ``limit`` violations of each rule (and how many there were)."""
         s = self.summary
-        lines = [f"records read {s['records_read']} (distinct {s['distinct_offsets']}, "
-                 f"re-reads {s['duplicates']}), commits {s['commits']} (failed {s['commits_failed']}), "
-                 f"reads outside a generation {s['reads_without_generation']}"]
+        lines = [
+            f"records read {s['records_read']} (distinct {s['distinct_offsets']}, "
+            f"re-reads {s['duplicates']}), commits {s['commits']} (failed {s['commits_failed']}), "
+            f"reads outside a generation {s['reads_without_generation']}"
+        ]
         if "held_twice" in s:
-            lines.append(f"partitions held by two members at once {s['held_twice']} times; records the stale "
-                         f"member read meanwhile {s['stale_records']} (one poll under way at a freeze is allowed)")
+            lines.append(
+                f"partitions held by two members at once {s['held_twice']} times; records the stale "
+                f"member read meanwhile {s['stale_records']} (one poll under way at a freeze is allowed)"
+            )
         for name, m in sorted(s["members"].items()):
-            lines.append(f"  {name}: read {m['records_read']} in {m['read_lines']} lines, commits {m['commits']} "
-                         f"(failed {m['commits_failed']}), assigned/revoked/lost {m['assigned']}/{m['revoked']}/"
-                         f"{m['lost']}, generations {m['generations']}{'' if m['closed'] else ', not closed'}")
+            lines.append(
+                f"  {name}: read {m['records_read']} in {m['read_lines']} lines, commits {m['commits']} "
+                f"(failed {m['commits_failed']}), assigned/revoked/lost {m['assigned']}/{m['revoked']}/"
+                f"{m['lost']}, generations {m['generations']}{'' if m['closed'] else ', not closed'}"
+            )
         if "produced" in s:
-            lines.append(f"produced {s['produced']}, never read {s['never_read']} "
-                         f"(lost: {s['lost']}, on partitions whose end was reached)")
+            lines.append(
+                f"produced {s['produced']}, never read {s['never_read']} "
+                f"(lost: {s['lost']}, on partitions whose end was reached)"
+            )
             for tp, p in sorted(s["partitions"].items()):
                 if p["never_read"]:
-                    lines.append(f"  {tp}: {p['never_read']} never read, e.g. {p['never_read_sample']}"
-                                 f"{' (end reached: lost)' if p['end_reached'] else ''}")
+                    lines.append(
+                        f"  {tp}: {p['never_read']} never read, e.g. {p['never_read_sample']}"
+                        f"{' (end reached: lost)' if p['end_reached'] else ''}"
+                    )
         for key, value in sorted(s.get("context", {}).items()):
             lines.append(f"{key}: {value}")
         if not self.violations:
@@ -174,12 +184,23 @@ def shared_reads(events: Iterable[dict]) -> list[Violation]:
                 if a["member"] == r["member"]:
                     continue
                 lo, hi = first, min(last, a["offsets"][1])
-                out.append(Violation("R1", (
-                    f"{_fmt_tp(tp)} offsets {lo}..{hi} read by {a['member']} (poll {a['t_poll_start']:.0f}-"
-                    f"{a['t']:.0f} ms) and by {r['member']} (poll {r['t_poll_start']:.0f}-{r['t']:.0f} ms), "
-                    f"both in generation {generation}"),
-                    dict(tp=tp, generation=generation, offsets=(lo, hi), members=(a["member"], r["member"]),
-                         reads=(a, r))))
+                out.append(
+                    Violation(
+                        "R1",
+                        (
+                            f"{_fmt_tp(tp)} offsets {lo}..{hi} read by {a['member']} (poll {a['t_poll_start']:.0f}-"
+                            f"{a['t']:.0f} ms) and by {r['member']} (poll {r['t_poll_start']:.0f}-{r['t']:.0f} ms), "
+                            f"both in generation {generation}"
+                        ),
+                        dict(
+                            tp=tp,
+                            generation=generation,
+                            offsets=(lo, hi),
+                            members=(a["member"], r["member"]),
+                            reads=(a, r),
+                        ),
+                    )
+                )
             active.append(r)
     return out
 
@@ -239,11 +260,18 @@ def stale_reads(events: Iterable[dict]) -> list[Violation]:
         if len(inside) <= 1 and not late:
             continue
         count = sum(r["count"] for r in inside)
-        out.append(Violation("E", (
-            f"{_fmt_tp(tp)}: {stale} read {count} records (offsets {min(r['offsets'][0] for r in inside)}.."
-            f"{max(r['offsets'][1] for r in inside)}, {len(inside)} polls, {len(late)} begun after) while {fresh} "
-            f"held it ({fresh} assigned at {start:.0f} ms, {stale} gave it up at {end:.0f} ms or later)"),
-            dict(tp=tp, stale=stale, fresh=fresh, window=(start, end), records=count, polls=len(inside))))
+        out.append(
+            Violation(
+                "E",
+                (
+                    f"{_fmt_tp(tp)}: {stale} read {count} records (offsets {min(r['offsets'][0] for r in inside)}.."
+                    f"{max(r['offsets'][1] for r in inside)}, {len(inside)} polls, {len(late)} begun after) "
+                    f"while {fresh} "
+                    f"held it ({fresh} assigned at {start:.0f} ms, {stale} gave it up at {end:.0f} ms or later)"
+                ),
+                dict(tp=tp, stale=stale, fresh=fresh, window=(start, end), records=count, polls=len(inside)),
+            )
+        )
     return out
 
 
@@ -258,11 +286,17 @@ def commits_backwards(events: Iterable[dict]) -> list[Violation]:
         for c in commits:
             prior = index.before(c["t_start"])
             if prior is not None and c["offset"] < prior["offset"]:
-                out.append(Violation("R2", (
-                    f"{_fmt_tp(tp)} commit of {c['offset']} by {c['member']} (gen {c.get('generation')}, "
-                    f"{c['t_start']:.0f}-{c['t']:.0f} ms) after {prior['member']} committed {prior['offset']} "
-                    f"(gen {prior.get('generation')}, completed {prior['t']:.0f} ms)"),
-                    dict(tp=tp, commit=c, earlier=prior)))
+                out.append(
+                    Violation(
+                        "R2",
+                        (
+                            f"{_fmt_tp(tp)} commit of {c['offset']} by {c['member']} (gen {c.get('generation')}, "
+                            f"{c['t_start']:.0f}-{c['t']:.0f} ms) after {prior['member']} committed {prior['offset']} "
+                            f"(gen {prior.get('generation')}, completed {prior['t']:.0f} ms)"
+                        ),
+                        dict(tp=tp, commit=c, earlier=prior),
+                    )
+                )
     return out
 
 
@@ -274,8 +308,13 @@ def broker_commits_backwards(log: Iterable[tuple[str, int, int]]) -> list[Violat
     for i, (topic, partition, offset) in enumerate(log):
         tp = (topic, partition)
         if tp in best and offset < best[tp]:
-            out.append(Violation("C", f"{_fmt_tp(tp)}: the broker's commit log goes from {best[tp]} down to {offset} "
-                                      f"(entry {i})", dict(tp=tp, offset=offset, before=best[tp], entry=i)))
+            out.append(
+                Violation(
+                    "C",
+                    f"{_fmt_tp(tp)}: the broker's commit log goes from {best[tp]} down to {offset} (entry {i})",
+                    dict(tp=tp, offset=offset, before=best[tp], entry=i),
+                )
+            )
         best[tp] = max(best.get(tp, offset), offset)
     return out
 
@@ -293,21 +332,38 @@ def reads_below_commit(events: Iterable[dict]) -> list[Violation]:
         first, last = r["offsets"]
         if prior is not None and first < prior["offset"]:
             hi = min(last, prior["offset"] - 1)
-            out.append(Violation("R3", (
-                f"{_fmt_tp(tp)} offsets {first}..{hi} read by {r['member']} (gen {r['generation']}, poll "
-                f"{r['t_poll_start']:.0f}-{r['t']:.0f} ms) below the commit of {prior['offset']} by "
-                f"{prior['member']} (gen {prior.get('generation')}, completed {prior['t']:.0f} ms)"),
-                dict(tp=tp, offsets=(first, hi), read=r, commit=prior)))
+            out.append(
+                Violation(
+                    "R3",
+                    (
+                        f"{_fmt_tp(tp)} offsets {first}..{hi} read by {r['member']} (gen {r['generation']}, poll "
+                        f"{r['t_poll_start']:.0f}-{r['t']:.0f} ms) below the commit of {prior['offset']} by "
+                        f"{prior['member']} (gen {prior.get('generation')}, completed {prior['t']:.0f} ms)"
+                    ),
+                    dict(tp=tp, offsets=(first, hi), read=r, commit=prior),
+                )
+            )
     return out
 
 
-def summarize(events: Iterable[dict], produced: Mapping[TP, int | Iterable[int]] | None = None,
-              sample: int = 10) -> dict[str, Any]:
+def summarize(
+    events: Iterable[dict], produced: Mapping[TP, int | Iterable[int]] | None = None, sample: int = 10
+) -> dict[str, Any]:
     """Totals (no verdicts): reads, distinct offsets, re-reads, commits, generations per member, and
     with ``produced`` (tp -> record count from offset 0, or the offsets) what was never read."""
-    members: dict[str, dict[str, Any]] = defaultdict(lambda: dict(
-        records_read=0, read_lines=0, commits=0, commits_failed=0, assigned=0, revoked=0, lost=0,
-        generations=set(), closed=False))
+    members: dict[str, dict[str, Any]] = defaultdict(
+        lambda: dict(
+            records_read=0,
+            read_lines=0,
+            commits=0,
+            commits_failed=0,
+            assigned=0,
+            revoked=0,
+            lost=0,
+            generations=set(),
+            closed=False,
+        )
+    )
     seen: dict[TP, set[int]] = defaultdict(set)
     total = outside = 0
     for e in events:
@@ -335,10 +391,14 @@ def summarize(events: Iterable[dict], produced: Mapping[TP, int | Iterable[int]]
         m["generations"] = sorted(m["generations"])
     distinct = sum(len(s) for s in seen.values())
     out: dict[str, Any] = dict(
-        records_read=total, distinct_offsets=distinct, duplicates=total - distinct,
+        records_read=total,
+        distinct_offsets=distinct,
+        duplicates=total - distinct,
         commits=sum(m["commits"] for m in members.values()),
         commits_failed=sum(m["commits_failed"] for m in members.values()),
-        reads_without_generation=outside, members=dict(members))
+        reads_without_generation=outside,
+        members=dict(members),
+    )
     if produced is not None:
         partitions, never, lost = {}, 0, 0
         for tp, made in produced.items():
@@ -347,21 +407,28 @@ def summarize(events: Iterable[dict], produced: Mapping[TP, int | Iterable[int]]
             missing = sorted(offsets - seen[tp])
             # a gap counts as loss only if the members got past it to the end of what was produced
             end_reached = bool(offsets) and max(seen[tp], default=-1) >= max(offsets)
-            partitions[_fmt_tp(tp)] = dict(produced=len(offsets), never_read=len(missing),
-                                           never_read_sample=missing[:sample], end_reached=end_reached)
+            partitions[_fmt_tp(tp)] = dict(
+                produced=len(offsets),
+                never_read=len(missing),
+                never_read_sample=missing[:sample],
+                end_reached=end_reached,
+            )
             never += len(missing)
             lost += len(missing) if end_reached else 0
-        out.update(produced=sum(p["produced"] for p in partitions.values()), never_read=never, lost=lost,
-                   partitions=partitions)
+        out.update(
+            produced=sum(p["produced"] for p in partitions.values()), never_read=never, lost=lost, partitions=partitions
+        )
     return out
 
 
-def check(events: Iterable[dict], produced: Mapping[TP, int | Iterable[int]] | None = None,
-          context: Mapping[str, Any] | None = None) -> CheckResult:
+def check(
+    events: Iterable[dict],
+    produced: Mapping[TP, int | Iterable[int]] | None = None,
+    context: Mapping[str, Any] | None = None,
+) -> CheckResult:
     """All rules over the members' events; ``context`` (e.g. what the run did) is shown by format()."""
     events = list(events)
-    violations = (shared_reads(events) + stale_reads(events) + commits_backwards(events)
-                  + reads_below_commit(events))
+    violations = shared_reads(events) + stale_reads(events) + commits_backwards(events) + reads_below_commit(events)
     summary = summarize(events, produced)
     windows = list(_stale_windows(events))
     summary["held_twice"] = len(windows)  # times a tp was held by two members (the stale one frozen)

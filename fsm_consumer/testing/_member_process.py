@@ -64,8 +64,9 @@ class Listener(ConsumerRebalanceListener):
 
     def _log(self, event: str, partitions) -> None:
         generation = self.consumer.group_metadata().generation_id if self.consumer is not None else None
-        self.history.write(event, partitions=sorted([tp.topic, tp.partition] for tp in partitions),
-                           generation=generation)
+        self.history.write(
+            event, partitions=sorted([tp.topic, tp.partition] for tp in partitions), generation=generation
+        )
 
     def on_partitions_assigned(self, assigned):
         self._log("assigned", assigned)
@@ -78,8 +79,11 @@ class Listener(ConsumerRebalanceListener):
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m fsm_consumer.testing._member_process", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m fsm_consumer.testing._member_process",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--group", required=True)
     p.add_argument("--topic", required=True)
@@ -88,12 +92,20 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--session-timeout-ms", type=int, default=6000)
     p.add_argument("--heartbeat-interval-ms", type=int, default=None, help="default: a tenth of the session")
     p.add_argument("--max-poll-records", type=int, default=None)
-    p.add_argument("--request-timeout-ms", type=int, default=30000,
-                   help="the library's default; one shorter than a freeze drops every answer in flight at the "
-                        "thaw, hiding a fetch answered during the freeze")
-    p.add_argument("--commit", choices=["every-poll", "auto"], default="every-poll",
-                   help="every-poll: commit() after each non-empty poll, logged; auto: the library's "
-                        "auto-commit (not logged here, only in OUT.lib)")
+    p.add_argument(
+        "--request-timeout-ms",
+        type=int,
+        default=30000,
+        help="the library's default; one shorter than a freeze drops every answer in flight at the "
+        "thaw, hiding a fetch answered during the freeze",
+    )
+    p.add_argument(
+        "--commit",
+        choices=["every-poll", "auto"],
+        default="every-poll",
+        help="every-poll: commit() after each non-empty poll, logged; auto: the library's "
+        "auto-commit (not logged here, only in OUT.lib)",
+    )
     return p.parse_args(argv)
 
 
@@ -105,14 +117,19 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.append(True))  # the loop notices within one poll timeout
     every_poll = args.commit == "every-poll"
     config: dict[str, Any] = dict(
-        bootstrap_servers=args.bootstrap, group_id=args.group, client_id=args.name,
-        partition_assignment_strategy=["cooperative-sticky"], auto_offset_reset="earliest",
-        enable_auto_commit=not every_poll, session_timeout_ms=args.session_timeout_ms,
+        bootstrap_servers=args.bootstrap,
+        group_id=args.group,
+        client_id=args.name,
+        partition_assignment_strategy=["cooperative-sticky"],
+        auto_offset_reset="earliest",
+        enable_auto_commit=not every_poll,
+        session_timeout_ms=args.session_timeout_ms,
         heartbeat_interval_ms=args.heartbeat_interval_ms or max(100, args.session_timeout_ms // 10),
         request_timeout_ms=args.request_timeout_ms,
         # Tansu 0.6 fails a follower's SyncGroup that reaches it before the leader's (group_harness.FAST)
         follower_sync_delay_ms=400,
-        debug_history_path=args.out + ".lib")
+        debug_history_path=args.out + ".lib",
+    )
     if args.max_poll_records is not None:
         config["max_poll_records"] = args.max_poll_records
     history.write("started", pid=os.getpid(), config=config)
@@ -137,9 +154,16 @@ def main(argv: list[str] | None = None) -> int:
             returned = _now_ms()
             for tp, records in batch.items():
                 for first, last in _runs([r.offset for r in records]):
-                    history.write("read", t=returned, t_poll_start=started, generation=meta.generation_id,
-                                  member_id=meta.member_id, tp=[tp.topic, tp.partition], offsets=[first, last],
-                                  count=last - first + 1)
+                    history.write(
+                        "read",
+                        t=returned,
+                        t_poll_start=started,
+                        generation=meta.generation_id,
+                        member_id=meta.member_id,
+                        tp=[tp.topic, tp.partition],
+                        offsets=[first, last],
+                        count=last - first + 1,
+                    )
             if batch and every_poll:
                 _commit(consumer, history)
     finally:
@@ -166,8 +190,9 @@ def _commit(consumer: Consumer, history: History) -> None:
         return
     t = _now_ms()
     for tp, om in sorted(offsets.items()):
-        history.write("commit", t=t, t_start=t_start, tp=[tp.topic, tp.partition], offset=om.offset,
-                      generation=generation)
+        history.write(
+            "commit", t=t, t_start=t_start, tp=[tp.topic, tp.partition], offset=om.offset, generation=generation
+        )
 
 
 if __name__ == "__main__":

@@ -45,16 +45,26 @@ class Pending:
     def __repr__(self) -> str:
         state = "done" if self.done else ("in flight" if self.sent_to is not None else "queued")
         outcome = f" error={type(self.error).__name__}" if self.error is not None else ""
-        return (f"<Pending {type(self.request).__name__} node={self.node} sent_to={self.sent_to} "
-                f"{state}{outcome} tag={self.tag!r}>")
+        return (
+            f"<Pending {type(self.request).__name__} node={self.node} sent_to={self.sent_to} "
+            f"{state}{outcome} tag={self.tag!r}>"
+        )
 
 
 class Transport(abc.ABC):
     """The network side of a client, one connection per broker node."""
 
     @abc.abstractmethod
-    def send(self, request: ApiMessage, node: int | None = None, *, timeout_ms: float | None = None,
-             tag: Any = None, min_version: int = 0, max_version: int | None = None) -> Pending:
+    def send(
+        self,
+        request: ApiMessage,
+        node: int | None = None,
+        *,
+        timeout_ms: float | None = None,
+        tag: Any = None,
+        min_version: int = 0,
+        max_version: int | None = None,
+    ) -> Pending:
         """Queue ``request`` for ``node`` (None: the least-loaded node). It is written on the next
         ``poll``; the version is picked when it is written, from what that broker supports."""
 

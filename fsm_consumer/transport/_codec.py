@@ -15,7 +15,8 @@ from __future__ import annotations
 import collections
 import functools
 import struct
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from kafka.protocol.api_header import ResponseHeader
 from kafka.protocol.api_key import ApiKey
@@ -131,9 +132,7 @@ class RequestCodec:
         is in flight) and ProtocolDecodeError if it does not parse exactly.
         """
         if len(frame) < 4:
-            raise ProtocolDecodeError(
-                f"{len(frame)}-byte frame has no correlation id", node_id=self._node_id
-            )
+            raise ProtocolDecodeError(f"{len(frame)}-byte frame has no correlation id", node_id=self._node_id)
         received = _CORRELATION_ID.unpack_from(frame, 0)[0]
         if not self._in_flight:
             raise CorrelationIdMismatch(None, received, node_id=self._node_id)

@@ -30,13 +30,7 @@ from ..machines import Clock, SpecMachine, shipped_spec
 from ._backoff import ReconnectBackoff
 from ._base import Pending
 from ._codec import Decoded, RequestCodec
-from ._errors import (
-    AuthenticationError,
-    ConnectionLost,
-    RequestTimedOut,
-    TransportError,
-    UnsupportedVersion,
-)
+from ._errors import AuthenticationError, ConnectionLost, RequestTimedOut, TransportError, UnsupportedVersion
 from ._framing import FrameReader
 from ._health import NodeHealth
 from ._sasl import SaslMechanism
@@ -70,8 +64,11 @@ _ILLEGAL_SASL_STATE = 34  # IllegalSaslStateError.errno
 
 _Handler = Callable[[ApiMessage], None]
 # What a handshake_timed_out interrupted, for its message.
-_HANDSHAKE_STEPS = {"tls_handshake": "the TLS handshake", "api_versions": "the ApiVersions handshake",
-                    "authenticating": "SASL authentication"}
+_HANDSHAKE_STEPS = {
+    "tls_handshake": "the TLS handshake",
+    "api_versions": "the ApiVersions handshake",
+    "authenticating": "SASL authentication",
+}
 
 
 def clone_error(exc: Exception) -> Exception:
@@ -129,10 +126,12 @@ class Connection:
         self._io_failure: tuple[TransportError, bool] | None = None  # for note_io_failure: (cause, deliberate)
         self._tls_heard = False  # the peer sent something during this TLS handshake
         self.health = NodeHealth()
-        self.machine = SpecMachine(shipped_spec("connection"), self, clock=clock, config=settings,
-                                   instance=f"node {node_id}")
-        self._backoff = ReconnectBackoff(self.machine.durations["reconnect_backoff"],
-                                         settings.reconnect_backoff_max_ms, rng)
+        self.machine = SpecMachine(
+            shipped_spec("connection"), self, clock=clock, config=settings, instance=f"node {node_id}"
+        )
+        self._backoff = ReconnectBackoff(
+            self.machine.durations["reconnect_backoff"], settings.reconnect_backoff_max_ms, rng
+        )
 
     # -- queries -----------------------------------------------------------------------------
     @property
@@ -157,8 +156,10 @@ class Connection:
         return f"node {self.node_id} ({self.host}:{self.port})"
 
     def __repr__(self) -> str:
-        return (f"<Connection node={self.node_id} {self.host}:{self.port} {self.state} "
-                f"in_flight={len(self._in_flight)} queued={len(self.queued)}>")
+        return (
+            f"<Connection node={self.node_id} {self.host}:{self.port} {self.state} "
+            f"in_flight={len(self._in_flight)} queued={len(self.queued)}>"
+        )
 
     # -- driven by the transport -------------------------------------------------------------
     def submit(self, pending: Pending) -> None:
@@ -306,11 +307,14 @@ class Connection:
         self._tls_heard = False
         try:
             self.sock = self._settings.ssl_context.wrap_socket(
-                raw, server_hostname=self.host, do_handshake_on_connect=False)
+                raw, server_hostname=self.host, do_handshake_on_connect=False
+            )
         except (ssl.SSLError, ValueError) as exc:
             self.sock = raw
-            error = SslHandshakeError(f"cannot start TLS with {self.host}:{self.port}: {exc}: check the ssl_* "
-                                      f"settings or the ssl_context", node_id=self.node_id)
+            error = SslHandshakeError(
+                f"cannot start TLS with {self.host}:{self.port}: {exc}: check the ssl_* settings or the ssl_context",
+                node_id=self.node_id,
+            )
             error.__cause__ = exc
             self._tls_failed(error)
             return
@@ -323,8 +327,9 @@ class Connection:
     def send_api_versions(self) -> None:
         version = self._api_versions_version
         if version >= 3:
-            request = ApiVersionsRequest(version=version, client_software_name=_SOFTWARE_NAME,
-                                         client_software_version=__version__)
+            request = ApiVersionsRequest(
+                version=version, client_software_name=_SOFTWARE_NAME, client_software_version=__version__
+            )
         else:
             request = ApiVersionsRequest(version=version)
         self._send_internal(request, self._on_api_versions)
@@ -336,12 +341,14 @@ class Connection:
             # v0 would mean raw SASL tokens without SaslAuthenticate framing: not spoken here.
             version = self.versions.pick_version(SaslHandshakeRequest, min_version=1)
         except UnsupportedVersion as exc:
-            self._authentication_failed(AuthenticationError(
-                f"SASL is not available: {exc.args[0]}: the listener does not speak SASL: use "
-                f"security_protocol={self._without('sasl')!r} or the broker's SASL port"))
+            self._authentication_failed(
+                AuthenticationError(
+                    f"SASL is not available: {exc.args[0]}: the listener does not speak SASL: use "
+                    f"security_protocol={self._without('sasl')!r} or the broker's SASL port"
+                )
+            )
             return
-        self._send_internal(SaslHandshakeRequest(version=version, mechanism=self._sasl.name),
-                            self._on_sasl_handshake)
+        self._send_internal(SaslHandshakeRequest(version=version, mechanism=self._sasl.name), self._on_sasl_handshake)
 
     def connection_ready(self) -> None:
         self._backoff.reset()
@@ -367,8 +374,9 @@ class Connection:
         """Not a word back to the ClientHello: a plaintext listener waiting for the rest of what it
         took for a huge frame (Tansu does this). Reconnecting will not change that."""
         waited = self.tls_silence_ms(self.machine.durations["tls_silence"])
-        error = silent_listener(peer=f"{self.host}:{self.port}", waited_ms=waited, plaintext=self._without("tls"),
-                                node_id=self.node_id)
+        error = silent_listener(
+            peer=f"{self.host}:{self.port}", waited_ms=waited, plaintext=self._without("tls"), node_id=self.node_id
+        )
         self.auth_error = self._cause = error
         self._auth_failed = True
 
@@ -449,8 +457,9 @@ class Connection:
     def _advance_tls(self) -> None:
         assert isinstance(self.sock, ssl.SSLSocket)
         try:
-            step = handshake_step(self.sock, node_id=self.node_id, peer=f"{self.host}:{self.port}",
-                                  plaintext=self._without("tls"))
+            step = handshake_step(
+                self.sock, node_id=self.node_id, peer=f"{self.host}:{self.port}", plaintext=self._without("tls")
+            )
         except SslHandshakeError as exc:
             self._tls_failed(exc)
             return
@@ -480,8 +489,9 @@ class Connection:
                 if self.state == "api_versions" and not isinstance(exc, (ssl.SSLEOFError, ssl.SSLSyscallError)):
                     # TLS 1.3 finishes the client's handshake before the broker checks the client
                     # certificate: its refusal arrives as an alert on the first read.
-                    error = handshake_failure(exc, peer=f"{self.host}:{self.port}", plaintext=self._without("tls"),
-                                              node_id=self.node_id)
+                    error = handshake_failure(
+                        exc, peer=f"{self.host}:{self.port}", plaintext=self._without("tls"), node_id=self.node_id
+                    )
                     error.__cause__ = exc
                     self._tls_failed(error)
                 else:
@@ -498,7 +508,7 @@ class Connection:
                 self._io_failed(ConnectionLost(f"{self.host}:{self.port} closed the connection{midway}"))
                 return
             try:
-                for frame in (reader.received(n) if direct else reader.feed(buf[:n])):
+                for frame in reader.received(n) if direct else reader.feed(buf[:n]):
                     self._dispatch(self._codec.decode(frame))
                     if sock is not self.sock:
                         return  # a response closed or replaced the connection
@@ -591,12 +601,16 @@ class Connection:
             # listing nothing).
             if name in listed or (not listed and response.error_code == _ILLEGAL_SASL_STATE):
                 although = f" although it lists {name}" if name in listed else ""
-                message = (f"the broker answered SaslHandshake for {name} with {error}{although}: "
-                           f"check that SASL is enabled on this listener (security_protocol="
-                           f"{self._without('sasl')!r} if it is not)")
+                message = (
+                    f"the broker answered SaslHandshake for {name} with {error}{although}: "
+                    f"check that SASL is enabled on this listener (security_protocol="
+                    f"{self._without('sasl')!r} if it is not)"
+                )
             else:
-                message = (f"the broker does not enable SASL mechanism {name} ({error}; it lists: {offered}): "
-                           f"set sasl_mechanism to one it lists")
+                message = (
+                    f"the broker does not enable SASL mechanism {name} ({error}; it lists: {offered}): "
+                    f"set sasl_mechanism to one it lists"
+                )
             self._authentication_failed(AuthenticationError(message))
             return
         try:
@@ -613,8 +627,7 @@ class Connection:
         except UnsupportedVersion as exc:
             self._authentication_failed(AuthenticationError(f"SASL is not available: {exc}"))
             return
-        self._send_internal(SaslAuthenticateRequest(version=version, auth_bytes=token),
-                            self._on_sasl_authenticate)
+        self._send_internal(SaslAuthenticateRequest(version=version, auth_bytes=token), self._on_sasl_authenticate)
 
     def _on_sasl_authenticate(self, response: ApiMessage) -> None:
         assert self._sasl is not None
@@ -623,9 +636,11 @@ class Connection:
             detail = f": {response.error_message}" if response.error_message else ""
             failure = getattr(self._sasl, "failure", None)  # OAUTHBEARER: the server's error document
             detail += f" ({failure})" if failure is not None else ""
-            self._sasl_failed(AuthenticationError(
-                f"SASL {self._sasl.name} authentication failed "
-                f"({for_code(response.error_code).__name__}){detail}"))
+            self._sasl_failed(
+                AuthenticationError(
+                    f"SASL {self._sasl.name} authentication failed ({for_code(response.error_code).__name__}){detail}"
+                )
+            )
             return
         try:
             token = self._sasl.step(bytes(response.auth_bytes or b""))

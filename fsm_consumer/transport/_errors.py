@@ -50,9 +50,7 @@ class CorrelationIdMismatch(TransportError):
     ``expected`` is None when a response arrived with nothing in flight.
     """
 
-    def __init__(
-        self, expected: int | None, received: int | None, *, node_id: int | None = None
-    ) -> None:
+    def __init__(self, expected: int | None, received: int | None, *, node_id: int | None = None) -> None:
         if expected is None:
             message = f"response with correlation id {received} but nothing in flight"
         else:
@@ -74,12 +72,7 @@ class UnsupportedVersion(TransportError):
     """
 
     def __init__(
-        self,
-        message: str,
-        *,
-        api_key: int,
-        node_id: int | None = None,
-        retry_version: int | None = None,
+        self, message: str, *, api_key: int, node_id: int | None = None, retry_version: int | None = None
     ) -> None:
         super().__init__(message, node_id=node_id)
         self.api_key = api_key

@@ -81,13 +81,17 @@ class _Held:
 class FaultyTransport(Transport):
     """Wraps ``inner``; every fault is off until switched on. ``injected`` counts what was done."""
 
-    def __init__(self, inner: Transport, *, clock: Clock | None = None,
-                 request_timeout_ms: float | None = None) -> None:
+    def __init__(
+        self, inner: Transport, *, clock: Clock | None = None, request_timeout_ms: float | None = None
+    ) -> None:
         self.inner = inner
         self.clock: Clock = clock or getattr(inner, "clock", None) or MonotonicClock()
         settings = getattr(inner, "settings", None)
-        self._request_timeout_ms = float(request_timeout_ms if request_timeout_ms is not None else
-                                         getattr(settings, "request_timeout_ms", _DEFAULT_TIMEOUT_MS))
+        self._request_timeout_ms = float(
+            request_timeout_ms
+            if request_timeout_ms is not None
+            else getattr(settings, "request_timeout_ms", _DEFAULT_TIMEOUT_MS)
+        )
         self._latency: dict[int | None, float] = {}
         self._blackholed: set[int | None] = set()
         self._fail_rules: list[_Rule] = []
@@ -117,8 +121,7 @@ class FaultyTransport(Transport):
         with RequestTimedOut at their deadline; answers still on their way are swallowed."""
         self._blackholed.add(node)
 
-    def fail(self, api_name: str | type[ApiMessage], error_code: int, times: int = 1,
-             node: int | None = None) -> None:
+    def fail(self, api_name: str | type[ApiMessage], error_code: int, times: int = 1, node: int | None = None) -> None:
         """Answer the next ``times`` successful ``api_name`` responses (from ``node``) with every
         error_code field set to ``error_code``; the rest of the real response is kept."""
         self._fail_rules.append(_Rule(_api_name(api_name), times, node, error_code=error_code))
@@ -131,8 +134,15 @@ class FaultyTransport(Transport):
             raise ValueError("delay must be >= 0")
         self._delay_rules.append(_Rule(_api_name(api_name), times, node, delay_ms=float(ms)))
 
-    def corrupt(self, api_name: str | type[ApiMessage], mutate_fn: Callable[[bytes], bytes], times: int = 1,
-                node: int | None = None, *, target: Literal["frame", "records"] = "frame") -> None:
+    def corrupt(
+        self,
+        api_name: str | type[ApiMessage],
+        mutate_fn: Callable[[bytes], bytes],
+        times: int = 1,
+        node: int | None = None,
+        *,
+        target: Literal["frame", "records"] = "frame",
+    ) -> None:
         """Pass the next ``times`` ``api_name`` responses through ``mutate_fn``.
 
         ``target="frame"``: the response body as the broker framed it (after the response
@@ -153,8 +163,16 @@ class FaultyTransport(Transport):
         self._delay_rules.clear()
 
     # -- the interface ------------------------------------------------------------------------------
-    def send(self, request: ApiMessage, node: int | None = None, *, timeout_ms: float | None = None,
-             tag: Any = None, min_version: int = 0, max_version: int | None = None) -> Pending:
+    def send(
+        self,
+        request: ApiMessage,
+        node: int | None = None,
+        *,
+        timeout_ms: float | None = None,
+        tag: Any = None,
+        min_version: int = 0,
+        max_version: int | None = None,
+    ) -> Pending:
         target = node if node is not None or not self._blackholed else self.inner.least_loaded_node()
         if self._is_blackholed(target):
             now = self.clock.now_ms()
@@ -163,8 +181,9 @@ class FaultyTransport(Transport):
             self.injected["blackhole"] += 1
             self._hold(pending.deadline_ms, _Held(pending, timeout=True))
             return pending
-        inner = self.inner.send(request, node, timeout_ms=timeout_ms, tag=tag, min_version=min_version,
-                                max_version=max_version)
+        inner = self.inner.send(
+            request, node, timeout_ms=timeout_ms, tag=tag, min_version=min_version, max_version=max_version
+        )
         # The caller gets its own Pending: the inner transport keeps bookkeeping on its copy
         # (deadlines check ``done``), which holding an answer back must not disturb.
         outer = Pending(request, node, inner.deadline_ms, tag, min_version, max_version)
@@ -263,8 +282,7 @@ class FaultyTransport(Transport):
             return
         self.injected["latency"] += 1
         release = self.clock.now_ms() + latency
-        entry = _Held(pending, timeout=release > pending.deadline_ms,
-                      response=pending.response, error=pending.error)
+        entry = _Held(pending, timeout=release > pending.deadline_ms, response=pending.response, error=pending.error)
         pending.response, pending.error = None, None  # invisible until released
         self._hold(min(release, pending.deadline_ms), entry)
 
@@ -272,8 +290,9 @@ class FaultyTransport(Transport):
         pending = entry.pending
         if entry.timeout:
             pending.response = None
-            pending.error = RequestTimedOut(f"{type(pending.request).__name__} got no response by its "
-                                            f"deadline (injected)", node_id=pending.node)
+            pending.error = RequestTimedOut(
+                f"{type(pending.request).__name__} got no response by its deadline (injected)", node_id=pending.node
+            )
         else:
             pending.response, pending.error = entry.response, entry.error
         pending.done = True
@@ -317,7 +336,9 @@ class FaultyTransport(Transport):
             pending.response = None
             pending.error = ProtocolDecodeError(
                 f"cannot decode the answer to {type(pending.request).__name__} v{version} (corrupted): "
-                f"{type(exc).__name__}: {exc}", node_id=pending.sent_to)
+                f"{type(exc).__name__}: {exc}",
+                node_id=pending.sent_to,
+            )
             if pending.sent_to is not None:
                 self.inner.disconnect(pending.sent_to)  # a real bad frame closes the connection
             return

@@ -30,9 +30,7 @@ class FrameReader:
 
     __slots__ = ("_limit", "_node_id", "_prefix", "_prefix_len", "_body", "_filled", "_error")
 
-    def __init__(
-        self, receive_buffer_max: int = DEFAULT_RECEIVE_BUFFER_MAX, *, node_id: int | None = None
-    ) -> None:
+    def __init__(self, receive_buffer_max: int = DEFAULT_RECEIVE_BUFFER_MAX, *, node_id: int | None = None) -> None:
         if not 0 <= receive_buffer_max <= _INT32_MAX:
             raise ValueError(f"receive_buffer_max must be in [0, {_INT32_MAX}]")
         self._limit = receive_buffer_max
@@ -59,7 +57,7 @@ class FrameReader:
         """
         if self._body is None:
             return None
-        return self._body[self._filled:]
+        return self._body[self._filled :]
 
     def received(self, n: int) -> list[memoryview]:
         """``n`` bytes were written into ``room()``: the frame, if that completed it."""
@@ -96,7 +94,7 @@ class FrameReader:
                     pos += 4
                 else:
                     take = min(4 - self._prefix_len, end - pos)
-                    self._prefix[self._prefix_len:self._prefix_len + take] = view[pos:pos + take]
+                    self._prefix[self._prefix_len : self._prefix_len + take] = view[pos : pos + take]
                     self._prefix_len += take
                     pos += take
                     if self._prefix_len < 4:
@@ -108,7 +106,7 @@ class FrameReader:
                     raise self._error
                 if end - pos >= size:
                     # The whole frame is in this chunk: no reassembly needed.
-                    frame = view[pos:pos + size]
+                    frame = view[pos : pos + size]
                     frames.append(frame if immutable else memoryview(frame.tobytes()))
                     pos += size
                     continue
@@ -119,7 +117,7 @@ class FrameReader:
             body = self._body
             take = min(len(body) - self._filled, end - pos)
             # The one unavoidable copy: socket chunk -> frame buffer.
-            body[self._filled:self._filled + take] = view[pos:pos + take]
+            body[self._filled : self._filled + take] = view[pos : pos + take]
             self._filled += take
             pos += take
             if self._filled == len(body):

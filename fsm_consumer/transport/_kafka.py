@@ -41,8 +41,7 @@ class KafkaTransport(Transport):
     Transport); a failing node is logged as a WARNING at most every 30 s, its recovery as INFO.
     """
 
-    def __init__(self, config: Any = None, *, clock: Clock | None = None,
-                 rng: random.Random | None = None) -> None:
+    def __init__(self, config: Any = None, *, clock: Clock | None = None, rng: random.Random | None = None) -> None:
         self.settings = KafkaSettings.from_config(config)
         self.clock: Clock = clock if clock is not None else MonotonicClock()
         self._rng = rng if rng is not None else random.Random()
@@ -72,8 +71,16 @@ class KafkaTransport(Transport):
         self._closed = False
 
     # -- the interface ------------------------------------------------------------------------
-    def send(self, request: ApiMessage, node: int | None = None, *, timeout_ms: float | None = None,
-             tag: Any = None, min_version: int = 0, max_version: int | None = None) -> Pending:
+    def send(
+        self,
+        request: ApiMessage,
+        node: int | None = None,
+        *,
+        timeout_ms: float | None = None,
+        tag: Any = None,
+        min_version: int = 0,
+        max_version: int | None = None,
+    ) -> Pending:
         self._check_thread("send")
         if not isinstance(request, ApiMessage) or not request.is_request():
             raise TypeError(f"not a kafka-python request: {request!r}")
@@ -85,9 +92,12 @@ class KafkaTransport(Transport):
             self._fail(pending, ConnectionLost("the transport is closed", node_id=node))
             return pending
         if node is not None and node not in self._addresses:
-            self._fail(pending, NodeNotReady(
-                f"unknown node {node}: neither a bootstrap server nor a broker from update_brokers",
-                node_id=node))
+            self._fail(
+                pending,
+                NodeNotReady(
+                    f"unknown node {node}: neither a bootstrap server nor a broker from update_brokers", node_id=node
+                ),
+            )
             return pending
         heapq.heappush(self._deadlines, (pending.deadline_ms, next(self._seq), pending))
         if node is None:
@@ -153,7 +163,7 @@ class KafkaTransport(Transport):
         # Start at a rotating offset so that ties do not always land on the same node.
         self._rotation = (self._rotation + 1) % len(candidates)
         best, best_load, connecting, idle = None, None, None, None
-        for node in candidates[self._rotation:] + candidates[:self._rotation]:
+        for node in candidates[self._rotation :] + candidates[: self._rotation]:
             conn = self._conns.get(node)
             state = conn.state if conn is not None else "disconnected"
             if state == "ready":
@@ -224,8 +234,7 @@ class KafkaTransport(Transport):
                 (host, port), state, failures, last_error = address, "disconnected", 0, None
             else:
                 continue
-            states[node] = {"address": f"{host}:{port}", "state": state, "failures": failures,
-                            "last_error": last_error}
+            states[node] = {"address": f"{host}:{port}", "state": state, "failures": failures, "last_error": last_error}
         return states
 
     # -- extras ---------------------------------------------------------------------------------
@@ -256,17 +265,28 @@ class KafkaTransport(Transport):
         if self._owner is None:
             self._owner, self._owner_name = me, threading.current_thread().name
         elif me != self._owner:
-            raise RuntimeError(f"KafkaTransport.{call}() called from thread {threading.current_thread().name!r}; "
-                               f"only its I/O thread {self._owner_name!r} may call it")
+            raise RuntimeError(
+                f"KafkaTransport.{call}() called from thread {threading.current_thread().name!r}; "
+                f"only its I/O thread {self._owner_name!r} may call it"
+            )
 
     def _connection(self, node: int) -> Connection:
         conn = self._conns.get(node)
         if conn is None:
             host, port = self._addresses[node]
-            conn = Connection(node, host, port, settings=self.settings, clock=self.clock,
-                              selector=self._selector, read_buffer=self._read_buffer, rng=self._rng,
-                              complete=self._completed_one, versions_known=self._versions_known,
-                              auth_verdict=self._auth_verdict)
+            conn = Connection(
+                node,
+                host,
+                port,
+                settings=self.settings,
+                clock=self.clock,
+                selector=self._selector,
+                read_buffer=self._read_buffer,
+                rng=self._rng,
+                complete=self._completed_one,
+                versions_known=self._versions_known,
+                auth_verdict=self._auth_verdict,
+            )
             self._conns[node] = conn
         return conn
 
@@ -320,9 +340,14 @@ class KafkaTransport(Transport):
             else:
                 where = f"node {pending.node}" if pending.node is not None else "any node"
                 state = self.connection_state(pending.node) if pending.node is not None else None
-                self._fail(pending, RequestTimedOut(
-                    f"{type(pending.request).__name__} timed out waiting for a connection to {where}"
-                    + (f" (connection {state})" if state else ""), node_id=pending.node))
+                self._fail(
+                    pending,
+                    RequestTimedOut(
+                        f"{type(pending.request).__name__} timed out waiting for a connection to {where}"
+                        + (f" (connection {state})" if state else ""),
+                        node_id=pending.node,
+                    ),
+                )
         # Completed requests leave their heap entries behind; drop them when they pile up.
         if len(heap) > 1024 and len(heap) > 4 * self._outstanding:
             self._deadlines = [entry for entry in heap if not entry[2].done]

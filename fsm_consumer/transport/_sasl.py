@@ -29,8 +29,8 @@ import hmac
 import json
 import re
 import secrets
-from collections.abc import Mapping
-from typing import Any, Callable, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from ._errors import AuthenticationError
 
@@ -158,8 +158,9 @@ class OAuthBearerMechanism:
         token = self._call("token")
         if not isinstance(token, str) or not _BEARER_TOKEN.match(token):
             # Never quote it: a malformed token may still be a secret.
-            raise AuthenticationError(f"{self.name}: token() returned no RFC 6750 bearer token "
-                                      f"(a {type(token).__name__})")
+            raise AuthenticationError(
+                f"{self.name}: token() returned no RFC 6750 bearer token (a {type(token).__name__})"
+            )
         pairs = "".join(f"{key}={value}{_KVSEP}" for key, value in sorted(self._extensions().items()))
         self._state = _State.AWAIT_SERVER_FINAL
         return f"n,,{_KVSEP}auth=Bearer {token}{_KVSEP}{pairs}{_KVSEP}".encode()
@@ -176,7 +177,8 @@ class OAuthBearerMechanism:
             self._state = _State.DONE
             return None
         self._failure = AuthenticationError(
-            f"{self.name}: the server refused the token: {_server_status(bytes(server_bytes))}")
+            f"{self.name}: the server refused the token: {_server_status(bytes(server_bytes))}"
+        )
         self._state = _State.AWAIT_SERVER_FAILURE
         return _KVSEP.encode()
 
@@ -184,8 +186,9 @@ class OAuthBearerMechanism:
         try:
             return getattr(self._provider, method)()
         except Exception as exc:  # any provider failure is this connection's authentication failure
-            raise AuthenticationError(f"{self.name}: the token provider's {method}() failed: "
-                                      f"{type(exc).__name__}: {exc}") from exc
+            raise AuthenticationError(
+                f"{self.name}: the token provider's {method}() failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def _extensions(self) -> dict[str, str]:
         if not callable(getattr(self._provider, "extensions", None)):
@@ -195,11 +198,13 @@ class OAuthBearerMechanism:
             raise AuthenticationError(f"{self.name}: extensions() returned a {type(extensions).__name__}, not a dict")
         for key, value in extensions.items():
             if not isinstance(key, str) or key == "auth" or not _EXTENSION_KEY.match(key):
-                raise AuthenticationError(f"{self.name}: extension key {key!r} is not allowed "
-                                          "(letters only, and not 'auth')")
+                raise AuthenticationError(
+                    f"{self.name}: extension key {key!r} is not allowed (letters only, and not 'auth')"
+                )
             if not isinstance(value, str) or not _EXTENSION_VALUE.match(value):
-                raise AuthenticationError(f"{self.name}: extension {key!r} has a value that is not "
-                                          "printable ASCII, space, tab, CR or LF")
+                raise AuthenticationError(
+                    f"{self.name}: extension {key!r} has a value that is not printable ASCII, space, tab, CR or LF"
+                )
         return dict(extensions)
 
     def __repr__(self) -> str:
@@ -243,8 +248,17 @@ class ScramMechanism:
     """SASL/SCRAM-SHA-256 or -512 with verification of the server's signature."""
 
     __slots__ = (
-        "name", "_username", "_password", "_hash", "_nonce_factory", "_min_iterations",
-        "_max_iterations", "_state", "_client_first_bare", "_nonce", "_server_signature",
+        "name",
+        "_username",
+        "_password",
+        "_hash",
+        "_nonce_factory",
+        "_min_iterations",
+        "_max_iterations",
+        "_state",
+        "_client_first_bare",
+        "_nonce",
+        "_server_signature",
     )
 
     def __init__(
@@ -335,7 +349,7 @@ class ScramMechanism:
         client_key = self._hmac(salted, b"Client Key")
         stored_key = hashlib.new(self._hash, client_key).digest()
         client_signature = self._hmac(stored_key, auth_message)
-        proof = bytes(a ^ b for a, b in zip(client_key, client_signature))
+        proof = bytes(a ^ b for a, b in zip(client_key, client_signature, strict=False))
         self._server_signature = self._hmac(self._hmac(salted, b"Server Key"), auth_message)
         self._state = _State.AWAIT_SERVER_FINAL
         return without_proof + b",p=" + base64.b64encode(proof)
@@ -357,7 +371,4 @@ class ScramMechanism:
         return hmac.new(key, message, self._hash).digest()
 
     def __repr__(self) -> str:
-        return (
-            f"ScramMechanism(mechanism={self.name!r}, username={self._username!r}, "
-            f"state={self._state.value!r})"
-        )
+        return f"ScramMechanism(mechanism={self.name!r}, username={self._username!r}, state={self._state.value!r})"

@@ -70,8 +70,11 @@ def parse_api_version(value: Any) -> tuple[int, ...] | None:
     parts = value.split(".") if isinstance(value, str) else value
     if isinstance(value, str) and all(p.isdigit() for p in parts):
         parts = [int(p) for p in parts]
-    if not isinstance(parts, (tuple, list)) or not parts or not all(
-            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in parts):
+    if (
+        not isinstance(parts, (tuple, list))
+        or not parts
+        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in parts)
+    ):
         raise ValueError(f"api_version {value!r} is not None or a broker release such as (3, 9)")
     return tuple(parts)
 
@@ -145,9 +148,13 @@ class KafkaSettings:
         context = None
         if protocol in ("SSL", "SASL_SSL"):
             context = build_ssl_context(
-                ssl_context=get("ssl_context"), ssl_cafile=get("ssl_cafile"), ssl_certfile=get("ssl_certfile"),
-                ssl_keyfile=get("ssl_keyfile"), ssl_password=get("ssl_password"),
-                ssl_check_hostname=bool(get("ssl_check_hostname", True)))
+                ssl_context=get("ssl_context"),
+                ssl_cafile=get("ssl_cafile"),
+                ssl_certfile=get("ssl_certfile"),
+                ssl_keyfile=get("ssl_keyfile"),
+                ssl_password=get("ssl_password"),
+                ssl_check_hostname=bool(get("ssl_check_hostname", True)),
+            )
         return cls(
             bootstrap_servers=parse_servers(get("bootstrap_servers", "localhost:9092")),
             client_id=str(get("client_id", "fsm-consumer")),

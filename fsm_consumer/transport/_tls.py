@@ -11,17 +11,43 @@ from ._errors import AuthenticationError, ConnectionLost
 __all__ = ["SslHandshakeError", "build_ssl_context", "handshake_failure", "handshake_step", "silent_listener"]
 
 # OpenSSL's reasons when the peer's bytes are not TLS records at all (a plaintext listener).
-_NOT_TLS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST",
-                      "HTTPS_PROXY_REQUEST", "UNKNOWN_PROTOCOL", "RECORD_TOO_LONG", "BAD_PACKET_LENGTH"})
+_NOT_TLS = frozenset(
+    {
+        "WRONG_VERSION_NUMBER",
+        "RECORD_LAYER_FAILURE",
+        "PACKET_LENGTH_TOO_LONG",
+        "HTTP_REQUEST",
+        "HTTPS_PROXY_REQUEST",
+        "UNKNOWN_PROTOCOL",
+        "RECORD_TOO_LONG",
+        "BAD_PACKET_LENGTH",
+    }
+)
 # ... when the broker refused the client's certificate (or the lack of one).
-_CLIENT_CERT_REFUSED = frozenset({"TLSV1_ALERT_UNKNOWN_CA", "SSLV3_ALERT_BAD_CERTIFICATE",
-                                  "SSLV3_ALERT_CERTIFICATE_UNKNOWN", "TLSV13_ALERT_CERTIFICATE_REQUIRED",
-                                  "SSLV3_ALERT_CERTIFICATE_EXPIRED", "SSLV3_ALERT_CERTIFICATE_REVOKED",
-                                  "TLSV1_ALERT_ACCESS_DENIED", "PEER_DID_NOT_RETURN_A_CERTIFICATE"})
+_CLIENT_CERT_REFUSED = frozenset(
+    {
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+        "SSLV3_ALERT_CERTIFICATE_EXPIRED",
+        "SSLV3_ALERT_CERTIFICATE_REVOKED",
+        "TLSV1_ALERT_ACCESS_DENIED",
+        "PEER_DID_NOT_RETURN_A_CERTIFICATE",
+    }
+)
 # ... when the two sides share no protocol version or cipher suite.
-_NOTHING_IN_COMMON = frozenset({"SSLV3_ALERT_HANDSHAKE_FAILURE", "NO_PROTOCOLS_AVAILABLE", "UNSUPPORTED_PROTOCOL",
-                                "TLSV1_ALERT_PROTOCOL_VERSION", "NO_SHARED_CIPHER", "NO_CIPHERS_AVAILABLE",
-                                "TLSV1_ALERT_INSUFFICIENT_SECURITY"})
+_NOTHING_IN_COMMON = frozenset(
+    {
+        "SSLV3_ALERT_HANDSHAKE_FAILURE",
+        "NO_PROTOCOLS_AVAILABLE",
+        "UNSUPPORTED_PROTOCOL",
+        "TLSV1_ALERT_PROTOCOL_VERSION",
+        "NO_SHARED_CIPHER",
+        "NO_CIPHERS_AVAILABLE",
+        "TLSV1_ALERT_INSUFFICIENT_SECURITY",
+    }
+)
 # X509_V_ERR_* codes of SSLCertVerificationError.verify_code
 _NAME_MISMATCH = {62, 64}  # HOSTNAME_MISMATCH, IP_ADDRESS_MISMATCH
 _NOT_VALID_NOW = {9, 10}  # CERT_NOT_YET_VALID, CERT_HAS_EXPIRED
@@ -66,8 +92,9 @@ def build_ssl_context(
     return context
 
 
-def handshake_step(sock: ssl.SSLSocket, *, node_id: int | None, peer: str,
-                   plaintext: str = "PLAINTEXT") -> Literal["done", "read", "write"]:
+def handshake_step(
+    sock: ssl.SSLSocket, *, node_id: int | None, peer: str, plaintext: str = "PLAINTEXT"
+) -> Literal["done", "read", "write"]:
     """Advance a non-blocking handshake: "done", or which readiness to wait for before retrying.
 
     Raises SslHandshakeError when the handshake failed in a way reconnecting will not fix (see
@@ -87,53 +114,74 @@ def handshake_step(sock: ssl.SSLSocket, *, node_id: int | None, peer: str,
     return "done"
 
 
-def handshake_failure(exc: BaseException, *, peer: str, plaintext: str = "PLAINTEXT",
-                      node_id: int | None = None) -> SslHandshakeError:
+def handshake_failure(
+    exc: BaseException, *, peer: str, plaintext: str = "PLAINTEXT", node_id: int | None = None
+) -> SslHandshakeError:
     """The SslHandshakeError for ``exc`` (raised by the handshake or the first TLS read): what
     failed, and the setting that fixes it. The caller chains ``exc`` as its cause."""
     reason = getattr(exc, "reason", None) or ""
     if isinstance(exc, ssl.SSLCertVerificationError):
         what = f"certificate verify failed ({str(exc.verify_message).rstrip('.')})"
         if exc.verify_code in _NAME_MISMATCH:
-            fix = ("connect by a name the broker's certificate lists (its advertised listener), "
-                   "or set ssl_check_hostname=False")
+            fix = (
+                "connect by a name the broker's certificate lists (its advertised listener), "
+                "or set ssl_check_hostname=False"
+            )
         elif exc.verify_code in _NOT_VALID_NOW:
             fix = "renew the broker's certificate (or fix this host's clock)"
         else:
-            fix = ("set ssl_cafile to the CA that signed the broker's certificate (or pass an ssl_context "
-                   "that trusts it)")
+            fix = (
+                "set ssl_cafile to the CA that signed the broker's certificate (or pass an ssl_context that trusts it)"
+            )
     elif reason in _NOT_TLS:
         what = f"the answer is not TLS ({reason.lower().replace('_', ' ')})"
         fix = _not_tls(plaintext, certain=True)
-    elif isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError, ConnectionResetError,
-                          ConnectionAbortedError, BrokenPipeError)):
+    elif isinstance(
+        exc,
+        (
+            ssl.SSLEOFError,
+            ssl.SSLZeroReturnError,
+            ssl.SSLSyscallError,
+            ConnectionResetError,
+            ConnectionAbortedError,
+            BrokenPipeError,
+        ),
+    ):
         # A plaintext Kafka listener reads the ClientHello as a frame of ~370 MB and hangs up.
         what = "the broker closed the connection"
-        fix = (f"{_not_tls(plaintext, certain=False)}; if it wants a client certificate, "
-               f"set ssl_certfile and ssl_keyfile")
+        fix = (
+            f"{_not_tls(plaintext, certain=False)}; if it wants a client certificate, set ssl_certfile and ssl_keyfile"
+        )
     elif reason in _CLIENT_CERT_REFUSED:
         what = f"the broker refused the client certificate ({reason.lower().replace('_', ' ')})"
         fix = "set ssl_certfile and ssl_keyfile to a certificate the broker trusts"
     elif reason in _NOTHING_IN_COMMON:
         what = f"no TLS version or cipher in common ({reason.lower().replace('_', ' ')})"
         # TLS 1.2 brokers also answer a missing client certificate with handshake_failure.
-        fix = ("check the broker's ssl.enabled.protocols and cipher suites (or pass an ssl_context that allows "
-               "them), and whether it wants a client certificate (ssl_certfile, ssl_keyfile)")
+        fix = (
+            "check the broker's ssl.enabled.protocols and cipher suites (or pass an ssl_context that allows "
+            "them), and whether it wants a client certificate (ssl_certfile, ssl_keyfile)"
+        )
     else:
         what = str(exc) or type(exc).__name__
         fix = "check the broker's TLS listener and the ssl_* settings"
     return SslHandshakeError(f"TLS handshake with {peer} failed: {what}: {fix}", node_id=node_id)
 
 
-def silent_listener(*, peer: str, waited_ms: float, plaintext: str = "PLAINTEXT",
-                    node_id: int | None = None) -> SslHandshakeError:
+def silent_listener(
+    *, peer: str, waited_ms: float, plaintext: str = "PLAINTEXT", node_id: int | None = None
+) -> SslHandshakeError:
     """The peer accepted the connection and then said nothing to our ClientHello: what a
     plaintext listener does when it takes the ClientHello for the start of a large frame."""
     return SslHandshakeError(
         f"TLS handshake with {peer} failed: no answer to the ClientHello within {waited_ms:g} ms: "
-        f"{_not_tls(plaintext, certain=False)}", node_id=node_id)
+        f"{_not_tls(plaintext, certain=False)}",
+        node_id=node_id,
+    )
 
 
 def _not_tls(plaintext: str, *, certain: bool) -> str:
-    return (f"the listener {'does' if certain else 'probably does'} not speak TLS: "
-            f"use security_protocol={plaintext!r} or the broker's SSL port")
+    return (
+        f"the listener {'does' if certain else 'probably does'} not speak TLS: "
+        f"use security_protocol={plaintext!r} or the broker's SSL port"
+    )

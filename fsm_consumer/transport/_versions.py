@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Union
+from typing import Any
 
 # Importing these packages defines every request class, so that
 # ApiMessage.__subclasses__() below sees them all.
@@ -29,7 +29,7 @@ from ._errors import TransportError, UnsupportedVersion
 __all__ = ["Api", "ApiVersionTable", "client_version_range", "request_class"]
 
 # "Fetch", "FetchRequest", ApiKey.Fetch, 1 or a kafka-python request class.
-Api = Union[str, int, type[ApiMessage]]
+Api = str | int | type[ApiMessage]
 
 _UNSUPPORTED_VERSION = 35  # Kafka error code UNSUPPORTED_VERSION
 
@@ -70,9 +70,7 @@ def request_class(api: Api) -> type[ApiMessage]:
         raise TypeError(f"expected an API name, key or request class, got {api!r}")
     cls = _request_classes().get(key)
     if cls is None:
-        raise UnsupportedVersion(
-            f"kafka-python has no request class for api key {int(key)}", api_key=int(key)
-        )
+        raise UnsupportedVersion(f"kafka-python has no request class for api key {int(key)}", api_key=int(key))
     return cls
 
 
@@ -91,9 +89,7 @@ class ApiVersionTable:
 
     __slots__ = ("_broker", "_node_id")
 
-    def __init__(
-        self, broker_versions: Mapping[int, tuple[int, int]], *, node_id: int | None = None
-    ) -> None:
+    def __init__(self, broker_versions: Mapping[int, tuple[int, int]], *, node_id: int | None = None) -> None:
         self._broker = MappingProxyType({int(k): (lo, hi) for k, (lo, hi) in broker_versions.items()})
         self._node_id = node_id
 
@@ -107,9 +103,7 @@ class ApiVersionTable:
         kafka-python retries the handshake.
         """
         if response.error_code == _UNSUPPORTED_VERSION:
-            retry = next(
-                (e.max_version for e in response.api_keys if e.api_key == ApiKey.ApiVersions), 0
-            )
+            retry = next((e.max_version for e in response.api_keys if e.api_key == ApiKey.ApiVersions), 0)
             raise UnsupportedVersion(
                 f"broker rejected our ApiVersions version; it supports up to v{retry}",
                 api_key=ApiKey.ApiVersions,
@@ -117,13 +111,8 @@ class ApiVersionTable:
                 retry_version=retry,
             )
         if response.error_code:
-            raise TransportError(
-                f"ApiVersions failed: {for_code(response.error_code).__name__}", node_id=node_id
-            )
-        return cls(
-            {e.api_key: (e.min_version, e.max_version) for e in response.api_keys},
-            node_id=node_id,
-        )
+            raise TransportError(f"ApiVersions failed: {for_code(response.error_code).__name__}", node_id=node_id)
+        return cls({e.api_key: (e.min_version, e.max_version) for e in response.api_keys}, node_id=node_id)
 
     @property
     def broker_versions(self) -> Mapping[int, tuple[int, int]]:
@@ -162,14 +151,11 @@ class ApiVersionTable:
         high = cls.max_version if max_version is None else min(max_version, cls.max_version)
         broker = self._broker.get(key)
         if broker is None:
-            raise UnsupportedVersion(
-                f"broker does not support {cls.name}", api_key=key, node_id=self._node_id
-            )
+            raise UnsupportedVersion(f"broker does not support {cls.name}", api_key=key, node_id=self._node_id)
         version = min(high, broker[1])
         if version < max(low, broker[0]):
             raise UnsupportedVersion(
-                f"no common {cls.name} version: client {low}-{high}, "
-                f"broker {broker[0]}-{broker[1]}",
+                f"no common {cls.name} version: client {low}-{high}, broker {broker[0]}-{broker[1]}",
                 api_key=key,
                 node_id=self._node_id,
             )
@@ -187,4 +173,3 @@ class ApiVersionTable:
 
     def __repr__(self) -> str:
         return f"ApiVersionTable(node_id={self._node_id}, apis={len(self._broker)})"
-

@@ -42,8 +42,12 @@ def test_discovery_times_out_then_finds_the_coordinator(broker, make_topic):
 def test_close_within_its_budget_when_the_coordinator_is_gone(broker, make_topic, produce):
     topic = make_topic(partitions=1)
     produce(topic, count=5)
-    settings = dict(bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}", auto_offset_reset="earliest",
-                    request_timeout_ms=5000)
+    settings = dict(
+        bootstrap_servers=broker.bootstrap_servers,
+        group_id=f"g-{topic}",
+        auto_offset_reset="earliest",
+        request_timeout_ms=5000,
+    )
     transport = _faulty(**settings)
     c = Consumer(transport=transport, **settings)
     c.assign([TopicPartition(topic, 0)])
@@ -64,6 +68,7 @@ def test_close_within_its_budget_when_the_coordinator_is_gone(broker, make_topic
 
 class _Exploding(FaultyTransport):
     """Raises from poll() once armed: an unexpected bug inside the background loop."""
+
     armed = False
 
     def poll(self, timeout_ms):

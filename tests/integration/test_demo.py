@@ -31,6 +31,7 @@ def test_demo_fills_a_topic_and_renders_diagrams(tmp_path, capsys):
 
 def test_demo_without_graphviz_still_writes_dot_and_mermaid(tmp_path, capsys, monkeypatch):
     import fsm_consumer.cli._demo as demo_module
+
     monkeypatch.setattr(demo_module, "have_dot", lambda: False)
     assert main(["demo", "--records", "50", "--partitions", "1", "--out", str(tmp_path)]) == 0
     assert "dot is not installed" in capsys.readouterr().out

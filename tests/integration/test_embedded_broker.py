@@ -119,9 +119,7 @@ def test_create_topic_appears_in_metadata(broker: EmbeddedBroker, make_topic) ->
 
     assert broker.topic_partitions(topic) == [0, 1, 2]
     # and an independent client sees the same thing
-    metadata = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(
-        topic, timeout=10
-    )
+    metadata = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(topic, timeout=10)
     assert metadata.topics[topic].error is None
     assert sorted(metadata.topics[topic].partitions) == [0, 1, 2]
 
@@ -209,19 +207,13 @@ _CHILD = textwrap.dedent(
 
 def test_broker_dies_with_sigkilled_parent() -> None:
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-c", _CHILD], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     tansu_pid: int | None = None
     workdir: Path | None = None
     try:
         line = child.stdout.readline()  # EmbeddedBroker blocks until ready, then prints
-        assert line.split()[:1] and line.split()[0].isdigit(), (
-            f"child printed {line!r}; stderr: {child.stderr.read()}"
-        )
+        assert line.split()[:1] and line.split()[0].isdigit(), f"child printed {line!r}; stderr: {child.stderr.read()}"
         tansu_pid, workdir = int(line.split()[0]), Path(line.split(maxsplit=1)[1].strip())
         assert _alive(tansu_pid)
         assert psutil.Process(tansu_pid).ppid() == child.pid

@@ -16,8 +16,7 @@ import psutil
 import pytest
 
 from fsm_consumer import Consumer, TopicPartition
-from fsm_consumer.broker import BrokerStartError, EmbeddedBroker, KafkaBroker, KafkaNotFoundError
-from fsm_consumer.broker import _kafka
+from fsm_consumer.broker import BrokerStartError, EmbeddedBroker, KafkaBroker, KafkaNotFoundError, _kafka
 from fsm_consumer.broker._kafka_jars import find_java, kafka_libs
 from fsm_consumer.broker._ports import free_loopback_port
 from fsm_consumer.broker._wire import fetch_api_versions
@@ -89,8 +88,9 @@ def start_and_check(taken: int) -> None:
         assert broker.topic_partitions("after-a-conflict") == [0, 1]
         consumer = Consumer(bootstrap_servers=broker.bootstrap_servers)
         try:
-            assert consumer.end_offsets([TopicPartition("after-a-conflict", 1)]) == \
-                {TopicPartition("after-a-conflict", 1): 0}
+            assert consumer.end_offsets([TopicPartition("after-a-conflict", 1)]) == {
+                TopicPartition("after-a-conflict", 1): 0
+            }
         finally:
             consumer.close()
     finally:

@@ -13,18 +13,24 @@ pyspark = pytest.importorskip("pyspark", reason="the spark extra: pip install -e
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory) -> Iterator["pyspark.sql.SparkSession"]:
+def spark(tmp_path_factory) -> Iterator[pyspark.sql.SparkSession]:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors run this venv (and this package)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = (SparkSession.builder.master("local[2]").appName("fsm-consumer-tests")
-               .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
-               .config("spark.sql.session.timeZone", "UTC").config("spark.sql.warehouse.dir", str(warehouse))
-               .config("spark.sql.streaming.stopTimeout", "10s")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("fsm-consumer-tests")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.sql.streaming.stopTimeout", "10s")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session
@@ -37,6 +43,7 @@ def fsm_kafka(spark, broker):
     """``fsm_kafka(subscribe="t", ...)`` -> a DataFrameReader of the fsm_kafka source on the session's
     broker with the options set; ``fsm_kafka(stream=True, ...)`` -> a DataStreamReader."""
     from fsm_consumer.spark import register
+
     register(spark)
 
     def reader(stream: bool = False, **options):
@@ -45,4 +52,5 @@ def fsm_kafka(spark, broker):
         for key, value in options.items():
             r = r.option(key, value)
         return r
+
     return reader

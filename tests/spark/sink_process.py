@@ -31,14 +31,27 @@ def main() -> None:
 
     hold = int(os.environ.get("SINK_HOLD_BATCH", "0"))
     ends = {TopicPartition(topic, int(p)): end for p, end in json.loads(ends_json).items()}
-    spark = (SparkSession.builder.master("local[1]").appName("sink-process")
-             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("sink-process")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     # follower_sync_delay_ms: Tansu 0.6 wants the leader's SyncGroup first (see tests/integration/group)
-    consumer = Consumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
-                        auto_offset_reset="earliest", session_timeout_ms=3000, heartbeat_interval_ms=300,
-                        follower_sync_delay_ms=400, request_timeout_ms=5000)
+    consumer = Consumer(
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=3000,
+        heartbeat_interval_ms=300,
+        follower_sync_delay_ms=400,
+        request_timeout_ms=5000,
+    )
 
     def written(batch) -> None:
         offsets = {tp.partition: [batch.first_offsets[tp], n] for tp, n in batch.next_offsets.items()}

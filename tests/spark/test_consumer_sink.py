@@ -27,8 +27,14 @@ from fsm_consumer.spark import ConsumerSink  # noqa: E402
 pytestmark = pytest.mark.integration
 HELPER = Path(__file__).with_name("sink_process.py")
 # follower_sync_delay_ms: Tansu 0.6 wants the leader's SyncGroup first (see tests/integration/group)
-FAST = dict(session_timeout_ms=3000, heartbeat_interval_ms=300, auto_offset_reset="earliest",
-            request_timeout_ms=5000, follower_sync_delay_ms=400, enable_auto_commit=False)
+FAST = dict(
+    session_timeout_ms=3000,
+    heartbeat_interval_ms=300,
+    auto_offset_reset="earliest",
+    request_timeout_ms=5000,
+    follower_sync_delay_ms=400,
+    enable_auto_commit=False,
+)
 
 
 def wait_until(check, timeout, what):
@@ -49,8 +55,15 @@ class SinkProcess:
             env["SINK_HOLD_BATCH"] = str(hold)
         self.stderr_path = tmp_path / f"{name}.stderr"
         with open(self.stderr_path, "w") as stderr:
-            self.proc = subprocess.Popen([sys.executable, str(HELPER), *args], stdout=subprocess.PIPE,
-                                         stderr=stderr, text=True, env=env, cwd=tmp_path, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, str(HELPER), *args],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env=env,
+                cwd=tmp_path,
+                start_new_session=True,
+            )
         self.events: list[dict] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -63,9 +76,12 @@ class SinkProcess:
     def wait_for(self, ev, timeout):
         def seen():
             if self.proc.poll() is not None and not any(e["ev"] == ev for e in self.events):
-                raise AssertionError(f"sink process exited ({self.proc.returncode}) before {ev!r}; stderr:\n"
-                                     + self.stderr_path.read_text()[-3000:])
+                raise AssertionError(
+                    f"sink process exited ({self.proc.returncode}) before {ev!r}; stderr:\n"
+                    + self.stderr_path.read_text()[-3000:]
+                )
             return any(e["ev"] == ev for e in self.events)
+
         wait_until(seen, timeout, f"{ev!r} from the sink process")
         return next(e for e in self.events if e["ev"] == ev)
 
@@ -80,7 +96,9 @@ def test_a_crash_between_write_and_commit_repeats_only_that_batch(spark, broker,
     topic = make_topic(partitions=3)
     produced = {}
     for p in range(3):
-        for (part, offset), i in zip(produce(topic, 400, partition=p, value=lambda i, p=p: f"{p}-{i}"), range(400)):
+        for (part, offset), i in zip(
+            produce(topic, 400, partition=p, value=lambda i, p=p: f"{p}-{i}"), range(400), strict=True
+        ):
             produced[(part, offset)] = f"{p}-{i}".encode()
     ends = {p: 1 + max(o for (q, o) in produced if q == p) for p in range(3)}
     path = str(tmp_path / "table")
@@ -103,8 +121,9 @@ def test_a_crash_between_write_and_commit_repeats_only_that_batch(spark, broker,
     assert all(produced[(r.partition, r.offset)] == r.value for r in rows)
     held_rows = {(int(p), o) for p, (first_offset, nxt) in held["offsets"].items() for o in range(first_offset, nxt)}
     duplicated = {key for key, n in counts.items() if n > 1}
-    assert duplicated == held_rows and max(counts.values()) == 2, \
+    assert duplicated == held_rows and max(counts.values()) == 2, (
         f"duplicates only from the batch written but not committed: {sorted(duplicated - held_rows)[:10]}"
+    )
 
 
 class _Recorder(ConsumerRebalanceListener):
@@ -126,8 +145,9 @@ def test_revocation_writes_and_commits_before_the_partitions_go(spark, broker, m
     for p in range(4):
         produce(topic, 50, partition=p)
     path = str(tmp_path / "table")
-    consumer = Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=group,
-                        partition_assignment_strategy=["range"], **FAST)
+    consumer = Consumer(
+        bootstrap_servers=broker.bootstrap_servers, group_id=group, partition_assignment_strategy=["range"], **FAST
+    )
     recorder = _Recorder()
     # never due by size or time: only the revocation (and the final flush) writes
     sink = recorder.sink = ConsumerSink(consumer, spark, path, max_records=100_000, max_wait_ms=600_000)
@@ -142,9 +162,17 @@ def test_revocation_writes_and_commits_before_the_partitions_go(spark, broker, m
             errors.append(exc)
 
     def run_peer():
-        pc = PeerConsumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
-                           "session.timeout.ms": 3000, "heartbeat.interval.ms": 300, "auto.offset.reset": "earliest",
-                           "partition.assignment.strategy": "range", "enable.auto.commit": False})
+        pc = PeerConsumer(
+            {
+                "bootstrap.servers": broker.bootstrap_servers,
+                "group.id": group,
+                "session.timeout.ms": 3000,
+                "heartbeat.interval.ms": 300,
+                "auto.offset.reset": "earliest",
+                "partition.assignment.strategy": "range",
+                "enable.auto.commit": False,
+            }
+        )
         try:
             pc.subscribe([topic], on_assign=lambda c, ps: peer_owned.update(p.partition for p in ps))
             while not stop_peer.is_set():
@@ -161,8 +189,11 @@ def test_revocation_writes_and_commits_before_the_partitions_go(spark, broker, m
         wait_until(lambda: sink.pending_rows == 200 or errors, 30, "the sink to hold all 200 records")
         assert not errors and not Path(path).exists()
         peer_thread.start()
-        wait_until(lambda: len(peer_owned) == 2 and consumer.assignment() and len(consumer.assignment()) == 2
-                   or errors, 60, "the group to split the partitions")
+        wait_until(
+            lambda: len(peer_owned) == 2 and consumer.assignment() and len(consumer.assignment()) == 2 or errors,
+            60,
+            "the group to split the partitions",
+        )
         assert not errors, errors
         revoked, pending, committed = recorder.revocations[0]
         assert revoked == {TopicPartition(topic, p) for p in range(4)}  # range is eager: all of them
@@ -170,8 +201,9 @@ def test_revocation_writes_and_commits_before_the_partitions_go(spark, broker, m
         assert sink.batches_written == 1 and sink.rows_written == 200
         for p in range(4):
             produce(topic, 30, partition=p)
-        wait_until(lambda: len(peer_seen) == 60 and sink.pending_rows == 60 or errors, 30,
-                   "the second records on both members")
+        wait_until(
+            lambda: len(peer_seen) == 60 and sink.pending_rows == 60 or errors, 30, "the second records on both members"
+        )
     finally:
         sink.stop()
         sink_thread.join(60)

@@ -19,8 +19,14 @@ from fsm_consumer.spark import StandaloneCluster  # noqa: E402
 
 def run_ingest(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    proc = subprocess.Popen([sys.executable, "-m", "fsm_consumer.cli", "ingest", "--quiet", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fsm_consumer.cli", "ingest", "--quiet", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     finally:
@@ -36,7 +42,7 @@ def written(path: Path) -> list[tuple[int, int]]:
     rows = []
     for f in files:
         t = pq.read_table(f, columns=["partition", "offset"])
-        rows += zip(t.column("partition").to_pylist(), t.column("offset").to_pylist())
+        rows += zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(), strict=False)
     return rows
 
 
@@ -60,14 +66,25 @@ def test_ingest_on_a_standalone_cluster(tmp_path, broker, make_topic, produce):
     out = tmp_path / "out"
     with StandaloneCluster(workers=1, cores=2, memory="1g", workdir=str(tmp_path / "cluster")) as cluster:
         assert cluster.alive_workers() == 1
-        done = run_ingest("--bootstrap-servers", broker.bootstrap_servers, "--topic", topic, "--to", str(out),
-                          "--master", cluster.master_url, "--commit-to-group", f"ingest-{topic}")
+        done = run_ingest(
+            "--bootstrap-servers",
+            broker.bootstrap_servers,
+            "--topic",
+            topic,
+            "--to",
+            str(out),
+            "--master",
+            cluster.master_url,
+            "--commit-to-group",
+            f"ingest-{topic}",
+        )
         assert done.returncode == 0, done.stdout[-3000:]
         # the executors ran on the worker: its work directory holds the application's executor logs
         assert any((tmp_path / "cluster" / "work").glob("app-*/*/stderr")), "no executor ran on the worker"
     rows = written(out)
     assert len(rows) == 3000 and len(set(rows)) == 3000
     from confluent_kafka import Consumer, TopicPartition
+
     peer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": f"ingest-{topic}"})
     try:
         committed = peer.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -31,66 +33,98 @@ def _refused(option_named: str, fragment: str = "", **options):
 
 def test_defaults_are_sparks():
     opts = parse(BASE)
-    assert (opts.subscribe, opts.starting, opts.ending, opts.fail_on_data_loss, opts.include_headers,
-            opts.min_partitions, opts.max_offsets_per_trigger, opts.commit_to_group) == (
-        ("t",), None, None, True, False, None, None, None)
+    assert (
+        opts.subscribe,
+        opts.starting,
+        opts.ending,
+        opts.fail_on_data_loss,
+        opts.include_headers,
+        opts.min_partitions,
+        opts.max_offsets_per_trigger,
+        opts.commit_to_group,
+    ) == (("t",), None, None, True, False, None, None, None)
     assert opts.poll_timeout_ms == 120_000 and opts.consumer_config(group_id=None) == {
-        "bootstrap_servers": "127.0.0.1:9092", "group_id": None}
+        "bootstrap_servers": "127.0.0.1:9092",
+        "group_id": None,
+    }
 
 
 def test_names_are_case_insensitive_and_kafka_options_map_to_consumer_keys():
-    opts = parse({"KAFKA.BOOTSTRAP.SERVERS": "h:1", "SubScribe": " a, b ,,a ", "INCLUDEHEADERS": "TRUE",
-                  "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
-                  "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
-                                            'username="alice" password="s3\\"cret";',
-                  "kafka.ssl.cafile": "/ca.pem", "kafka.ssl.endpoint.identification.algorithm": "",
-                  "kafka.max.poll.records": "1000", "kafka.check.crcs": "false",
-                  "kafka.isolation.level": "read_committed"})
+    opts = parse(
+        {
+            "KAFKA.BOOTSTRAP.SERVERS": "h:1",
+            "SubScribe": " a, b ,,a ",
+            "INCLUDEHEADERS": "TRUE",
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            'username="alice" password="s3\\"cret";',
+            "kafka.ssl.cafile": "/ca.pem",
+            "kafka.ssl.endpoint.identification.algorithm": "",
+            "kafka.max.poll.records": "1000",
+            "kafka.check.crcs": "false",
+            "kafka.isolation.level": "read_committed",
+        }
+    )
     assert opts.subscribe == ("a", "b") and opts.include_headers
     assert opts.kafka_params == {
-        "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "alice",
-        "sasl_plain_password": 's3"cret', "ssl_cafile": "/ca.pem", "ssl_check_hostname": False,
-        "max_poll_records": 1000, "check_crcs": False, "isolation_level": "read_committed"}
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": 's3"cret',
+        "ssl_cafile": "/ca.pem",
+        "ssl_check_hostname": False,
+        "max_poll_records": 1000,
+        "check_crcs": False,
+        "isolation_level": "read_committed",
+    }
 
 
-@pytest.mark.parametrize("options, named, fragment", [
-    ({"subscribe": "a", "assign": '{"a":[0]}'}, "assign", "only one of subscribe, subscribePattern, assign"),
-    ({"subscribePattern": "a", "subscribe": "b"}, "subscribePattern", "only one of"),
-    ({}, "subscribe", "must be specified"),
-    ({"subscribe": " , "}, "subscribe", "no topics"),
-    ({"subscribePattern": "a(("}, "subscribePattern", "not a regular expression"),
-    ({"assign": "{"}, "assign", "malformed JSON"),
-    ({"assign": '{"a":["0"]}'}, "assign", 'expected e.g. {"topicA":[0,1]'),
-    ({"assign": "{}"}, "assign", "no topic-partitions"),
-    ({"subscribe": "a", "startingOffsets": "newest"}, "startingOffsets", "is not one of earliest, latest"),
-    ({"subscribe": "a", "startingOffsets": '{"a":{"0":-3}}'}, "startingOffsets", "-3 for a-0"),
-    ({"subscribe": "a", "startingOffsets": '{"a":{"x":1}}'}, "startingOffsets", "expected e.g."),
-    ({"subscribe": "a", "startingOffsets": '{"a":{"0":1}'}, "startingOffsets", "malformed JSON"),
-    ({"subscribe": "a", "startingTimestamp": "yesterday"}, "startingTimestamp", "a long"),
-    ({"subscribe": "a", "startingOffsetsByTimestamp": '{"a":{"0":-1}}'}, "startingOffsetsByTimestamp", "-1"),
-    ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "fail"}, "startingOffsetsByTimestampStrategy", ""),
-    ({"subscribe": "a", "minPartitions": "0"}, "minPartitions", ">= 1"),
-    ({"subscribe": "a", "maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger", "not an integer"),
-    ({"subscribe": "a", "failOnDataLoss": "yes"}, "failOnDataLoss", "boolean"),
-    ({"subscribe": "a", "includeHeaders": "1"}, "includeHeaders", "boolean"),
-    ({"subscribe": "a", "commitToGroup": " "}, "commitToGroup", "empty"),
-    ({"subscribe": "a", "startingoffset": "earliest"}, "startingoffset", "did you mean 'startingOffsets'?"),
-    ({"subscribe": "a", "subscribepatern": "x"}, "subscribepatern", "did you mean 'subscribePattern'?"),
-    ({"subscribe": "a", "flux": "1"}, "flux", "unknown option"),
-    ({"subscribe": "a", "topic": "a"}, "topic", "the Kafka sink's option"),
-    ({"subscribe": "a", "minOffsetsPerTrigger": "10"}, "minOffsetsPerTrigger", "not implemented"),
-    ({"subscribe": "a", "kafka.group.id": "g"}, "kafka.group.id", "commitToGroup"),
-    ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset", "startingOffsets"),
-    ({"subscribe": "a", "kafka.enable.auto.commit": "true"}, "kafka.enable.auto.commit", "never commits"),
-    ({"subscribe": "a", "kafka.value.deserializer": "x"}, "kafka.value.deserializer", "bytes"),
-    ({"subscribe": "a", "kafka.ssl.context": "x"}, "kafka.ssl.context", "Python object"),
-    ({"subscribe": "a", "kafka.max.pol.records": "5"}, "kafka.max.pol.records", "did you mean 'kafka.max.poll.records'?"),
-    ({"subscribe": "a", "kafka.max.poll.records": "many"}, "kafka.max.poll.records", "not an integer"),
-    ({"subscribe": "a", "kafka.max.poll.records": "0"}, "kafka.max.poll.records", "an integer >= 1"),
-    ({"subscribe": "a", "kafka.security.protocol": "TLS"}, "kafka.security.protocol", "'TLS' is not allowed"),
-    ({"subscribe": "a", "kafka.security.protocol": "SASL_SSL"}, "kafka.sasl.mechanism", "is required"),
-    ({"subscribe": "a", "kafka.sasl.jaas.config": "x required;"}, "kafka.sasl.jaas.config", "username="),
-])
+@pytest.mark.parametrize(
+    "options, named, fragment",
+    [
+        ({"subscribe": "a", "assign": '{"a":[0]}'}, "assign", "only one of subscribe, subscribePattern, assign"),
+        ({"subscribePattern": "a", "subscribe": "b"}, "subscribePattern", "only one of"),
+        ({}, "subscribe", "must be specified"),
+        ({"subscribe": " , "}, "subscribe", "no topics"),
+        ({"subscribePattern": "a(("}, "subscribePattern", "not a regular expression"),
+        ({"assign": "{"}, "assign", "malformed JSON"),
+        ({"assign": '{"a":["0"]}'}, "assign", 'expected e.g. {"topicA":[0,1]'),
+        ({"assign": "{}"}, "assign", "no topic-partitions"),
+        ({"subscribe": "a", "startingOffsets": "newest"}, "startingOffsets", "is not one of earliest, latest"),
+        ({"subscribe": "a", "startingOffsets": '{"a":{"0":-3}}'}, "startingOffsets", "-3 for a-0"),
+        ({"subscribe": "a", "startingOffsets": '{"a":{"x":1}}'}, "startingOffsets", "expected e.g."),
+        ({"subscribe": "a", "startingOffsets": '{"a":{"0":1}'}, "startingOffsets", "malformed JSON"),
+        ({"subscribe": "a", "startingTimestamp": "yesterday"}, "startingTimestamp", "a long"),
+        ({"subscribe": "a", "startingOffsetsByTimestamp": '{"a":{"0":-1}}'}, "startingOffsetsByTimestamp", "-1"),
+        ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "fail"}, "startingOffsetsByTimestampStrategy", ""),
+        ({"subscribe": "a", "minPartitions": "0"}, "minPartitions", ">= 1"),
+        ({"subscribe": "a", "maxOffsetsPerTrigger": "ten"}, "maxOffsetsPerTrigger", "not an integer"),
+        ({"subscribe": "a", "failOnDataLoss": "yes"}, "failOnDataLoss", "boolean"),
+        ({"subscribe": "a", "includeHeaders": "1"}, "includeHeaders", "boolean"),
+        ({"subscribe": "a", "commitToGroup": " "}, "commitToGroup", "empty"),
+        ({"subscribe": "a", "startingoffset": "earliest"}, "startingoffset", "did you mean 'startingOffsets'?"),
+        ({"subscribe": "a", "subscribepatern": "x"}, "subscribepatern", "did you mean 'subscribePattern'?"),
+        ({"subscribe": "a", "flux": "1"}, "flux", "unknown option"),
+        ({"subscribe": "a", "topic": "a"}, "topic", "the Kafka sink's option"),
+        ({"subscribe": "a", "minOffsetsPerTrigger": "10"}, "minOffsetsPerTrigger", "not implemented"),
+        ({"subscribe": "a", "kafka.group.id": "g"}, "kafka.group.id", "commitToGroup"),
+        ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset", "startingOffsets"),
+        ({"subscribe": "a", "kafka.enable.auto.commit": "true"}, "kafka.enable.auto.commit", "never commits"),
+        ({"subscribe": "a", "kafka.value.deserializer": "x"}, "kafka.value.deserializer", "bytes"),
+        ({"subscribe": "a", "kafka.ssl.context": "x"}, "kafka.ssl.context", "Python object"),
+        (
+            {"subscribe": "a", "kafka.max.pol.records": "5"},
+            "kafka.max.pol.records",
+            "did you mean 'kafka.max.poll.records'?",
+        ),
+        ({"subscribe": "a", "kafka.max.poll.records": "many"}, "kafka.max.poll.records", "not an integer"),
+        ({"subscribe": "a", "kafka.max.poll.records": "0"}, "kafka.max.poll.records", "an integer >= 1"),
+        ({"subscribe": "a", "kafka.security.protocol": "TLS"}, "kafka.security.protocol", "'TLS' is not allowed"),
+        ({"subscribe": "a", "kafka.security.protocol": "SASL_SSL"}, "kafka.sasl.mechanism", "is required"),
+        ({"subscribe": "a", "kafka.sasl.jaas.config": "x required;"}, "kafka.sasl.jaas.config", "username="),
+    ],
+)
 def test_bad_options_are_named(options, named, fragment):
     _refused(named, fragment, **{"kafka.bootstrap.servers": "h:1", **options})
 
@@ -100,13 +134,16 @@ def test_missing_bootstrap_servers():
     _refused("kafka.bootstrap.servers", "required", subscribe="a", **{"kafka.bootstrap.servers": " "})
 
 
-@pytest.mark.parametrize("options, named", [
-    ({"startingOffsets": "latest"}, "startingOffsets"),
-    ({"startingOffsets": '{"t":{"0":-1}}'}, "startingOffsets"),
-    ({"endingOffsets": "earliest"}, "endingOffsets"),
-    ({"endingOffsets": '{"t":{"0":-2}}'}, "endingOffsets"),
-    ({"commitToGroup": "g"}, "commitToGroup"),
-])
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ({"startingOffsets": "latest"}, "startingOffsets"),
+        ({"startingOffsets": '{"t":{"0":-1}}'}, "startingOffsets"),
+        ({"endingOffsets": "earliest"}, "endingOffsets"),
+        ({"endingOffsets": '{"t":{"0":-2}}'}, "endingOffsets"),
+        ({"commitToGroup": "g"}, "commitToGroup"),
+    ],
+)
 def test_what_a_batch_read_refuses(options, named):
     with pytest.raises(KafkaOptionError) as caught:
         check_batch(_parse(**options))
@@ -132,7 +169,10 @@ def test_starting_precedence_and_parsed_specs():
     opts = _parse(startingOffsets=' {"t":{"1":-2,"0":17}} ', endingOffsets="LATEST")
     assert opts.starting.offsets == {("t", 0): 17, ("t", 1): -2} and opts.ending.kind == "latest"
     assert parse({"kafka.bootstrap.servers": "h:1", "assign": '{"b":[2,0],"a":[1]}'}).assign == (
-        ("a", 1), ("b", 0), ("b", 2))
+        ("a", 1),
+        ("b", 0),
+        ("b", 2),
+    )
 
 
 class _Lookup:
@@ -161,7 +201,9 @@ def test_resolve_offsets_json_timestamps_and_the_all_partitions_rule():
     spec = _parse(startingOffsets='{"t":{"0":-2,"1":-1}}').starting
     assert resolve(spec, TPS, lookup, ending=False) == {("t", 0): 10, ("t", 1): 100}
     assert resolve(_parse(startingOffsets='{"t":{"0":5,"1":6}}').starting, TPS, lookup, ending=False) == {
-        ("t", 0): 5, ("t", 1): 6}
+        ("t", 0): 5,
+        ("t", 1): 6,
+    }
     with pytest.raises(KafkaOptionError, match="must name all the TopicPartitions read: named t-0; read t-0, t-1"):
         resolve(_parse(startingOffsets='{"t":{"0":5}}').starting, TPS, lookup, ending=False)
     spec = _parse(startingTimestamp="42000").starting
@@ -187,7 +229,7 @@ def _covers(pieces, ranges):
             assert not got
             continue
         assert got[0].start == r.start and got[-1].end == r.end
-        assert all(a.end == b.start and a.size > 0 for a, b in zip(got, got[1:] + [None]) if b is not None)
+        assert all(a.end == b.start and a.size > 0 for a, b in pairwise(got))
     assert not by_tp
 
 
@@ -211,8 +253,11 @@ def test_split_max_records_per_partition():
     assert [(p.partition, p.size) for p in pieces] == [(0, 250), (0, 250), (0, 250), (0, 250), (1, 10)]
 
 
-@given(sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=6), wanted=st.integers(1, 40),
-       cap=st.one_of(st.none(), st.integers(1, 3000)))
+@given(
+    sizes=st.lists(st.integers(0, 5000), min_size=1, max_size=6),
+    wanted=st.integers(1, 40),
+    cap=st.one_of(st.none(), st.integers(1, 3000)),
+)
 def test_split_covers_every_offset_once(sizes, wanted, cap):
     ranges = [KafkaRange("t", p, 100, 100 + size) for p, size in enumerate(sizes)]
     pieces = split(ranges, wanted, cap)

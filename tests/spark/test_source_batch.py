@@ -15,21 +15,35 @@ from fsm_consumer.spark import KafkaDataSource  # noqa: E402
 pytestmark = pytest.mark.integration
 
 PARTITIONS, PER_PARTITION = 4, 25_000
-SPARK_KAFKA_FIELDS = [("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"),
-                      ("offset", "bigint"), ("timestamp", "timestamp"), ("timestampType", "int")]
+SPARK_KAFKA_FIELDS = [
+    ("key", "binary"),
+    ("value", "binary"),
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "bigint"),
+    ("timestamp", "timestamp"),
+    ("timestampType", "int"),
+]
 
 
-def _fill(servers: str, topic: str, per_partition: int, partitions: int, value=lambda p, i: b"%d-%d" % (p, i),
-          headers=None) -> None:
+def _fill(
+    servers: str, topic: str, per_partition: int, partitions: int, value=lambda p, i: b"%d-%d" % (p, i), headers=None
+) -> None:
     """Produce fast (no per-record callback): ``per_partition`` records into each partition, in order.
 
     Idempotent, so a retried batch (a broker slow to take a new topic's first writes) can neither land
     twice nor after a later batch: every value then sits at the offset it names, which the tests check."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True, "linger.ms": 20,
-                         "batch.num.messages": 10_000,
-                         "queue.buffering.max.messages": 2 * per_partition * partitions + 1000})
+    producer = Producer(
+        {
+            "bootstrap.servers": servers,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 2 * per_partition * partitions + 1000,
+        }
+    )
     for i in range(per_partition):
         for p in range(partitions):
             producer.produce(topic, value=value(p, i), key=b"k%d" % i, partition=p, headers=headers)
@@ -57,8 +71,9 @@ def _per_partition(df) -> dict[int, tuple[int, int, int, int]]:
     """partition -> (rows, distinct offsets, min offset, max offset)."""
     from pyspark.sql import functions as F
 
-    rows = df.groupBy("partition").agg(F.count("*"), F.countDistinct("offset"), F.min("offset"),
-                                       F.max("offset")).collect()
+    rows = (
+        df.groupBy("partition").agg(F.count("*"), F.countDistinct("offset"), F.min("offset"), F.max("offset")).collect()
+    )
     return {r[0]: tuple(r[1:]) for r in rows}
 
 
@@ -70,14 +85,24 @@ def test_every_record_exactly_once_and_spark_kafka_schema(kafka, big_topic):
     assert all(f.nullable for f in df.schema.fields)
     assert df.rdd.getNumPartitions() == PARTITIONS  # one input partition per Kafka partition
     # the values are the records produced: "<partition>-<index>" at offset index, key "k<index>"
-    wrong = ((F.col("value").cast("string") != F.concat_ws("-", F.col("partition").cast("string"),
-                                                           F.col("offset").cast("string")))
-             | (F.col("key").cast("string") != F.concat(F.lit("k"), F.col("offset").cast("string")))
-             | (F.col("topic") != big_topic) | (F.col("timestampType") != 0) | F.col("timestamp").isNull())
-    rows = df.groupBy("partition").agg(F.count("*"), F.countDistinct("offset"), F.min("offset"), F.max("offset"),
-                                       F.sum(wrong.cast("int"))).collect()  # one scan
+    wrong = (
+        (
+            F.col("value").cast("string")
+            != F.concat_ws("-", F.col("partition").cast("string"), F.col("offset").cast("string"))
+        )
+        | (F.col("key").cast("string") != F.concat(F.lit("k"), F.col("offset").cast("string")))
+        | (F.col("topic") != big_topic)
+        | (F.col("timestampType") != 0)
+        | F.col("timestamp").isNull()
+    )
+    rows = (
+        df.groupBy("partition")
+        .agg(F.count("*"), F.countDistinct("offset"), F.min("offset"), F.max("offset"), F.sum(wrong.cast("int")))
+        .collect()
+    )  # one scan
     assert {r[0]: tuple(r[1:]) for r in rows} == {
-        p: (PER_PARTITION, PER_PARTITION, 0, PER_PARTITION - 1, 0) for p in range(PARTITIONS)}
+        p: (PER_PARTITION, PER_PARTITION, 0, PER_PARTITION - 1, 0) for p in range(PARTITIONS)
+    }
 
 
 def test_min_partitions_splits_the_ranges(kafka, big_topic):
@@ -103,8 +128,11 @@ def test_starting_and_ending_offsets_json_and_assign(kafka, make_topic, produce)
     topic = make_topic(partitions=2)
     produce(topic, 50, partition=0)
     produce(topic, 30, partition=1)
-    df = kafka(subscribe=topic, startingOffsets=f'{{"{topic}":{{"0":10,"1":-2}}}}',
-               endingOffsets=f'{{"{topic}":{{"0":20,"1":-1}}}}').load()
+    df = kafka(
+        subscribe=topic,
+        startingOffsets=f'{{"{topic}":{{"0":10,"1":-2}}}}',
+        endingOffsets=f'{{"{topic}":{{"0":20,"1":-1}}}}',
+    ).load()
     assert _per_partition(df) == {0: (10, 10, 10, 19), 1: (30, 30, 0, 29)}
     df = kafka(assign=f'{{"{topic}":[1]}}', startingOffsets=f'{{"{topic}":{{"1":25}}}}').load()
     assert _per_partition(df) == {1: (5, 5, 25, 29)}
@@ -128,8 +156,11 @@ def test_timestamp_type_column_from_log_append_time_batches():
     from fsm_consumer.spark._schema import arrow_schema, to_spark
 
     ts = 1_700_000_000_000
-    data = batch([b"a", b"b"], log_append_time=ts) + batch([b"c"], base_offset=2) + batch([b"d"], base_offset=3,
-                                                                                         log_append_time=ts + 5)
+    data = (
+        batch([b"a", b"b"], log_append_time=ts)
+        + batch([b"c"], base_offset=2)
+        + batch([b"d"], base_offset=3, log_append_time=ts + 5)
+    )
     columns = decode_partition_columns("t", 0, data, fetch_offset=1).columns
     polled = assemble([(TopicPartition("t", 0), columns.slice(0, 2)), (TopicPartition("t", 0), columns.slice(2))])
     assert polled.column("timestamp_type").to_pylist() == [1, 0, 1]
@@ -140,20 +171,23 @@ def test_timestamp_type_column_from_log_append_time_batches():
     assert rows.column("topic").to_pylist() == ["t"] * 3
 
 
-@pytest.mark.parametrize("options, named", [
-    ({"subscribe": "a", "assign": '{"a":[0]}'}, "assign"),
-    ({"subscribe": "a", "subscribePattern": "a.*"}, "subscribePattern"),
-    ({}, "subscribe"),
-    ({"assign": '{"a":[0'}, "assign"),
-    ({"subscribe": "a", "startingOffsets": '{"a":{"0":}}'}, "startingOffsets"),
-    # unknown: named as given (pyspark lower-cases option names), with the closest known one
-    ({"subscribe": "a", "startingOfsets": "earliest"}, "startingofsets': unknown option"),
-    ({"subscribe": "a", "startingOfsets": "earliest"}, "did you mean 'startingOffsets'?"),
-    ({"subscribe": "a", "kafka.security.protocl": "SSL"}, "kafka.security.protocl': no fsm_consumer config key"),
-    ({"subscribe": "a", "kafka.security.protocl": "SSL"}, "did you mean 'kafka.security.protocol'?"),
-    ({"subscribe": "a", "kafka.group.id": "g"}, "kafka.group.id"),
-    ({"subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
-])
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ({"subscribe": "a", "assign": '{"a":[0]}'}, "assign"),
+        ({"subscribe": "a", "subscribePattern": "a.*"}, "subscribePattern"),
+        ({}, "subscribe"),
+        ({"assign": '{"a":[0'}, "assign"),
+        ({"subscribe": "a", "startingOffsets": '{"a":{"0":}}'}, "startingOffsets"),
+        # unknown: named as given (pyspark lower-cases option names), with the closest known one
+        ({"subscribe": "a", "startingOfsets": "earliest"}, "startingofsets': unknown option"),
+        ({"subscribe": "a", "startingOfsets": "earliest"}, "did you mean 'startingOffsets'?"),
+        ({"subscribe": "a", "kafka.security.protocl": "SSL"}, "kafka.security.protocl': no fsm_consumer config key"),
+        ({"subscribe": "a", "kafka.security.protocl": "SSL"}, "did you mean 'kafka.security.protocol'?"),
+        ({"subscribe": "a", "kafka.group.id": "g"}, "kafka.group.id"),
+        ({"subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
+    ],
+)
 def test_bad_options_fail_naming_the_option(kafka, options, named):
     with pytest.raises(Exception) as caught:  # at load(): pyspark asks the source for its schema there
         kafka(**options).load()
@@ -167,11 +201,14 @@ def test_missing_bootstrap_servers_is_named(spark, kafka):
     assert "fsm_kafka option 'kafka.bootstrap.servers'" in str(caught.value)
 
 
-@pytest.mark.parametrize("options, named", [
-    ({"startingOffsets": "latest"}, "startingOffsets"),
-    ({"endingOffsets": "earliest"}, "endingOffsets"),
-    ({"commitToGroup": "g"}, "commitToGroup"),
-])
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ({"startingOffsets": "latest"}, "startingOffsets"),
+        ({"endingOffsets": "earliest"}, "endingOffsets"),
+        ({"commitToGroup": "g"}, "commitToGroup"),
+    ],
+)
 def test_what_spark_refuses_in_batch_reads(kafka, big_topic, options, named):
     with pytest.raises(Exception) as caught:
         kafka(subscribe=big_topic, **options).load().collect()
@@ -193,8 +230,12 @@ def test_register_with_spark_itself(spark, broker, make_topic, produce):
     topic = make_topic(partitions=1)
     produce(topic, 3, partition=0)
     spark.dataSource.register(KafkaDataSource)
-    df = (spark.read.format("FSM_KAFKA").option("Kafka.Bootstrap.Servers", broker.bootstrap_servers)
-          .option("SUBSCRIBE", topic).load())
+    df = (
+        spark.read.format("FSM_KAFKA")
+        .option("Kafka.Bootstrap.Servers", broker.bootstrap_servers)
+        .option("SUBSCRIBE", topic)
+        .load()
+    )
     assert df.count() == 3
 
 

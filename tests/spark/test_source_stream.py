@@ -113,8 +113,9 @@ def test_max_offsets_per_trigger_bounds_each_batch(stream, make_topic, produce, 
     topic = make_topic(partitions=2)
     produce(topic, 600, partition=0)
     produce(topic, 400, partition=1)
-    progress = _available_now(stream(subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger=300),
-                              tmp_path / "checkpoint")
+    progress = _available_now(
+        stream(subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger=300), tmp_path / "checkpoint"
+    )
     sizes = [p["numInputRows"] for p in progress if p["numInputRows"]]
     assert sizes == [300, 300, 300, 100]  # shared in proportion: 180 + 120 per batch
     source = progress[-1]["sources"][0]

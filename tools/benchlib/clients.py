@@ -41,7 +41,9 @@ def run_fsm(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict
         c.close()
 
 
-def run_fsm_columnar(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, int, float, float]:
+def run_fsm_columnar(
+    bootstrap: str, topic: str, partitions: int, expect: int, opts: dict
+) -> tuple[int, int, float, float]:
     c = _fsm(bootstrap, topic, partitions, opts)
     try:
         return _timed(lambda: c.poll_batch(timeout_ms=1000, max_records=BATCH).num_rows, expect)
@@ -49,7 +51,9 @@ def run_fsm_columnar(bootstrap: str, topic: str, partitions: int, expect: int, o
         c.close()
 
 
-def run_kafka_python(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, int, float, float]:
+def run_kafka_python(
+    bootstrap: str, topic: str, partitions: int, expect: int, opts: dict
+) -> tuple[int, int, float, float]:
     from kafka import KafkaConsumer, TopicPartition
 
     c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False, **opts)
@@ -60,17 +64,22 @@ def run_kafka_python(bootstrap: str, topic: str, partitions: int, expect: int, o
         c.close()
 
 
-def run_confluent(bootstrap: str, topic: str, partitions: int, expect: int, opts: dict) -> tuple[int, int, float, float]:
+def run_confluent(
+    bootstrap: str, topic: str, partitions: int, expect: int, opts: dict
+) -> tuple[int, int, float, float]:
     from confluent_kafka import Consumer, TopicPartition
 
-    conf = {"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}", "enable.auto.commit": False,
-            "auto.offset.reset": "earliest"}
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"bench-{time.time_ns()}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
     conf.update(opts)
     c = Consumer(conf)
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     try:
-        return _timed(lambda: sum(1 for m in c.consume(num_messages=BATCH, timeout=1.0) if m.error() is None),
-                      expect)
+        return _timed(lambda: sum(1 for m in c.consume(num_messages=BATCH, timeout=1.0) if m.error() is None), expect)
     finally:
         c.close()
 
@@ -81,8 +90,9 @@ def run_aiokafka(bootstrap: str, topic: str, partitions: int, expect: int, opts:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     async def main():
-        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
-                             **opts)
+        c = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", **opts
+        )
         await c.start()
         c.assign([TopicPartition(topic, p) for p in range(partitions)])
         got, first, first_n, deadline = 0, None, 0, time.monotonic() + 300

@@ -19,8 +19,16 @@ HERE = Path(__file__).resolve().parent.parent
 def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int, compression: str) -> None:
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000,
-                  "batch.size": 1_000_000, "compression.type": compression, "queue.buffering.max.messages": 500_000})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.num.messages": 10_000,
+            "batch.size": 1_000_000,
+            "compression.type": compression,
+            "queue.buffering.max.messages": 500_000,
+        }
+    )
     value = b"x" * size
     for i in range(records):
         while True:
@@ -35,8 +43,12 @@ def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int, c
 
 
 # what each client imports, so its baseline RSS counts the interpreter and the library, not the consuming
-LIBRARIES = {"fsm_consumer": "fsm_consumer.consumer", "kafka-python": "kafka", "confluent-kafka": "confluent_kafka",
-             "aiokafka": "aiokafka"}
+LIBRARIES = {
+    "fsm_consumer": "fsm_consumer.consumer",
+    "kafka-python": "kafka",
+    "confluent-kafka": "confluent_kafka",
+    "aiokafka": "aiokafka",
+}
 
 
 def _status_mb(field: str) -> float:
@@ -61,10 +73,20 @@ def child(argv: list[str]) -> int:
     cpu0 = time.process_time()  # every thread of the process (librdkafka's too), from here: not the imports
     t0 = time.monotonic()
     got, first_n, first, last = fn(bootstrap, topic, partitions, expect, opts)
-    print(json.dumps({"records": got, "rate_records": got - first_n, "first_s": first - t0,
-                      "span_s": max(last - first, 1e-9), "total_s": last - t0,
-                      "cpu_s": time.process_time() - cpu0,
-                      "baseline_rss_mb": baseline, "peak_rss_mb": _status_mb("VmHWM")}))
+    print(
+        json.dumps(
+            {
+                "records": got,
+                "rate_records": got - first_n,
+                "first_s": first - t0,
+                "span_s": max(last - first, 1e-9),
+                "total_s": last - t0,
+                "cpu_s": time.process_time() - cpu0,
+                "baseline_rss_mb": baseline,
+                "peak_rss_mb": _status_mb("VmHWM"),
+            }
+        )
+    )
     return 0
 
 
@@ -79,8 +101,16 @@ def run_child(name: str, bootstrap: str, topic: str, partitions: int, expect: in
     proc.returncode = os.waitstatus_to_exitcode(status)
     lines = out.strip().splitlines()
     if proc.returncode != 0 or not lines:  # e.g. a client without the codec: reported, not fatal
-        result = {"records": 0, "rate_records": 0, "first_s": 0.0, "span_s": 1e-9, "total_s": 0.0,
-                  "baseline_rss_mb": 0.0, "peak_rss_mb": usage.ru_maxrss / 1024, "error": f"exit {proc.returncode}"}
+        result = {
+            "records": 0,
+            "rate_records": 0,
+            "first_s": 0.0,
+            "span_s": 1e-9,
+            "total_s": 0.0,
+            "baseline_rss_mb": 0.0,
+            "peak_rss_mb": usage.ru_maxrss / 1024,
+            "error": f"exit {proc.returncode}",
+        }
     else:
         result = json.loads(lines[-1])
     result["cpu_total_s"] = usage.ru_utime + usage.ru_stime  # with the interpreter's start and the imports
@@ -132,26 +162,40 @@ def bench_consume(args, kind: str = "tansu") -> list[dict]:
         broker.create_topic(topic, partitions=args.partitions)
         t = time.monotonic()
         fill(broker.bootstrap_servers, topic, args.partitions, args.records, args.size, args.compression)
-        print(f"# filled {topic}: {args.records} x {args.size} B ({args.compression}) in "
-              f"{time.monotonic() - t:.1f} s", file=sys.stderr)
+        print(
+            f"# filled {topic}: {args.records} x {args.size} B ({args.compression}) in {time.monotonic() - t:.1f} s",
+            file=sys.stderr,
+        )
         runs: dict[str, list[dict]] = {c: [] for c in clients}
         for i in range(args.runs):
             for c in clients:  # alternate: A B C A B C ...
                 r = run_child(c, broker.bootstrap_servers, topic, args.partitions, args.records)
                 runs[c].append(r)
-                print(f"# {kind} run {i + 1} {c}: {r['rate_records'] / r['span_s']:,.0f} rec/s, cpu {r['cpu_s']:.2f} s",
-                      file=sys.stderr)
+                print(
+                    f"# {kind} run {i + 1} {c}: {r['rate_records'] / r['span_s']:,.0f} rec/s, cpu {r['cpu_s']:.2f} s",
+                    file=sys.stderr,
+                )
     for c, rs in runs.items():
         ok = [r for r in rs if r["records"] >= args.records]
         rate = statistics.median([r["rate_records"] / r["span_s"] for r in ok]) if ok else 0.0
-        rows.append({
-            "bench": "consume", "broker": kind, "client": c, "records": args.records, "size": args.size,
-            "compression": args.compression, "runs": len(rs), "complete_runs": len(ok),
-            "records_per_s": round(rate), "mb_per_s": round(rate * args.size / 1e6, 1),
-            "cpu_s_per_million": round(statistics.median([r["cpu_s"] for r in rs]) * 1e6 / args.records, 2),
-            "peak_rss_mb": round(max(r["peak_rss_mb"] for r in rs), 1),
-            "baseline_rss_mb": round(statistics.median([r["baseline_rss_mb"] for r in rs]), 1),
-            "first_record_s": round(statistics.median([r["first_s"] for r in rs]), 3)})
+        rows.append(
+            {
+                "bench": "consume",
+                "broker": kind,
+                "client": c,
+                "records": args.records,
+                "size": args.size,
+                "compression": args.compression,
+                "runs": len(rs),
+                "complete_runs": len(ok),
+                "records_per_s": round(rate),
+                "mb_per_s": round(rate * args.size / 1e6, 1),
+                "cpu_s_per_million": round(statistics.median([r["cpu_s"] for r in rs]) * 1e6 / args.records, 2),
+                "peak_rss_mb": round(max(r["peak_rss_mb"] for r in rs), 1),
+                "baseline_rss_mb": round(statistics.median([r["baseline_rss_mb"] for r in rs]), 1),
+                "first_record_s": round(statistics.median([r["first_s"] for r in rs]), 3),
+            }
+        )
     for key, name in (("fsm_ratio", "fsm_consumer"), ("batch_ratio", "fsm_consumer(poll_batch)")):
         ours = next((r for r in rows if r["client"] == name), None)
         for r in rows:
@@ -160,16 +204,20 @@ def bench_consume(args, kind: str = "tansu") -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| broker | scenario | client | records/s | MB/s | CPU s per 1M | peak RSS MB (baseline) | first record s "
-            "| poll() / client | poll_batch() / client |\n"
-            "|---|---|---|---|---|---|---|---|---|---|")
+    head = (
+        "| broker | scenario | client | records/s | MB/s | CPU s per 1M | peak RSS MB (baseline) | first record s "
+        "| poll() / client | poll_batch() / client |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
+    )
     lines = [head]
     for r in rows:
-        lines.append(f"| {r.get('broker', 'tansu')} | {r.get('scenario', '-')} "
-                     f"({r['records']:,} x {r['size']} B, {r['compression']}) | "
-                     f"{r['client']} | {r['records_per_s']:,} | {r['mb_per_s']} | {r['cpu_s_per_million']} | "
-                     f"{r['peak_rss_mb']} ({r.get('baseline_rss_mb', '-')}) | {r['first_record_s']} | "
-                     f"{r['fsm_ratio']} | {r.get('batch_ratio')} |")
+        lines.append(
+            f"| {r.get('broker', 'tansu')} | {r.get('scenario', '-')} "
+            f"({r['records']:,} x {r['size']} B, {r['compression']}) | "
+            f"{r['client']} | {r['records_per_s']:,} | {r['mb_per_s']} | {r['cpu_s_per_million']} | "
+            f"{r['peak_rss_mb']} ({r.get('baseline_rss_mb', '-')}) | {r['first_record_s']} | "
+            f"{r['fsm_ratio']} | {r.get('batch_ratio')} |"
+        )
     return "\n".join(lines)
 
 
@@ -177,10 +225,12 @@ def chart(rows: list[dict], path: Path) -> bool:
     """A grouped bar chart of records/s per scenario and client; False if matplotlib is missing."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return False
+
     def group(r: dict) -> str:
         return f"{r.get('scenario', '-')} on {r.get('broker', 'tansu')}"
 
@@ -189,8 +239,9 @@ def chart(rows: list[dict], path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(10, 4.5))
     width = 0.8 / max(len(clients), 1)
     for i, client in enumerate(clients):
-        vals = [next((r["records_per_s"] for r in rows if r["client"] == client and group(r) == s), 0)
-                for s in scenarios]
+        vals = [
+            next((r["records_per_s"] for r in rows if r["client"] == client and group(r) == s), 0) for s in scenarios
+        ]
         ax.bar([x + i * width for x in range(len(scenarios))], vals, width, label=client)
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(scenarios))], scenarios)
     ax.set_ylabel("records/s (median)")

@@ -21,8 +21,12 @@ def peer_command(main: str, *args: str, heap: str | None = None) -> list[str]:
     if not (classes / f"{main}.class").is_file():
         classes.mkdir(parents=True, exist_ok=True)
         javac = Path(java).with_name("javac")
-        done = subprocess.run([str(javac), "-cp", f"{libs}/*", "-d", str(classes), *map(str, sources)],
-                              capture_output=True, text=True, timeout=180)
+        done = subprocess.run(
+            [str(javac), "-cp", f"{libs}/*", "-d", str(classes), *map(str, sources)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         if done.returncode != 0:
             raise KafkaNotFoundError(f"javac could not compile {PEERS}: {done.stderr[-2000:]}")
     return [java, *([f"-Xmx{heap}"] if heap else []), "-cp", f"{classes}:{libs}/*", main, *args]

@@ -39,6 +39,7 @@ def _consume(kind, bootstrap, topic, seconds):
     deadline = time.monotonic() + seconds
     if kind == "fsm_consumer":
         from fsm_consumer import Consumer, TopicPartition
+
         c = Consumer(bootstrap_servers=bootstrap, auto_offset_reset="latest", fetch_max_wait_ms=100)
         c.assign([TopicPartition(topic, 0)])
         c.position(TopicPartition(topic, 0))
@@ -49,8 +50,15 @@ def _consume(kind, bootstrap, topic, seconds):
         c.close()
     else:
         from confluent_kafka import OFFSET_END, Consumer, TopicPartition
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{time.time_ns()}",
-                      "fetch.wait.max.ms": 100, "fetch.queue.backoff.ms": 10})
+
+        c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"lat-{time.time_ns()}",
+                "fetch.wait.max.ms": 100,
+                "fetch.queue.backoff.ms": 10,
+            }
+        )
         c.assign([TopicPartition(topic, 0, OFFSET_END)])  # like ours: no group join delay
         while time.monotonic() < deadline:
             for m in c.consume(num_messages=1000, timeout=0.1):
@@ -76,8 +84,9 @@ def _one_latency(args, broker, kind: str) -> dict:
     broker.create_topic(topic, partitions=1)
     stop = threading.Event()
     result = {}
-    consumer = threading.Thread(target=lambda: result.setdefault("lat", _consume(
-        kind, broker.bootstrap_servers, topic, args.seconds + 5)))  # 2.5 s to settle, 2.5 s for the last records
+    consumer = threading.Thread(
+        target=lambda: result.setdefault("lat", _consume(kind, broker.bootstrap_servers, topic, args.seconds + 5))
+    )  # 2.5 s to settle, 2.5 s for the last records
     consumer.start()
     time.sleep(2.5)  # let the consumer settle at the end of the log
     _produce_steady(broker.bootstrap_servers, topic, args.rate, args.seconds, stop)
@@ -85,14 +94,21 @@ def _one_latency(args, broker, kind: str) -> dict:
     lat = sorted(result.get("lat", []))
     if not lat:
         return {"client": kind, "records": 0}
-    return {"client": kind, "rate": args.rate, "records": len(lat),
-            "p50_ms": round(lat[len(lat) // 2] / 1e6, 2),
-            "p99_ms": round(lat[int(len(lat) * 0.99)] / 1e6, 2),
-            "mean_ms": round(statistics.fmean(lat) / 1e6, 2)}
+    return {
+        "client": kind,
+        "rate": args.rate,
+        "records": len(lat),
+        "p50_ms": round(lat[len(lat) // 2] / 1e6, 2),
+        "p99_ms": round(lat[int(len(lat) * 0.99)] / 1e6, 2),
+        "mean_ms": round(statistics.fmean(lat) / 1e6, 2),
+    }
 
 
 def table(rows) -> str:
     out = ["| broker | client | produced records/s | received | p50 ms | p99 ms |", "|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r.get('broker', 'tansu')} | {r['client']} | {r.get('rate')} | {r['records']} | {r.get('p50_ms')} | {r.get('p99_ms')} |")
+        out.append(
+            f"| {r.get('broker', 'tansu')} | {r['client']} | {r.get('rate')} | {r['records']} "
+            f"| {r.get('p50_ms')} | {r.get('p99_ms')} |"
+        )
     return "\n".join(out)

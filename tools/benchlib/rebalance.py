@@ -1,6 +1,7 @@
 """tools/bench rebalance: a fourth member joins a stable group of three; how long until the group is
 stable again (every member assigned, all partitions covered), for fsm_consumer, confluent-kafka and Kafka's
-Java consumer (tools/peers/JavaMember.java) members in the same run, on each broker; while records are produced steadily, the largest gap in delivery of a partition that
+Java consumer (tools/peers/JavaMember.java) members in the same run, on each broker; while records are
+produced steadily, the largest gap in delivery of a partition that
 stays with its member (what cooperative-sticky promises); and the time from subscribe() to the first
 record for one member."""
 
@@ -14,21 +15,29 @@ from collections import defaultdict
 
 GROUP_CFG = dict(session_timeout_ms=3000, heartbeat_interval_ms=300)
 FETCH_WAIT_MS = 500  # both clients' default fetch wait (fetch_max_wait_ms, fetch.wait.max.ms)
-RATE = 1000          # records/s produced across the partitions during a join
+RATE = 1000  # records/s produced across the partitions during a join
 
 
 class _Fsm:
     def __init__(self, bootstrap, group, topic, strategy, name):
         from fsm_consumer import Consumer
-        self.c = Consumer(bootstrap_servers=bootstrap, group_id=group, client_id=name, auto_offset_reset="earliest",
-                          partition_assignment_strategy=[strategy], follower_sync_delay_ms=400, **GROUP_CFG)
+
+        self.c = Consumer(
+            bootstrap_servers=bootstrap,
+            group_id=group,
+            client_id=name,
+            auto_offset_reset="earliest",
+            partition_assignment_strategy=[strategy],
+            follower_sync_delay_ms=400,
+            **GROUP_CFG,
+        )
         self.c.subscribe([topic])
         self.deliveries = defaultdict(list)  # partition: times records came
 
     def poll(self):
         batch = self.c.poll(timeout_ms=10)
         now = time.monotonic()
-        for tp, records in batch.items():
+        for tp in batch:
             self.deliveries[tp.partition].append(now)
         return sum(len(v) for v in batch.values())
 
@@ -45,9 +54,19 @@ class _Fsm:
 class _Rd:
     def __init__(self, bootstrap, group, topic, strategy, name):
         from confluent_kafka import Consumer
-        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": name,
-                           "auto.offset.reset": "earliest", "partition.assignment.strategy": strategy,
-                           "session.timeout.ms": 3000, "heartbeat.interval.ms": 300, "fetch.queue.backoff.ms": 10})
+
+        self.c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "client.id": name,
+                "auto.offset.reset": "earliest",
+                "partition.assignment.strategy": strategy,
+                "session.timeout.ms": 3000,
+                "heartbeat.interval.ms": 300,
+                "fetch.queue.backoff.ms": 10,
+            }
+        )
         self.c.subscribe([topic])
         self.deliveries = defaultdict(list)
 
@@ -80,9 +99,20 @@ class _Java:
 
         self._json = json
         self.proc = subprocess.Popen(
-            peer_command("JavaMember", bootstrap, group, topic, strategy, str(GROUP_CFG["session_timeout_ms"]),
-                         str(GROUP_CFG["heartbeat_interval_ms"]), heap="256m"),
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            peer_command(
+                "JavaMember",
+                bootstrap,
+                group,
+                topic,
+                strategy,
+                str(GROUP_CFG["session_timeout_ms"]),
+                str(GROUP_CFG["heartbeat_interval_ms"]),
+                heap="256m",
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         self.deliveries = defaultdict(list)
         self._owned: set[int] = set()
         self._received = 0
@@ -172,11 +202,11 @@ def _feed(bootstrap, topic, partitions, stop):
 def _largest_gap(members, before, t0, t1):
     """The largest gap (ms) between deliveries of a partition owned by the same member before and after."""
     gaps = []
-    for m, owned in zip(members, before):
+    for m, owned in zip(members, before, strict=False):
         for p in owned & m.owned():
             times = [t for t in m.deliveries[p] if t0 <= t <= t1]
             edges = [t0, *times, t1]
-            gaps.append(max(b - a for a, b in zip(edges, edges[1:])))
+            gaps.append(max(b - a for a, b in zip(edges, edges[1:], strict=False)))
     return round(max(gaps) * 1000) if gaps else None
 
 
@@ -228,7 +258,7 @@ def first_record(kind, bootstrap, topic, run):
     m = cls(bootstrap, f"fr-{kind}-{run}-{time.time_ns()}", topic, "range", "solo")
     t0 = getattr(m, "ready_at", None) or t0  # a JVM's start is not the subscribe
     try:
-        t1 = _spin_until([m], lambda: False, 0) or None
+        _spin_until([m], lambda: False, 0) or None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if m.poll():
@@ -269,32 +299,52 @@ def _rebalance_on(broker_kind, kinds, args) -> list[dict]:
         firsts = {k: [] for k in kinds}
         for run in range(args.runs):
             for combo in combos:  # alternate
-                results[combo].append(one_join(combo[0], combo[1], broker.bootstrap_servers, topic, args.partitions, run))
+                results[combo].append(
+                    one_join(combo[0], combo[1], broker.bootstrap_servers, topic, args.partitions, run)
+                )
                 print(f"# {broker_kind} run {run + 1} {combo[0]} {combo[1]}: {results[combo][-1]}", file=sys.stderr)
             for k in kinds:
                 firsts[k].append(first_record(k, broker.bootstrap_servers, topic, run))
     for (kind, strategy), vals in results.items():
         ok = [v for v, _ in vals if v is not None]
         gaps = [g for _, g in vals if g is not None]
-        rows.append({"bench": "rebalance", "client": kind, "strategy": strategy, "runs": len(vals),
-                     "settled_runs": len(ok), "join_to_stable_ms": round(statistics.median(ok)) if ok else None,
-                     "stayed_gap_ms": max(gaps) if gaps else None,
-                     "gap_bound_ms": GROUP_CFG["heartbeat_interval_ms"] + FETCH_WAIT_MS})
+        rows.append(
+            {
+                "bench": "rebalance",
+                "client": kind,
+                "strategy": strategy,
+                "runs": len(vals),
+                "settled_runs": len(ok),
+                "join_to_stable_ms": round(statistics.median(ok)) if ok else None,
+                "stayed_gap_ms": max(gaps) if gaps else None,
+                "gap_bound_ms": GROUP_CFG["heartbeat_interval_ms"] + FETCH_WAIT_MS,
+            }
+        )
     for kind, vals in firsts.items():
         ok = [v for v in vals if v is not None]
-        rows.append({"bench": "first-record", "client": kind, "runs": len(vals),
-                     "subscribe_to_first_record_ms": round(statistics.median(ok)) if ok else None})
+        rows.append(
+            {
+                "bench": "first-record",
+                "client": kind,
+                "runs": len(vals),
+                "subscribe_to_first_record_ms": round(statistics.median(ok)) if ok else None,
+            }
+        )
     return rows
 
 
 def table(rows) -> str:
-    out = ["| broker | client | strategy | 4th member joins: ms until stable (median) | largest delivery gap of a "
-           "partition that stayed, ms (max over runs; bound: heartbeat interval + fetch wait) | settled runs |",
-           "|---|---|---|---|---|---|"]
+    out = [
+        "| broker | client | strategy | 4th member joins: ms until stable (median) | largest delivery gap of a "
+        "partition that stayed, ms (max over runs; bound: heartbeat interval + fetch wait) | settled runs |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if r["bench"] == "rebalance":
-            out.append(f"| {r['broker']} | {r['client']} | {r['strategy']} | {r['join_to_stable_ms']} | {r['stayed_gap_ms']} "
-                       f"(bound {r['gap_bound_ms']}) | {r['settled_runs']}/{r['runs']} |")
+            out.append(
+                f"| {r['broker']} | {r['client']} | {r['strategy']} | {r['join_to_stable_ms']} | {r['stayed_gap_ms']} "
+                f"(bound {r['gap_bound_ms']}) | {r['settled_runs']}/{r['runs']} |"
+            )
     out += ["", "| broker | client | subscribe() to first record, ms (median) |", "|---|---|---|"]
     for r in rows:
         if r["bench"] == "first-record":

@@ -32,8 +32,9 @@ def make_consumer(broker) -> Iterator[Callable[..., Consumer]]:
         consumer.close(timeout_ms=2000)
 
 
-def _collect(consumer: Consumer, count: int, timeout: float = 10.0, *, settle_ms: float = 0,
-             max_records: int | None = None) -> list[ConsumerRecord]:
+def _collect(
+    consumer: Consumer, count: int, timeout: float = 10.0, *, settle_ms: float = 0, max_records: int | None = None
+) -> list[ConsumerRecord]:
     """Poll until ``count`` records came (or the deadline), then poll ``settle_ms`` more to catch
     any extra record; returns them in the order poll() handed them out."""
     out: list[ConsumerRecord] = []
@@ -65,11 +66,20 @@ def send(broker) -> Callable[..., list[tuple[int, int]]]:
     """
     from confluent_kafka import Producer
 
-    def produce(topic: str, records: Sequence[Mapping[str, Any]], *, config: Mapping[str, Any] | None = None,
-                each: bool = False, bootstrap_servers: str | None = None, timeout: float = 15.0
-                ) -> list[tuple[int, int]]:
-        conf = {"bootstrap.servers": bootstrap_servers or broker.bootstrap_servers,
-                "linger.ms": 0 if each else 5, "message.timeout.ms": int(timeout * 1000)}
+    def produce(
+        topic: str,
+        records: Sequence[Mapping[str, Any]],
+        *,
+        config: Mapping[str, Any] | None = None,
+        each: bool = False,
+        bootstrap_servers: str | None = None,
+        timeout: float = 15.0,
+    ) -> list[tuple[int, int]]:
+        conf = {
+            "bootstrap.servers": bootstrap_servers or broker.bootstrap_servers,
+            "linger.ms": 0 if each else 5,
+            "message.timeout.ms": int(timeout * 1000),
+        }
         conf.update(config or {})
         producer = Producer(conf)
         delivered: list[tuple[int, int] | None] = [None] * len(records)
@@ -81,6 +91,7 @@ def send(broker) -> Callable[..., list[tuple[int, int]]]:
                     errors.append(f"record {index}: {err}")
                 else:
                     delivered[index] = (msg.partition(), msg.offset())
+
             return on_delivery
 
         for i, rec in enumerate(records):

@@ -22,10 +22,15 @@ def test_every_failing_commit_callback_runs_and_the_first_error_is_raised(broker
         def callback(offsets, error):
             ran.append(n)
             raise RuntimeError(f"callback {n}")
+
         return callback
 
-    with Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}", enable_auto_commit=False,
-                  auto_offset_reset="earliest") as consumer:
+    with Consumer(
+        bootstrap_servers=broker.bootstrap_servers,
+        group_id=f"g-{topic}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    ) as consumer:
         consumer.assign([tp])
         for n in range(3):
             consumer.commit_async({tp: n + 1}, callback=failing(n))

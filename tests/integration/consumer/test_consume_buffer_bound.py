@@ -20,8 +20,8 @@ pytestmark = pytest.mark.integration
 MiB = 1024 * 1024
 LIMIT = 16 * MiB
 VALUE = 100_000
-COUNT = 2000          # 2000 x 100 KB = ~191 MiB
-PARTITIONS = 8        # the buffer holds at most one response per partition: several are needed to fill it
+COUNT = 2000  # 2000 x 100 KB = ~191 MiB
+PARTITIONS = 8  # the buffer holds at most one response per partition: several are needed to fill it
 
 
 class _ResponseSizes(FaultyTransport):
@@ -43,10 +43,18 @@ def test_slow_application_keeps_the_buffer_bounded(send, record_property):
     with EmbeddedBroker(storage="memory", stop_grace=0.3) as own:
         own.create_topic("big", partitions=PARTITIONS)
         block = os.urandom(VALUE - 4)
-        send("big", [{"partition": i % PARTITIONS, "value": i.to_bytes(4, "big") + block} for i in range(COUNT)],
-             config={"compression.type": "none", "linger.ms": 50, "batch.size": 1_000_000,
-                     "queue.buffering.max.kbytes": 256 * 1024},
-             bootstrap_servers=own.bootstrap_servers, timeout=60)
+        send(
+            "big",
+            [{"partition": i % PARTITIONS, "value": i.to_bytes(4, "big") + block} for i in range(COUNT)],
+            config={
+                "compression.type": "none",
+                "linger.ms": 50,
+                "batch.size": 1_000_000,
+                "queue.buffering.max.kbytes": 256 * 1024,
+            },
+            bootstrap_servers=own.bootstrap_servers,
+            timeout=60,
+        )
 
         # warm up: a first consumer loads the code and protocol tables a fetch needs, so the
         # growth measured below is the data's, not the imports'
@@ -63,8 +71,12 @@ def test_slow_application_keeps_the_buffer_bounded(send, record_property):
         rss_before = process.memory_info().rss
         rss_peak = rss_before
         seen = {p: [] for p in range(PARTITIONS)}
-        config = dict(bootstrap_servers=own.bootstrap_servers, auto_offset_reset="earliest",
-                      fetch_buffer_max_bytes=LIMIT, max_poll_records=20)
+        config = dict(
+            bootstrap_servers=own.bootstrap_servers,
+            auto_offset_reset="earliest",
+            fetch_buffer_max_bytes=LIMIT,
+            max_poll_records=20,
+        )
         transport = _ResponseSizes(KafkaTransport(config))
         started = time.monotonic()
         with Consumer(transport=transport, **config) as consumer:
@@ -88,11 +100,17 @@ def test_slow_application_keeps_the_buffer_bounded(send, record_property):
     peak = metrics["fetch-buffer-bytes-peak"]
     growth = rss_peak - rss_before
     largest = transport.largest
-    for name, value in (("buffer_peak_mib", peak / MiB), ("largest_response_mib", largest / MiB),
-                        ("rss_growth_mib", growth / MiB), ("seconds", elapsed)):
+    for name, value in (
+        ("buffer_peak_mib", peak / MiB),
+        ("largest_response_mib", largest / MiB),
+        ("rss_growth_mib", growth / MiB),
+        ("seconds", elapsed),
+    ):
         record_property(name, round(value, 2))
-    print(f"\nbuffer peak {peak / MiB:.1f} MiB (limit {LIMIT / MiB:.0f}), largest response "
-          f"{largest / MiB:.1f} MiB, RSS growth {growth / MiB:.1f} MiB, {COUNT} records in {elapsed:.1f}s")
+    print(
+        f"\nbuffer peak {peak / MiB:.1f} MiB (limit {LIMIT / MiB:.0f}), largest response "
+        f"{largest / MiB:.1f} MiB, RSS growth {growth / MiB:.1f} MiB, {COUNT} records in {elapsed:.1f}s"
+    )
     assert peak > LIMIT / 2, "the application was not slow enough to fill the buffer: nothing was tested"
     # Tansu ignores the requested byte limits (it answers with whole stored batches, ~5 MiB a
     # response): the bound holds to within one response

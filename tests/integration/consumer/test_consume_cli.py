@@ -14,8 +14,9 @@ pytestmark = pytest.mark.integration
 
 
 def _cli(*args: str, timeout: float = 20.0) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fsm_consumer.cli", "consume", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "fsm_consumer.cli", "consume", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _json_lines(out: str) -> list[dict]:
@@ -29,7 +30,8 @@ def test_max_records_as_json(broker, make_topic, send):
     assert done.returncode == 0, done.stderr
     lines = _json_lines(done.stdout)
     assert [(d["partition"], d["offset"], d["key"], d["value"]) for d in lines] == [
-        (0, i, f"k{i}", f"v{i}") for i in range(4)]
+        (0, i, f"k{i}", f"v{i}") for i in range(4)
+    ]
     assert all(d["topic"] == topic and d["headers"] == [["h", "x"], ["h", None]] for d in lines)
     assert isinstance(lines[0]["timestamp"], int) and lines[0]["timestamp"] > 0
     assert "% 4 records" in done.stderr
@@ -38,14 +40,16 @@ def test_max_records_as_json(broker, make_topic, send):
 def test_from_offset_partition_and_kcat_format(broker, make_topic, send):
     topic = make_topic(partitions=2)
     send(topic, [{"partition": i % 2, "value": b"p%d-%d" % (i % 2, i // 2)} for i in range(12)])
-    done = _cli("-b", broker.bootstrap_servers, "-t", topic, "-p", "1", "--from", "3", "--max", "2",
-                "-f", "%t|%p|%o|%s")
+    done = _cli(
+        "-b", broker.bootstrap_servers, "-t", topic, "-p", "1", "--from", "3", "--max", "2", "-f", "%t|%p|%o|%s"
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"{topic}|1|3|p1-3", f"{topic}|1|4|p1-4"]
 
     # without --max it stops when idle; -p given twice takes both partitions
-    done = _cli("-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-p", "1", "--idle-exit-ms", "300",
-                "-f", "json")
+    done = _cli(
+        "-b", broker.bootstrap_servers, "-t", topic, "-p", "0", "-p", "1", "--idle-exit-ms", "300", "-f", "json"
+    )
     assert done.returncode == 0, done.stderr
     got = sorted((d["partition"], d["offset"]) for d in _json_lines(done.stdout))
     assert got == sorted((p, o) for p in (0, 1) for o in range(6))
@@ -54,9 +58,29 @@ def test_from_offset_partition_and_kcat_format(broker, make_topic, send):
 def test_from_latest_skips_what_was_there(broker, make_topic, send):
     topic = make_topic()
     send(topic, [{"value": b"old-%d" % i} for i in range(5)])
-    proc = subprocess.Popen([sys.executable, "-m", "fsm_consumer.cli", "consume", "-b", broker.bootstrap_servers,
-                             "-t", topic, "--from", "latest", "--max", "2", "--idle-exit-ms", "0", "-f", "json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fsm_consumer.cli",
+            "consume",
+            "-b",
+            broker.bootstrap_servers,
+            "-t",
+            topic,
+            "--from",
+            "latest",
+            "--max",
+            "2",
+            "--idle-exit-ms",
+            "0",
+            "-f",
+            "json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # it is positioned at some moment we cannot see: keep producing until it has its two records
         deadline, i = time.monotonic() + 20, 0
@@ -89,8 +113,10 @@ def test_unreachable_broker_exits_1_saying_which_and_why():
         server = f"127.0.0.1:{s.getsockname()[1]}"
     done = _cli("-b", server, "-t", "x", "-X", "bootstrap_timeout_ms=500")
     assert done.returncode == 1
-    assert f"fsm-consumer consume: no broker answered within bootstrap_timeout_ms (500 ms): could not bootstrap " \
-           f"from bootstrap_servers '{server}'" in done.stderr
+    assert (
+        f"fsm-consumer consume: no broker answered within bootstrap_timeout_ms (500 ms): could not bootstrap "
+        f"from bootstrap_servers '{server}'" in done.stderr
+    )
     assert "Traceback" not in done.stderr
 
 

@@ -17,11 +17,13 @@ BASE_TS = 1_700_000_000_000
 
 def _record(i: int, partitions: int) -> dict:
     headers = [("h", f"first-{i}".encode()), ("h", f"second-{i}".encode()), ("empty", None)] if i % 2 else []
-    return {"partition": i % partitions,
-            "key": None if i % 5 == 0 else f"key-{i}".encode(),
-            "value": f"value-{i}-".encode() * (1 + i % 7),
-            "headers": headers,
-            "timestamp": BASE_TS + i * 10}
+    return {
+        "partition": i % partitions,
+        "key": None if i % 5 == 0 else f"key-{i}".encode(),
+        "value": f"value-{i}-".encode() * (1 + i % 7),
+        "headers": headers,
+        "timestamp": BASE_TS + i * 10,
+    }
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -30,7 +32,7 @@ def test_every_record_once_in_order_with_its_fields(codec, make_topic, send, mak
     topic = make_topic(partitions=partitions)
     wanted = [_record(i, partitions) for i in range(count)]
     delivered = send(topic, wanted, config={"compression.type": codec, "linger.ms": 20})
-    by_position = {pos: rec for pos, rec in zip(delivered, wanted)}
+    by_position = {pos: rec for pos, rec in zip(delivered, wanted, strict=False)}
     assert len(by_position) == count
 
     consumer = make_consumer(max_poll_records=97)  # odd: batches are split across polls
@@ -62,8 +64,11 @@ def test_one_mib_values(codec, make_topic, send, make_consumer, collect):
     topic = make_topic(partitions=1, config={"max.message.bytes": str(8 * size)})  # Kafka's default: 1 MB
     # random bytes do not compress: the batch stays > 1 MiB in either codec
     values = [os.urandom(size) for _ in range(4)]
-    send(topic, [{"value": v, "key": b"big-%d" % i} for i, v in enumerate(values)],
-         config={"compression.type": codec, "message.max.bytes": 8 * size, "batch.size": 8 * size})
+    send(
+        topic,
+        [{"value": v, "key": b"big-%d" % i} for i, v in enumerate(values)],
+        config={"compression.type": codec, "message.max.bytes": 8 * size, "batch.size": 8 * size},
+    )
     consumer = make_consumer()
     consumer.assign([TopicPartition(topic, 0)])
     got = collect(consumer, len(values), settle_ms=200)

@@ -34,9 +34,15 @@ def _rows(batches):
 @pytest.mark.parametrize("compression", [None, "lz4", "zstd"])
 def test_poll_batch_columns_and_positions(make_topic, produce, make_consumer, compression):
     topic = make_topic(partitions=2)
-    produce(topic, 30, partition=0, key=lambda i: None if i % 3 else b"k%d" % i,
-            value=lambda i: None if i == 7 else b"v%d" % i, headers=[("h", b"x"), ("n", b"")],
-            compression=compression)
+    produce(
+        topic,
+        30,
+        partition=0,
+        key=lambda i: None if i % 3 else b"k%d" % i,
+        value=lambda i: None if i == 7 else b"v%d" % i,
+        headers=[("h", b"x"), ("n", b"")],
+        compression=compression,
+    )
     produce(topic, 10, partition=1, compression=compression)
     consumer = make_consumer()
     tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
@@ -91,7 +97,7 @@ def test_mixing_poll_and_poll_batch_returns_every_record_once(make_topic, produc
         turn += 1
         if turn % 2:
             b = consumer.poll_batch(timeout_ms=100, max_records=37)
-            seen += list(zip(b.column("partition").to_pylist(), b.column("offset").to_pylist()))
+            seen += list(zip(b.column("partition").to_pylist(), b.column("offset").to_pylist(), strict=False))
         else:
             for tp, records in consumer.poll(timeout_ms=100, max_records=23).items():
                 seen += [(tp.partition, r.offset) for r in records]

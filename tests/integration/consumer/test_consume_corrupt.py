@@ -21,6 +21,7 @@ BAD = 1
 def _flip_in(marker: bytes):
     """Flip one byte of the first record value containing ``marker`` (uncompressed data, so the
     values are visible); other partitions' bytes pass unchanged."""
+
     def mutate(data: bytes) -> bytes:
         at = data.find(marker)
         if at < 0:
@@ -28,14 +29,21 @@ def _flip_in(marker: bytes):
         out = bytearray(data)
         out[at] ^= 0xFF
         return bytes(out)
+
     return mutate
 
 
 @pytest.mark.parametrize("times", [1, 10_000], ids=["once", "until-cleared"])
 def test_corrupt_batch_fails_its_partition_only(times, broker, make_topic, send):
     topic = make_topic(partitions=PARTITIONS)
-    send(topic, [{"partition": p, "value": b"part-%d-rec-%d" % (p, i)}
-                 for i in range(PER_PARTITION) for p in range(PARTITIONS)])
+    send(
+        topic,
+        [
+            {"partition": p, "value": b"part-%d-rec-%d" % (p, i)}
+            for i in range(PER_PARTITION)
+            for p in range(PARTITIONS)
+        ],
+    )
     config = dict(bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest", fetch_max_wait_ms=50)
     transport = FaultyTransport(KafkaTransport(config))
     transport.corrupt("Fetch", _flip_in(b"part-%d-" % BAD), times=times, target="records")

@@ -24,8 +24,11 @@ def _network_threads() -> list[threading.Thread]:
 
 def _sockets_to(port: int) -> int:
     """This process's TCP connections to ``port`` that are not closed yet."""
-    return sum(1 for c in psutil.Process().net_connections(kind="tcp")
-               if c.raddr and c.raddr.port == port and c.status != psutil.CONN_CLOSE)
+    return sum(
+        1
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.raddr and c.raddr.port == port and c.status != psutil.CONN_CLOSE
+    )
 
 
 def _broker_port(broker) -> int:
@@ -72,8 +75,9 @@ def test_close_leaves_no_thread_and_no_socket(broker, make_topic, send, collect)
     port = _broker_port(broker)
     sockets_before = _sockets_to(port)
     threads_before = len(_network_threads())
-    consumer = Consumer(bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest",
-                        client_id="lifecycle-close")
+    consumer = Consumer(
+        bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest", client_id="lifecycle-close"
+    )
     consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
     assert len(collect(consumer, 10)) == 10
     assert _sockets_to(port) > sockets_before
@@ -99,8 +103,9 @@ def test_close_returns_within_its_timeout_when_the_broker_is_silent(broker, make
     topic = make_topic()
     port = _broker_port(broker)
     sockets_before = _sockets_to(port)
-    config = dict(bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest",
-                  client_id="lifecycle-silent")
+    config = dict(
+        bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest", client_id="lifecycle-silent"
+    )
     transport = FaultyTransport(KafkaTransport(config))
     consumer = Consumer(transport=transport, **config)
     consumer.assign([TopicPartition(topic, 0)])
@@ -142,8 +147,9 @@ def test_all_network_io_is_on_the_background_thread(broker, make_topic, send, co
 def test_iteration_and_context_manager(broker, make_topic, send):
     topic = make_topic()
     send(topic, [{"value": b"it%d" % i} for i in range(7)])
-    with Consumer(bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest",
-                  consumer_timeout_ms=500) as consumer:
+    with Consumer(
+        bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest", consumer_timeout_ms=500
+    ) as consumer:
         consumer.assign([TopicPartition(topic, 0)])
         started = time.monotonic()
         values = [r.value for r in consumer]  # stops after 500 ms without a record

@@ -25,7 +25,7 @@ def _values(records):
 def _fill(send, topic, count, partition=0, *, each=True, start=0, ts=None):
     records = [{"partition": partition, "value": b"v%d" % (start + i)} for i in range(count)]
     if ts is not None:
-        for rec, t in zip(records, ts):
+        for rec, t in zip(records, ts, strict=False):
             rec["timestamp"] = t
     return send(topic, records, each=each)
 
@@ -93,8 +93,10 @@ def test_pause_and_resume(make_topic, send, make_consumer, collect):
     consumer.assign([a, b])
     # wait until both partitions' data is buffered, then take a few records only
     deadline = time.monotonic() + 10
-    while consumer.metrics_flat()["fetch-buffer-bytes-peak"] == 0 or len(consumer._buffer) + (
-            consumer._collector._current is not None) < 2:
+    while (
+        consumer.metrics_flat()["fetch-buffer-bytes-peak"] == 0
+        or len(consumer._buffer) + (consumer._collector._current is not None) < 2
+    ):
         assert time.monotonic() < deadline, "the fetches never reached the buffer"
         time.sleep(0.01)
     first = collect(consumer, 1, max_records=1)

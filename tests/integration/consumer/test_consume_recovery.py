@@ -56,14 +56,19 @@ def _drain(consumer, count, timeout=10.0):
 
 
 @pytest.mark.parametrize("scope", ["partition", "response"])
-@pytest.mark.parametrize("code", [NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION],
-                         ids=["not-leader", "unknown-partition"])
+@pytest.mark.parametrize(
+    "code", [NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION], ids=["not-leader", "unknown-partition"]
+)
 def test_retriable_fetch_errors_refresh_metadata_and_retry(code, scope, broker, make_topic, send, collect):
     topic = make_topic(partitions=2)
     count = 60
     send(topic, [{"partition": i % 2, "value": b"r%d" % i} for i in range(count)], each=False)
-    config = dict(bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest",
-                  retry_backoff_ms=20, max_poll_records=7)
+    config = dict(
+        bootstrap_servers=broker.bootstrap_servers,
+        auto_offset_reset="earliest",
+        retry_backoff_ms=20,
+        max_poll_records=7,
+    )
     transport = _CountingTransport(KafkaTransport(config), partition_scope=scope == "partition")
     with Consumer(transport=transport, **config) as consumer:
         tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
@@ -105,8 +110,9 @@ def test_offset_out_of_range_is_reset_by_policy(policy, broker, make_topic, send
     topic = make_topic()
     tp = TopicPartition(topic, 0)
     send(topic, [{"value": b"o%d" % i} for i in range(10)], each=True)  # exact end offset: 10
-    config = dict(bootstrap_servers=broker.bootstrap_servers, auto_offset_reset=policy, retry_backoff_ms=20,
-                  fetch_max_wait_ms=50)
+    config = dict(
+        bootstrap_servers=broker.bootstrap_servers, auto_offset_reset=policy, retry_backoff_ms=20, fetch_max_wait_ms=50
+    )
     transport = _CountingTransport(KafkaTransport(config))
     with Consumer(transport=transport, **config) as consumer:
         consumer.assign([tp])
@@ -143,11 +149,20 @@ def test_broker_restart_mid_consumption(send):
     with EmbeddedBroker(storage="s3", stop_grace=0.3) as own:
         own.create_topic("restart", partitions=2)
         before = 40
-        send("restart", [{"partition": i % 2, "value": b"b%d" % i} for i in range(before)],
-             bootstrap_servers=own.bootstrap_servers)
-        config = dict(bootstrap_servers=own.bootstrap_servers, auto_offset_reset="earliest",
-                      reconnect_backoff_ms=20, reconnect_backoff_max_ms=200, retry_backoff_ms=20,
-                      request_timeout_ms=3000, fetch_max_wait_ms=100)
+        send(
+            "restart",
+            [{"partition": i % 2, "value": b"b%d" % i} for i in range(before)],
+            bootstrap_servers=own.bootstrap_servers,
+        )
+        config = dict(
+            bootstrap_servers=own.bootstrap_servers,
+            auto_offset_reset="earliest",
+            reconnect_backoff_ms=20,
+            reconnect_backoff_max_ms=200,
+            retry_backoff_ms=20,
+            request_timeout_ms=3000,
+            fetch_max_wait_ms=100,
+        )
         with Consumer(**config) as consumer:
             tps = [TopicPartition("restart", 0), TopicPartition("restart", 1)]
             consumer.assign(tps)
@@ -158,8 +173,11 @@ def test_broker_restart_mid_consumption(send):
 
             own.restart()
             after = 30
-            send("restart", [{"partition": i % 2, "value": b"a%d" % i} for i in range(after)],
-                 bootstrap_servers=own.bootstrap_servers)
+            send(
+                "restart",
+                [{"partition": i % 2, "value": b"a%d" % i} for i in range(after)],
+                bootstrap_servers=own.bootstrap_servers,
+            )
             got.extend(_drain(consumer, before + after - len(got), timeout=20))
             extra = _drain(consumer, 1, timeout=0.3)
             assert extra == []

@@ -29,14 +29,20 @@ from fsm_consumer.transport import KafkaTransport, Transport
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 2
-TXNS = 6          # commit, abort, commit, commit, abort, commit
-PER_TXN = 5       # records per transaction and partition
+TXNS = 6  # commit, abort, commit, commit, abort, commit
+PER_TXN = 5  # records per transaction and partition
 
 
 def _producer(broker) -> Producer:
-    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0,
-                         "transactional.id": f"tx-{uuid.uuid4().hex}", "message.timeout.ms": 10_000,
-                         "transaction.timeout.ms": 10_000})
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "linger.ms": 0,
+            "transactional.id": f"tx-{uuid.uuid4().hex}",
+            "message.timeout.ms": 10_000,
+            "transaction.timeout.ms": 10_000,
+        }
+    )
     producer.init_transactions(10)
     return producer
 
@@ -58,8 +64,12 @@ def transactional_topic(broker, make_topic):
         for i in range(PER_TXN):
             for p in range(PARTITIONS):
                 value = f"tx{t}-{'c' if commit else 'a'}-{p}-{i}".encode()
-                producer.produce(topic, value=value, partition=p,
-                                 on_delivery=lambda err, msg, p=p: offsets[p].append(msg.offset()))
+                producer.produce(
+                    topic,
+                    value=value,
+                    partition=p,
+                    on_delivery=lambda err, msg, p=p, offsets=offsets: offsets[p].append(msg.offset()),
+                )
                 (committed if commit else aborted)[p].append(value)
                 order[p].append(value)
         producer.flush(10)
@@ -101,8 +111,11 @@ class _AbortedIndex(Transport):
                 # v2 batch header: producerId is the int64 at byte 43 of each batch
                 (producer_id,) = struct.unpack_from(">q", bytes(part.records[:51]), 43)
                 fetch_offset = asked[(topic.topic, part.partition_index)]
-                part.aborted_transactions = [(producer_id, first) for first, marker in self.ranges[part.partition_index]
-                                             if marker >= fetch_offset]
+                part.aborted_transactions = [
+                    (producer_id, first)
+                    for first, marker in self.ranges[part.partition_index]
+                    if marker >= fetch_offset
+                ]
                 self.filled += 1
 
     def send(self, *args, **kwargs):
@@ -141,8 +154,12 @@ def _by_partition(records):
 def test_isolation_levels(isolation, broker, transactional_topic, collect):
     topic, committed, aborted, order, ranges = transactional_topic
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    config = dict(bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest",
-                  isolation_level=isolation, max_poll_records=7)
+    config = dict(
+        bootstrap_servers=broker.bootstrap_servers,
+        auto_offset_reset="earliest",
+        isolation_level=isolation,
+        max_poll_records=7,
+    )
     transport = _AbortedIndex(KafkaTransport(config), topic, ranges)
     with Consumer(transport=transport, **config) as consumer:
         consumer.assign(tps)
@@ -207,7 +224,13 @@ def test_open_transaction_is_held_back_by_read_committed(broker, make_topic, mak
     uncommitted_reader = make_consumer(isolation_level="read_uncommitted")
     uncommitted_reader.assign([tp])
     assert [r.value for r in collect(uncommitted_reader, 6, settle_ms=200)] == [
-        b"done-0", b"done-1", b"done-2", b"open-0", b"open-1", b"open-2"]
+        b"done-0",
+        b"done-1",
+        b"done-2",
+        b"open-0",
+        b"open-1",
+        b"open-2",
+    ]
 
     producer.commit_transaction(10)
     assert [r.value for r in collect(committed_reader, 3)] == [b"open-0", b"open-1", b"open-2"]
@@ -221,8 +244,14 @@ def test_a_read_committed_peer_sees_what_the_broker_indexes(broker, transactiona
     sends the index and the wrapper is no longer needed)."""
     topic, committed, aborted, order, _ = transactional_topic
     expected = order[0] if broker.kind == "tansu" else committed[0]
-    consumer = ConfluentConsumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": uuid.uuid4().hex,
-                                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer = ConfluentConsumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "group.id": uuid.uuid4().hex,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         consumer.assign([ConfluentTP(topic, 0, 0)])
         values, deadline = [], time.monotonic() + 10

@@ -18,7 +18,7 @@ from fsm_consumer.transport import KafkaTransport
 
 pytestmark = pytest.mark.integration
 HOLD_S = 10.0
-MAX_PER_S = 12          # "about 10 a second per node" (retry_backoff_ms=100, growing to retry_backoff_max_ms)
+MAX_PER_S = 12  # "about 10 a second per node" (retry_backoff_ms=100, growing to retry_backoff_max_ms)
 
 
 class Counting(KafkaTransport):

@@ -15,18 +15,31 @@ import kafka.errors as ke
 import kafka.structs
 import pytest
 
-from fsm_consumer import (CommitFailedError, ConfigError, Consumer, ConsumerRebalanceListener, KafkaTimeoutError,
-                          OffsetAndMetadata, TopicPartition)
+from fsm_consumer import (
+    CommitFailedError,
+    ConfigError,
+    Consumer,
+    ConsumerRebalanceListener,
+    KafkaTimeoutError,
+    OffsetAndMetadata,
+    TopicPartition,
+)
 
 pytestmark = pytest.mark.integration
 
-GROUP = dict(session_timeout_ms=3000, heartbeat_interval_ms=300, auto_offset_reset="earliest",
-             request_timeout_ms=5000, default_api_timeout_ms=10_000)
+GROUP = dict(
+    session_timeout_ms=3000,
+    heartbeat_interval_ms=300,
+    auto_offset_reset="earliest",
+    request_timeout_ms=5000,
+    default_api_timeout_ms=10_000,
+)
 
 
 def _committed(broker, group: str, tp: TopicPartition):
-    with Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=group, enable_auto_commit=False,
-                  api_version=(3, 9)) as other:
+    with Consumer(
+        bootstrap_servers=broker.bootstrap_servers, group_id=group, enable_auto_commit=False, api_version=(3, 9)
+    ) as other:
         return other.committed(tp, timeout_ms=10_000)
 
 
@@ -50,16 +63,23 @@ def test_iterator_that_stops_after_k_records_leaves_the_group_committed_at_k(bro
     produce(topic, 10, partition=0)
     group = f"g-{topic}"
     tp = TopicPartition(topic, 0)
-    with Consumer(topic, bootstrap_servers=broker.bootstrap_servers, group_id=group, auto_commit_interval_ms=100,
-                  consumer_timeout_ms=20_000, **GROUP) as consumer:
+    with Consumer(
+        topic,
+        bootstrap_servers=broker.bootstrap_servers,
+        group_id=group,
+        auto_commit_interval_ms=100,
+        consumer_timeout_ms=20_000,
+        **GROUP,
+    ) as consumer:
         taken = [next(consumer) for _ in range(k)]
         assert [r.offset for r in taken] == list(range(k))
         assert consumer.position(tp) == k
         time.sleep(0.4)  # several auto-commit intervals: they commit what was handed out, not the batch
     assert _committed(broker, group, tp) == k
     # the next member of the group starts exactly there
-    with Consumer(topic, bootstrap_servers=broker.bootstrap_servers, group_id=group, consumer_timeout_ms=20_000,
-                  **GROUP) as consumer:
+    with Consumer(
+        topic, bootstrap_servers=broker.bootstrap_servers, group_id=group, consumer_timeout_ms=20_000, **GROUP
+    ) as consumer:
         assert next(consumer).offset == k
 
 
@@ -68,8 +88,9 @@ def test_poll_max_records_commits_only_what_was_returned(broker, make_topic, pro
     produce(topic, 10, partition=0)
     group = f"g-{topic}"
     tp = TopicPartition(topic, 0)
-    with Consumer(topic, bootstrap_servers=broker.bootstrap_servers, group_id=group, enable_auto_commit=False,
-                  **GROUP) as consumer:
+    with Consumer(
+        topic, bootstrap_servers=broker.bootstrap_servers, group_id=group, enable_auto_commit=False, **GROUP
+    ) as consumer:
         got = _poll_until(consumer, 4, max_records=4)
         assert [r.offset for r in got] == [0, 1, 2, 3]
         consumer.commit()
@@ -131,8 +152,9 @@ def test_close_without_autocommit_commits_nothing(broker, make_topic, produce):
     topic = make_topic()
     produce(topic, 5, partition=0)
     group = f"g-{topic}"
-    consumer = Consumer(topic, bootstrap_servers=broker.bootstrap_servers, group_id=group,
-                        auto_commit_interval_ms=60_000, **GROUP)
+    consumer = Consumer(
+        topic, bootstrap_servers=broker.bootstrap_servers, group_id=group, auto_commit_interval_ms=60_000, **GROUP
+    )
     assert len(_poll_until(consumer, 5)) == 5
     consumer.close(autocommit=False)
     assert _committed(broker, group, TopicPartition(topic, 0)) is None
@@ -143,8 +165,11 @@ def test_close_without_autocommit_commits_nothing(broker, make_topic, produce):
 # -- 3, 4: lookups ----------------------------------------------------------------------------------------
 def test_empty_lookups_return_at_once(make_consumer):
     consumer = make_consumer()
-    for call in (lambda: consumer.offsets_for_times({}), lambda: consumer.beginning_offsets([]),
-                 lambda: consumer.end_offsets([])):
+    for call in (
+        lambda: consumer.offsets_for_times({}),
+        lambda: consumer.beginning_offsets([]),
+        lambda: consumer.end_offsets([]),
+    ):
         started = time.monotonic()
         assert call() == {}
         assert time.monotonic() - started < 0.1
@@ -203,8 +228,9 @@ def test_subscribe_without_group_follows_new_matching_topics(broker, make_topic,
     first = make_topic()
     stem = first.rsplit("-", 2)[0]
     produce(first, 2)
-    with Consumer(bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest",
-                  metadata_max_age_ms=300) as consumer:
+    with Consumer(
+        bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest", metadata_max_age_ms=300
+    ) as consumer:
         consumer.subscribe(pattern=f"{stem}-.*")
         assert len(_poll_until(consumer, 2)) == 2
         second = make_topic(partitions=2)
@@ -238,8 +264,14 @@ def test_kafka_python_surface(broker, make_topic, produce):
     topic = make_topic()
     produce(topic, 5, partition=0)
     tp = TopicPartition(topic, 0)
-    with Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}", auto_offset_reset="earliest",
-                  legacy_iterator=True, sock_chunk_bytes=4096, api_version=None) as consumer:
+    with Consumer(
+        bootstrap_servers=broker.bootstrap_servers,
+        group_id=f"g-{topic}",
+        auto_offset_reset="earliest",
+        legacy_iterator=True,
+        sock_chunk_bytes=4096,
+        api_version=None,
+    ) as consumer:
         consumer.bootstrap(timeout_ms=5000)
         assert consumer.bootstrap_connected()
         # inferred from the broker's ApiVersions: (3, 9) for Tansu 0.6, (4, 1) for Kafka 4.1
@@ -266,8 +298,9 @@ def test_commit_async_commits_what_was_handed_out_at_the_call(broker, make_topic
     group = f"g-{topic}"
     tp = TopicPartition(topic, 0)
     done = []
-    with Consumer(topic, bootstrap_servers=broker.bootstrap_servers, group_id=group, enable_auto_commit=False,
-                  **GROUP) as consumer:
+    with Consumer(
+        topic, bootstrap_servers=broker.bootstrap_servers, group_id=group, enable_auto_commit=False, **GROUP
+    ) as consumer:
         assert len(_poll_until(consumer, 3, max_records=3)) == 3
         future = consumer.commit_async(callback=lambda offsets, error: done.append((offsets, error)))
         assert len(_poll_until(consumer, 3, max_records=3)) == 3  # handed out after the call
@@ -348,8 +381,9 @@ def test_metrics_have_kafka_pythons_groups_and_names(broker, make_topic, send):
     topic = make_topic()
     send(topic, [{"partition": 0, "value": b"v%d" % i} for i in range(5)], each=True)  # exact ends on Tansu
     tp = TopicPartition(topic, 0)
-    with Consumer(topic, bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}", enable_auto_commit=False,
-                  **GROUP) as consumer:
+    with Consumer(
+        topic, bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}", enable_auto_commit=False, **GROUP
+    ) as consumer:
         assert len(_poll_until(consumer, 5)) == 5
         consumer.commit()
         deadline = time.monotonic() + 10
@@ -425,8 +459,14 @@ def test_no_broker_within_bootstrap_timeout_ms_raises_until_one_answers(broker, 
         assert 0.75 < time.monotonic() - started < 3.0
         assert f"could not bootstrap from bootstrap_servers '{gate.address}' ({gate.address}: " in str(caught.value)
         # api_version given: poll() and the iterator raise it, held until a broker answers
-        consumer = Consumer(bootstrap_servers=gate.address, api_version=(3, 9), bootstrap_timeout_ms=800,
-                            reconnect_backoff_max_ms=100, auto_offset_reset="earliest", consumer_timeout_ms=10_000)
+        consumer = Consumer(
+            bootstrap_servers=gate.address,
+            api_version=(3, 9),
+            bootstrap_timeout_ms=800,
+            reconnect_backoff_max_ms=100,
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=10_000,
+        )
         consumer.assign([tp])
         started = time.monotonic()
         with pytest.raises(KafkaTimeoutError, match="no broker answered within bootstrap_timeout_ms"):

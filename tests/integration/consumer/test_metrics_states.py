@@ -16,6 +16,7 @@ pytestmark = pytest.mark.integration
 
 class _Refusing(KafkaTransport):
     """Answers every Fetch partition with TOPIC_AUTHORIZATION_FAILED while ``refuse`` is set."""
+
     refuse = False
 
     def poll(self, timeout_ms):
@@ -45,7 +46,7 @@ def test_metrics_show_ready_connections_and_a_held_error_until_released(broker, 
                 c.poll(timeout_ms=100)
         m = c.metrics_flat()
         assert m["errors-held-count"] == 1
-        (key, text), = m["errors-held"].items()
+        ((key, text),) = m["errors-held"].items()
         assert key == f"topic/{topic}" and text.startswith("[Error 29] TopicAuthorizationFailedError: ")
         port = broker.bootstrap_servers.split(",")[0].rsplit(":", 1)[1]
         ready = {n: s for n, s in m["connection-states"].items() if s["state"] == "ready"}

@@ -21,9 +21,17 @@ class Listener(ConsumerRebalanceListener):
 
 def main():
     bootstrap, group, topic, strategy = sys.argv[1:5]
-    c = Consumer(bootstrap_servers=bootstrap, group_id=group, client_id="child", session_timeout_ms=3000,
-                 heartbeat_interval_ms=300, auto_offset_reset="earliest", auto_commit_interval_ms=200,
-                 partition_assignment_strategy=[strategy], follower_sync_delay_ms=400)
+    c = Consumer(
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        client_id="child",
+        session_timeout_ms=3000,
+        heartbeat_interval_ms=300,
+        auto_offset_reset="earliest",
+        auto_commit_interval_ms=200,
+        partition_assignment_strategy=[strategy],
+        follower_sync_delay_ms=400,
+    )
     c.subscribe([topic], listener=Listener())
     while True:
         for tp, records in c.poll(timeout_ms=100).items():

@@ -5,14 +5,21 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from itertools import pairwise
 
 from fsm_consumer.consumer import Consumer, ConsumerRebalanceListener
 from fsm_consumer.errors import RebalanceInProgressError
 
 # follower_sync_delay_ms: Tansu 0.6 fails a follower's SyncGroup that reaches it before the leader's
 # (Apache Kafka holds it for the leader's); one heartbeat interval lets the leader's go first.
-FAST = dict(session_timeout_ms=3000, heartbeat_interval_ms=300, auto_offset_reset="earliest",
-            auto_commit_interval_ms=200, request_timeout_ms=5000, follower_sync_delay_ms=400)
+FAST = dict(
+    session_timeout_ms=3000,
+    heartbeat_interval_ms=300,
+    auto_offset_reset="earliest",
+    auto_commit_interval_ms=200,
+    request_timeout_ms=5000,
+    follower_sync_delay_ms=400,
+)
 
 
 class Member(ConsumerRebalanceListener):
@@ -20,7 +27,7 @@ class Member(ConsumerRebalanceListener):
 
     def __init__(self, bootstrap: str, group: str, topic: str, name: str, *, faulty: bool = False, **config) -> None:
         self.name = name
-        self.intervals: list[list] = []          # [partition, start, end or None]
+        self.intervals: list[list] = []  # [partition, start, end or None]
         self.open: dict[int, list] = {}
         self.consumed: list[tuple[int, int]] = []  # (partition, offset)
         self.delivery_times: dict[int, list[float]] = defaultdict(list)
@@ -28,8 +35,8 @@ class Member(ConsumerRebalanceListener):
         self.callback_delay = 0.0
         self.assign_delay = 0.0
         self.paused_polling = threading.Event()
-        self.commit_each_poll = False            # commit() after every poll (an application that commits often)
-        self.commits_refused = 0                 # ...refused with RebalanceInProgressError during a rebalance
+        self.commit_each_poll = False  # commit() after every poll (an application that commits often)
+        self.commits_refused = 0  # ...refused with RebalanceInProgressError during a rebalance
         self.commits_done = 0
         self.lock = threading.Lock()
         settings = {**FAST, **config, "bootstrap_servers": bootstrap, "group_id": group, "client_id": name}
@@ -38,6 +45,7 @@ class Member(ConsumerRebalanceListener):
         if faulty:  # a FaultyTransport around the real one, to blackhole the coordinator etc.
             from fsm_consumer._config import ConsumerConfig
             from fsm_consumer.transport import FaultyTransport, KafkaTransport
+
             self.faults = transport = FaultyTransport(KafkaTransport(ConsumerConfig.from_kwargs(**settings)))
         self.consumer = Consumer(transport=transport, **settings)
         self.consumer.subscribe([topic], listener=self)
@@ -149,8 +157,11 @@ def wait_until(predicate, timeout_s: float, what: str, explain=None) -> None:
 
 def describe(members) -> str:
     """Where each member stands: for a timeout's message."""
-    return "; ".join(f"{m.name} {m.state} gen {m.generation} owns {sorted(m.owned())} consumed {len(m.consumed)}"
-                     f"{' errors ' + repr(m.errors[-2:]) if m.errors else ''}" for m in members)
+    return "; ".join(
+        f"{m.name} {m.state} gen {m.generation} owns {sorted(m.owned())} consumed {len(m.consumed)}"
+        f"{' errors ' + repr(m.errors[-2:]) if m.errors else ''}"
+        for m in members
+    )
 
 
 def assert_disjoint(members) -> None:
@@ -161,5 +172,5 @@ def assert_disjoint(members) -> None:
             by_partition[p].append((start, end if end is not None else float("inf"), m.name))
     for p, ivs in by_partition.items():
         ivs.sort()
-        for (s1, e1, n1), (s2, e2, n2) in zip(ivs, ivs[1:]):
+        for (_, e1, n1), (s2, _, n2) in pairwise(ivs):
             assert s2 >= e1, f"partition {p}: {n1} owned it until {e1:.3f} but {n2} from {s2:.3f}"

@@ -3,9 +3,9 @@
 import time
 
 import pytest
+from group_harness import FAST, wait_until
 
 from fsm_consumer import CommitFailedError, Consumer, OffsetAndMetadata, TopicPartition
-from group_harness import FAST, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -23,8 +23,12 @@ def test_commit_and_committed_with_metadata(broker, make_topic, produce):
     topic = make_topic(partitions=1)
     produce(topic, count=10)
     tp = TopicPartition(topic, 0)
-    with Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}", enable_auto_commit=False,
-                  auto_offset_reset="earliest") as c:
+    with Consumer(
+        bootstrap_servers=broker.bootstrap_servers,
+        group_id=f"g-{topic}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    ) as c:
         c.assign([tp])
         assert c.committed(tp) is None
         assert len(_read(c, 4)) == 4
@@ -54,8 +58,12 @@ def test_auto_commit_manual_assignment_and_on_close(broker, make_topic, produce)
     topic = make_topic(partitions=2)
     produce(topic, count=20)
     tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
-    c = Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}", auto_offset_reset="earliest",
-                 auto_commit_interval_ms=100)
+    c = Consumer(
+        bootstrap_servers=broker.bootstrap_servers,
+        group_id=f"g-{topic}",
+        auto_offset_reset="earliest",
+        auto_commit_interval_ms=100,
+    )
     c.assign(tps)
     assert len(_read(c, 20)) == 20
     deadline = time.monotonic() + 5
@@ -91,13 +99,17 @@ def test_commit_of_a_fenced_generation_fails(broker, make_topic):
     topic = make_topic(partitions=1)
     from fsm_consumer._config import ConsumerConfig
     from fsm_consumer.transport import FaultyTransport, KafkaTransport
+
     settings = dict(bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{topic}", enable_auto_commit=False, **FAST)
     faults = FaultyTransport(KafkaTransport(ConsumerConfig.from_kwargs(**settings)))
     c = Consumer(transport=faults, **settings)
     try:
         c.subscribe([topic])
-        wait_until(lambda: c.poll(timeout_ms=50) is not None and c._group.membership.machine.state == "stable", 20,
-                   "a stable member")
+        wait_until(
+            lambda: c.poll(timeout_ms=50) is not None and c._group.membership.machine.state == "stable",
+            20,
+            "a stable member",
+        )
         faults.fail("OffsetCommit", 22, times=1)  # ILLEGAL_GENERATION: the group moved on
         with pytest.raises(CommitFailedError):
             c.commit({TopicPartition(topic, 0): 0})
@@ -107,11 +119,16 @@ def test_commit_of_a_fenced_generation_fails(broker, make_topic):
 
 def test_member_history_as_json_lines(broker, make_topic, produce, tmp_path):
     import json
+
     topic = make_topic(partitions=2)
     produce(topic, count=10)
     path = tmp_path / "history.jsonl"
-    c = Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=f"h-{topic}", debug_history_path=str(path),
-                 **{**FAST, "auto_commit_interval_ms": 100})
+    c = Consumer(
+        bootstrap_servers=broker.bootstrap_servers,
+        group_id=f"h-{topic}",
+        debug_history_path=str(path),
+        **{**FAST, "auto_commit_interval_ms": 100},
+    )
     c.subscribe([topic])
     assert len(_read(c, 10, timeout_s=20)) == 10
     c.close()
@@ -133,15 +150,25 @@ def test_commits_during_a_cooperative_rebalance_are_retriable_not_fatal(broker, 
     topic = make_topic(partitions=4)
     produce(topic, 400, key=lambda i: b"k%d" % i)
     group = f"coop-commit-{topic}"
-    first = members(broker.bootstrap_servers, group, topic, "first", partition_assignment_strategy=["cooperative-sticky"])
+    first = members(
+        broker.bootstrap_servers, group, topic, "first", partition_assignment_strategy=["cooperative-sticky"]
+    )
     wait_until(lambda: first.state == "stable" and len(first.owned()) == 4, 30, "the first member to own everything")
     first.commit_each_poll = True
     wait_until(lambda: first.commits_done > 0, 10, "a first commit")
-    second = members(broker.bootstrap_servers, group, topic, "second",
-                     partition_assignment_strategy=["cooperative-sticky"])
-    wait_until(lambda: first.state == second.state == "stable" and second.owned() and
-               first.owned() | second.owned() == {0, 1, 2, 3}, 40, "the group to settle",
-               lambda: f"first {first.state} {first.owned()}, second {second.state} {second.owned()}")
+    second = members(
+        broker.bootstrap_servers, group, topic, "second", partition_assignment_strategy=["cooperative-sticky"]
+    )
+    wait_until(
+        lambda: (
+            first.state == second.state == "stable"
+            and second.owned()
+            and first.owned() | second.owned() == {0, 1, 2, 3}
+        ),
+        40,
+        "the group to settle",
+        lambda: f"first {first.state} {first.owned()}, second {second.state} {second.owned()}",
+    )
     done_before = first.commits_done
     wait_until(lambda: first.commits_done > done_before, 10, "commits after the rebalance")
     assert not [e for e in first.errors if isinstance(e, CommitFailedError)], first.errors

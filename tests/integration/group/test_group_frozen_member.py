@@ -17,8 +17,19 @@ def test_a_member_frozen_past_its_session_again_and_again(broker, make_topic, tm
     topic = make_topic(partitions=6)  # run() accepts an existing topic
     began = time.monotonic()
     # steady 3 s, frozen 6 s, steady 3 s and until m0 owns partitions again, frozen 6 s: two freezes in 30 s
-    result = run(broker.bootstrap_servers, topic, 6, duration_s=30, session_timeout_ms=3000, freeze_every_s=3,
-                 out_dir=tmp_path, produce_rate=300, members=3, heartbeat_interval_ms=300, drain_timeout_s=10)
+    result = run(
+        broker.bootstrap_servers,
+        topic,
+        6,
+        duration_s=30,
+        session_timeout_ms=3000,
+        freeze_every_s=3,
+        out_dir=tmp_path,
+        produce_rate=300,
+        members=3,
+        heartbeat_interval_ms=300,
+        drain_timeout_s=10,
+    )
     report = result.format()
     print(report, f"\nrun took {time.monotonic() - began:.1f} s")
     s = result.summary
@@ -35,13 +46,27 @@ def test_members_frozen_in_turn_two_at_once(broker, make_topic, tmp_path):
     clock whatever their generations: a thawed member must not read a partition another member holds
     (but for the one poll under way when it froze); nothing is lost, no commit goes backwards."""
     topic = make_topic(partitions=6)
-    result = run(broker.bootstrap_servers, topic, 6, duration_s=24, session_timeout_ms=1500, freeze_every_s=2,
-                 out_dir=tmp_path, produce_rate=500, members=3, heartbeat_interval_ms=150, drain_timeout_s=30,
-                 rotate=True, freeze_s=4, create_topic=False)
+    result = run(
+        broker.bootstrap_servers,
+        topic,
+        6,
+        duration_s=24,
+        session_timeout_ms=1500,
+        freeze_every_s=2,
+        out_dir=tmp_path,
+        produce_rate=500,
+        members=3,
+        heartbeat_interval_ms=150,
+        drain_timeout_s=30,
+        rotate=True,
+        freeze_s=4,
+        create_topic=False,
+    )
     report = result.format()
     print(report)
     if broker.kind == "kafka":
         from fsm_consumer.testing import broker_commits_backwards
+
         commit_log = broker.commit_log(result.summary["context"]["group"])
         assert commit_log and broker_commits_backwards(commit_log) == [], commit_log[-20:]
     s = result.summary

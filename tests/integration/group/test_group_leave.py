@@ -11,11 +11,11 @@ import time
 from collections import Counter
 
 import pytest
+from group_harness import FAST, coordinator_node, wait_until
 
 from fsm_consumer import Consumer, ConsumerRebalanceListener
 from fsm_consumer._config import ConsumerConfig
 from fsm_consumer.transport import FaultyTransport, KafkaTransport
-from group_harness import FAST, coordinator_node, wait_until
 
 pytestmark = pytest.mark.integration
 CLOSE_MS = 8000
@@ -34,8 +34,14 @@ class Recorder(ConsumerRebalanceListener):
 
 def _member(bootstrap, group, topic, strategy, **extra):
     """A consumer whose transport counts every request it sends, by API."""
-    settings = {**FAST, "bootstrap_servers": bootstrap, "group_id": group, "client_id": "under-test",
-                "partition_assignment_strategy": [strategy], **extra}
+    settings = {
+        **FAST,
+        "bootstrap_servers": bootstrap,
+        "group_id": group,
+        "client_id": "under-test",
+        "partition_assignment_strategy": [strategy],
+        **extra,
+    }
     faults = FaultyTransport(KafkaTransport(ConsumerConfig.from_kwargs(**settings)))
     sent = Counter()
     real_send = faults.send
@@ -84,7 +90,7 @@ def test_close_in_assigning_partitions(broker, make_topic):
     log = _close_and_check(c, sent, listener, "assigning_partitions")
     # the awaited callback ran inside close(), then everything owned was revoked before leaving
     assert listener.calls == [("assigned", [0, 1]), ("revoked", [0, 1])]
-    assert "leave_requested" in log and log[log.index("leave_requested"):][:2] == ["leave_requested", "assign_acked"]
+    assert "leave_requested" in log and log[log.index("leave_requested") :][:2] == ["leave_requested", "assign_acked"]
 
 
 def test_close_in_revoking_partitions(broker, make_topic, members):
@@ -128,8 +134,8 @@ def test_close_in_join_backoff(broker, make_topic):
     topic = make_topic(partitions=2)
     c, faults, sent, listener = _member(broker.bootstrap_servers, f"g-{topic}", topic, "range", retry_backoff_ms=60000)
     _poll_until_stable(c)
-    faults.fail("Heartbeat", 27, times=1)   # REBALANCE_IN_PROGRESS: rejoin
-    faults.fail("JoinGroup", 15, times=1)   # COORDINATOR_NOT_AVAILABLE: back off (a minute)
+    faults.fail("Heartbeat", 27, times=1)  # REBALANCE_IN_PROGRESS: rejoin
+    faults.fail("JoinGroup", 15, times=1)  # COORDINATOR_NOT_AVAILABLE: back off (a minute)
     deadline = time.monotonic() + 20
     # COORDINATOR_NOT_AVAILABLE also sends the member to find the coordinator again: wait for it too, as a
     # close without a coordinator gives the LeaveGroup up (as Java's maybeLeaveGroup does)
@@ -151,6 +157,7 @@ def test_fenced_while_leaving_loses_the_partitions_and_still_closes(broker, make
         if len(listener.calls) == 2:  # the first revocation, inside close(): leave_revoking
             faults.fail("Heartbeat", 25)  # UNKNOWN_MEMBER_ID
         time.sleep(1.0)
+
     listener.on_partitions_revoked = slow_revoke
     leaves = sent["LeaveGroup"]
     started = time.monotonic()

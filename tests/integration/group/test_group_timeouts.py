@@ -2,16 +2,17 @@
 
 import kafka.errors as ke
 import pytest
-
 from group_harness import coordinator_node, wait_until
 
 pytestmark = pytest.mark.integration
 
 
-
 def _stable_with(m, n_partitions=None, timeout=30):
-    wait_until(lambda: m.state == "stable" and (n_partitions is None or len(m.owned()) == n_partitions),
-               timeout, f"{m.name} stable")
+    wait_until(
+        lambda: m.state == "stable" and (n_partitions is None or len(m.owned()) == n_partitions),
+        timeout,
+        f"{m.name} stable",
+    )
 
 
 def test_poll_interval_expiry_leaves_then_rejoins(broker, make_topic, members):
@@ -25,31 +26,50 @@ def test_poll_interval_expiry_leaves_then_rejoins(broker, make_topic, members):
     m.paused_polling.clear()
     _stable_with(m, 2)
     t = m.triggers()
-    assert t[t.index("poll_timer_expired"):][:3] == ["poll_timer_expired", "poll_resumed", "lost_acked"]
+    assert t[t.index("poll_timer_expired") :][:3] == ["poll_timer_expired", "poll_resumed", "lost_acked"]
     lost = [iv for iv in m.intervals if iv[2] is not None]
     assert len(lost) == 2, "on_partitions_lost closed both ownership intervals"
 
 
 def test_revocation_callback_slower_than_its_timeout(broker, make_topic, members):
     topic = make_topic(partitions=2)
-    a = members(broker.bootstrap_servers, f"g-{topic}", topic, "a", max_poll_interval_ms=2000,
-                partition_assignment_strategy=["range"])
+    a = members(
+        broker.bootstrap_servers,
+        f"g-{topic}",
+        topic,
+        "a",
+        max_poll_interval_ms=2000,
+        partition_assignment_strategy=["range"],
+    )
     _stable_with(a, 2)
     a.callback_delay = 3.0  # on_partitions_revoked blocks longer than the revocation timeout
     # b's longer max_poll_interval_ms is the round's rebalance timeout on Apache Kafka (the members'
     # largest): a's own timer (2 s) runs out first, as on Tansu, which times no round. With equal ones
     # Kafka would race a's timer, removing a at the end of the round (its next heartbeat fenced).
-    members(broker.bootstrap_servers, f"g-{topic}", topic, "b", max_poll_interval_ms=10_000,
-            partition_assignment_strategy=["range"])
-    wait_until(lambda: "revocation_timed_out" in a.triggers(), 15, "the revocation wait to time out",
-               explain=lambda: f"{a.state}: {a.triggers()[-10:]}")
+    members(
+        broker.bootstrap_servers,
+        f"g-{topic}",
+        topic,
+        "b",
+        max_poll_interval_ms=10_000,
+        partition_assignment_strategy=["range"],
+    )
+    wait_until(
+        lambda: "revocation_timed_out" in a.triggers(),
+        15,
+        "the revocation wait to time out",
+        explain=lambda: f"{a.state}: {a.triggers()[-10:]}",
+    )
     a.callback_delay = 0.0
     # the spec's answer to seed 000: leave (stale), then on the next poll lose the partitions and rejoin;
     # the callback's late acknowledgement changes nothing
-    wait_until(lambda: "lost_acked" in a.triggers()[a.triggers().index("revocation_timed_out"):], 15,
-               "the member to lose its partitions and rejoin")
+    wait_until(
+        lambda: "lost_acked" in a.triggers()[a.triggers().index("revocation_timed_out") :],
+        15,
+        "the member to lose its partitions and rejoin",
+    )
     t = a.triggers()
-    after = t[t.index("revocation_timed_out"):]
+    after = t[t.index("revocation_timed_out") :]
     assert after[:3] == ["revocation_timed_out", "poll_resumed", "lost_acked"], after
     assert "revoke_acked" not in after
     wait_until(lambda: a.state in ("joining", "syncing", "join_backoff", "stable"), 5, "a rejoin")
@@ -59,8 +79,11 @@ def test_revocation_callback_slower_than_its_timeout(broker, make_topic, members
     # the two members settle and share the partitions.
     if broker.kind == "kafka":
         b = next(m for m in members.made if m.name == "b")
-        wait_until(lambda: a.state == b.state == "stable" and a.owned() | b.owned() == {0, 1}
-                   and not a.owned() & b.owned(), 30, "the group to settle")
+        wait_until(
+            lambda: a.state == b.state == "stable" and a.owned() | b.owned() == {0, 1} and not a.owned() & b.owned(),
+            30,
+            "the group to settle",
+        )
 
 
 def test_coordinator_blackholed_then_back(broker, make_topic, produce, members):
@@ -92,8 +115,9 @@ def test_fenced_member_loses_partitions_and_rejoins(broker, make_topic, members)
     wait_until(lambda: "fenced_error" in m.triggers(), 10, "the member to be fenced")
     _stable_with(m, 2)
     t = m.triggers()
-    assert t[t.index("fenced_error"):][:3] == ["fenced_error", "lost_acked", "join_requested"] or \
-        t[t.index("fenced_error"):][:2] == ["fenced_error", "lost_acked"], t
+    assert t[t.index("fenced_error") :][:3] == ["fenced_error", "lost_acked", "join_requested"] or t[
+        t.index("fenced_error") :
+    ][:2] == ["fenced_error", "lost_acked"], t
     assert sum(1 for iv in m.intervals if iv[2] is not None) == 2, "on_partitions_lost ran for both"
 
 
@@ -123,18 +147,39 @@ def test_member_without_partitions_and_a_stale_member_leave(broker, make_topic, 
     topic = make_topic(partitions=1)
     # cooperative: the round Apache Kafka starts when the idle member leaves needs nothing of the paused
     # member's application thread (eager would wait for its revocation callback until Kafka removed it)
-    a = members(broker.bootstrap_servers, f"g-{topic}", topic, "a", partition_assignment_strategy=["cooperative-sticky"],
-                max_poll_interval_ms=1500)
-    b = members(broker.bootstrap_servers, f"g-{topic}", topic, "b", partition_assignment_strategy=["cooperative-sticky"],
-                max_poll_interval_ms=1500)
-    wait_until(lambda: a.state == b.state == "stable" and len(a.owned() | b.owned()) == 1 and
-               bool(a.owned()) != bool(b.owned()), 30, "a stable pair, one of them idle")
+    a = members(
+        broker.bootstrap_servers,
+        f"g-{topic}",
+        topic,
+        "a",
+        partition_assignment_strategy=["cooperative-sticky"],
+        max_poll_interval_ms=1500,
+    )
+    b = members(
+        broker.bootstrap_servers,
+        f"g-{topic}",
+        topic,
+        "b",
+        partition_assignment_strategy=["cooperative-sticky"],
+        max_poll_interval_ms=1500,
+    )
+    wait_until(
+        lambda: (
+            a.state == b.state == "stable" and len(a.owned() | b.owned()) == 1 and bool(a.owned()) != bool(b.owned())
+        ),
+        30,
+        "a stable pair, one of them idle",
+    )
     idle, busy = (a, b) if not a.owned() else (b, a)
     idle.stop()  # owns nothing: leave_requested goes straight to leaving, then left
     assert idle.triggers()[-2:] == ["leave_requested", "left"] and idle.state == "unjoined"
     busy.paused_polling.set()
-    wait_until(lambda: busy.state == "stale", 10, "the busy member to go stale",
-               explain=lambda: f"{busy.state}: {busy.triggers()[-10:]}")
+    wait_until(
+        lambda: busy.state == "stale",
+        10,
+        "the busy member to go stale",
+        explain=lambda: f"{busy.state}: {busy.triggers()[-10:]}",
+    )
     busy.stop()  # closing a stale member: it already left the group
     assert busy.triggers()[-1] == "leave_requested" and busy.state == "unjoined"
 
@@ -147,7 +192,7 @@ def test_assignment_callback_slower_than_its_timeout(broker, make_topic, members
     m.assign_delay = 0.0
     wait_until(lambda: "poll_resumed" in m.triggers(), 10, "the next poll after the callback")
     t = m.triggers()
-    assert t[t.index("assignment_timed_out"):][:2] == ["assignment_timed_out", "poll_resumed"], t
+    assert t[t.index("assignment_timed_out") :][:2] == ["assignment_timed_out", "poll_resumed"], t
 
 
 def test_fenced_member_closing_loses_partitions_and_stops(broker, make_topic, members):
@@ -173,13 +218,23 @@ def test_a_rejoin_held_past_the_session_loses_its_partitions(broker, make_topic,
     topic = make_topic(partitions=2)
     group = f"g-{topic}"
     session = 3000  # group_harness.FAST
-    a = members(broker.bootstrap_servers, group, topic, "held", faulty=True,
-                partition_assignment_strategy=["cooperative-sticky"])
+    a = members(
+        broker.bootstrap_servers,
+        group,
+        topic,
+        "held",
+        faulty=True,
+        partition_assignment_strategy=["cooperative-sticky"],
+    )
     _stable_with(a, 2)
     a.faults.delay("JoinGroup", 2 * session)
     a.faults.fail("Heartbeat", 27)  # REBALANCE_IN_PROGRESS: a cooperative rejoin, keeping both partitions
-    wait_until(lambda: "session_expired" in a.triggers(), 15, "the lease to run out while rejoining",
-               explain=lambda: a.triggers()[-8:])
+    wait_until(
+        lambda: "session_expired" in a.triggers(),
+        15,
+        "the lease to run out while rejoining",
+        explain=lambda: a.triggers()[-8:],
+    )
     log = a.consumer._group.membership.machine.log
     expired = next(r for r in log if r.trigger == "session_expired")
     assert (expired.source, expired.dest) == ("joining", "fenced"), expired
@@ -195,12 +250,21 @@ def test_a_rejoin_held_past_the_session_loses_its_partitions(broker, make_topic,
     _stable_with(a, 2, timeout=40)  # rejoined as a new member, both partitions back
     wait_until(lambda: len(a.consumed) >= consumed_before + 20, 20, "records after the rejoin")
 
-    b = members(broker.bootstrap_servers, group, topic, "late", faulty=True,
-                partition_assignment_strategy=["cooperative-sticky"])
+    b = members(
+        broker.bootstrap_servers,
+        group,
+        topic,
+        "late",
+        faulty=True,
+        partition_assignment_strategy=["cooperative-sticky"],
+    )
     b.faults.delay("JoinGroup", 2 * session)  # before its first answer can arrive (discovery comes first)
-    wait_until(lambda: b.state == a.state == "stable" and a.owned() | b.owned() == {0, 1}
-               and not a.owned() & b.owned(), 60, "the group of two to settle",
-               explain=lambda: f"a: {a.triggers()[-6:]}, b: {b.triggers()[-6:]}")
+    wait_until(
+        lambda: b.state == a.state == "stable" and a.owned() | b.owned() == {0, 1} and not a.owned() & b.owned(),
+        60,
+        "the group of two to settle",
+        explain=lambda: f"a: {a.triggers()[-6:]}, b: {b.triggers()[-6:]}",
+    )
     first = next(r for r in b.consumer._group.membership.machine.log if r.trigger == "session_expired")
     assert (first.source, first.dest) == ("joining", "joining"), first
     assert b.consumer._group.membership.session_expiries == 0

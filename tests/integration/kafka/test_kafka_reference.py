@@ -20,12 +20,19 @@ def topic_on(kafka, partitions: int = 1) -> str:
     return name
 
 
-def produce(kafka, topic: str, count: int, *, partition: int = 0, size: int = 10, key=None,
-            batch_bytes: int = 1_000_000) -> None:
+def produce(
+    kafka, topic: str, count: int, *, partition: int = 0, size: int = 10, key=None, batch_bytes: int = 1_000_000
+) -> None:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 20, "batch.size": batch_bytes,
-                         "enable.idempotence": True})  # a retried batch must not land twice: counts are checked
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "linger.ms": 20,
+            "batch.size": batch_bytes,
+            "enable.idempotence": True,
+        }
+    )  # a retried batch must not land twice: counts are checked
     for i in range(count):
         producer.produce(topic, value=b"x" * size, key=key(i) if key else None, partition=partition)
     assert producer.flush(30) == 0
@@ -56,8 +63,12 @@ def test_end_offsets_and_the_high_watermark_are_exact_for_multi_record_batches(k
 
 def test_a_first_join_group_is_answered_promptly(kafka):
     topic = topic_on(kafka, partitions=2)
-    consumer = Consumer(bootstrap_servers=kafka.bootstrap_servers, group_id=f"g-{uuid.uuid4().hex[:8]}",
-                        session_timeout_ms=10_000, heartbeat_interval_ms=1000)
+    consumer = Consumer(
+        bootstrap_servers=kafka.bootstrap_servers,
+        group_id=f"g-{uuid.uuid4().hex[:8]}",
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=1000,
+    )
     consumer.subscribe([topic])
     started = time.monotonic()
     while not consumer.assignment() and time.monotonic() - started < 30:
@@ -70,8 +81,9 @@ def test_a_first_join_group_is_answered_promptly(kafka):
 
 def test_commit_metadata_is_kept(kafka):
     topic = topic_on(kafka)
-    consumer = Consumer(bootstrap_servers=kafka.bootstrap_servers, group_id=f"g-{uuid.uuid4().hex[:8]}",
-                        enable_auto_commit=False)
+    consumer = Consumer(
+        bootstrap_servers=kafka.bootstrap_servers, group_id=f"g-{uuid.uuid4().hex[:8]}", enable_auto_commit=False
+    )
     tp = TopicPartition(topic, 0)
     consumer.assign([tp])
     consumer.commit({tp: OffsetAndMetadata(0, "fsm1:kept", -1)})
@@ -93,8 +105,12 @@ def test_parallel_progress_beyond_the_gap_travels_in_the_metadata(kafka):
             release.wait(30)
         handled.append(record.offset)
 
-    consumer = Consumer(bootstrap_servers=kafka.bootstrap_servers, group_id=group, enable_auto_commit=False,
-                        auto_offset_reset="earliest")
+    consumer = Consumer(
+        bootstrap_servers=kafka.bootstrap_servers,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
     consumer.subscribe([topic])
     pc = ParallelConsumer(consumer, handler, parallelism=4, commit_interval_ms=100, revoke_timeout_ms=500)
     runner = threading.Thread(target=pc.run, daemon=True)
@@ -114,8 +130,12 @@ def test_parallel_progress_beyond_the_gap_travels_in_the_metadata(kafka):
     consumer.close()
 
     again: list[int] = []
-    consumer = Consumer(bootstrap_servers=kafka.bootstrap_servers, group_id=group, enable_auto_commit=False,
-                        auto_offset_reset="earliest")
+    consumer = Consumer(
+        bootstrap_servers=kafka.bootstrap_servers,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
     consumer.subscribe([topic])
 
     def second(record):
@@ -138,8 +158,9 @@ def test_max_partition_fetch_bytes_bounds_each_answer(kafka):
     topic = topic_on(kafka)
     produce(kafka, topic, 200, size=10_000, batch_bytes=16_384)  # a batch per record: none above the limit
     limit = 32 * 1024
-    consumer = Consumer(bootstrap_servers=kafka.bootstrap_servers, auto_offset_reset="earliest",
-                        max_partition_fetch_bytes=limit)
+    consumer = Consumer(
+        bootstrap_servers=kafka.bootstrap_servers, auto_offset_reset="earliest", max_partition_fetch_bytes=limit
+    )
     tp = TopicPartition(topic, 0)
     consumer.assign([tp])
     got = 0

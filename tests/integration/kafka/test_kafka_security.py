@@ -88,27 +88,47 @@ def _raised_within_two_seconds(api_version, **config) -> str:
 
 @pytest.mark.parametrize("mechanism,user", [("PLAIN", "alice"), ("SCRAM-SHA-256", "bob"), ("SCRAM-SHA-512", "alice")])
 def test_right_credentials_consume(kafka_secure, mechanism, user):
-    assert _consume_one(kafka_secure, bootstrap_servers=kafka_secure.sasl_bootstrap_servers,
-                        security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism, sasl_plain_username=user,
-                        sasl_plain_password=USERS[user]) == [b"secured"]
+    assert _consume_one(
+        kafka_secure,
+        bootstrap_servers=kafka_secure.sasl_bootstrap_servers,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism=mechanism,
+        sasl_plain_username=user,
+        sasl_plain_password=USERS[user],
+    ) == [b"secured"]
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
 @pytest.mark.parametrize("api_version", [None, (2, 8)], ids=["probed-by-the-constructor", "given"])
 def test_a_wrong_password_is_raised_within_two_seconds(kafka_secure, mechanism, api_version):
-    message = _raised_within_two_seconds(api_version, bootstrap_servers=kafka_secure.sasl_bootstrap_servers,
-                                         security_protocol="SASL_PLAINTEXT", sasl_mechanism=mechanism,
-                                         sasl_plain_username="alice", sasl_plain_password="wrong-password")
+    message = _raised_within_two_seconds(
+        api_version,
+        bootstrap_servers=kafka_secure.sasl_bootstrap_servers,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism=mechanism,
+        sasl_plain_username="alice",
+        sasl_plain_password="wrong-password",
+    )
     assert "sasl_plain_username / sasl_plain_password" in message and "wrong-password" not in message
 
 
 def test_tls_with_the_right_ca_consumes(kafka_secure, pki):
-    assert _consume_one(kafka_secure, bootstrap_servers=kafka_secure.ssl_bootstrap_servers, security_protocol="SSL",
-                        ssl_cafile=str(pki["ca"])) == [b"secured"]
+    assert _consume_one(
+        kafka_secure,
+        bootstrap_servers=kafka_secure.ssl_bootstrap_servers,
+        security_protocol="SSL",
+        ssl_cafile=str(pki["ca"]),
+    ) == [b"secured"]
 
 
 @pytest.mark.parametrize("api_version", [None, (2, 8)], ids=["probed-by-the-constructor", "given"])
 def test_an_untrusted_ca_is_raised_within_two_seconds(kafka_secure, pki, api_version):
-    message = _raised_within_two_seconds(api_version, bootstrap_servers=kafka_secure.ssl_bootstrap_servers,
-                                         security_protocol="SSL", ssl_cafile=str(pki["other_ca"]))
-    assert "TLS handshake with" in message and "set ssl_cafile to the CA that signed the broker's certificate" in message
+    message = _raised_within_two_seconds(
+        api_version,
+        bootstrap_servers=kafka_secure.ssl_bootstrap_servers,
+        security_protocol="SSL",
+        ssl_cafile=str(pki["other_ca"]),
+    )
+    assert (
+        "TLS handshake with" in message and "set ssl_cafile to the CA that signed the broker's certificate" in message
+    )

@@ -27,8 +27,12 @@ TOTAL = 100_000
 
 def compile_peer(kafka: KafkaBroker, into: Path) -> Path:
     javac = Path(kafka.java).with_name("javac")
-    done = subprocess.run([str(javac), "-cp", f"{kafka.libs}/*", "-d", str(into), str(PEER_SOURCE)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(javac), "-cp", f"{kafka.libs}/*", "-d", str(into), str(PEER_SOURCE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return into
 
@@ -69,9 +73,22 @@ class JavaPeer(Ownership):
     def __init__(self, kafka: KafkaBroker, classes: Path, group: str, topic: str, strategy: str) -> None:
         super().__init__("java")
         self.proc = subprocess.Popen(
-            [kafka.java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", f"{classes}:{kafka.libs}/*", "JavaMember",
-             kafka.bootstrap_servers, group, topic, strategy],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            [
+                kafka.java,
+                "-Xmx256m",
+                "-XX:TieredStopAtLevel=1",
+                "-cp",
+                f"{classes}:{kafka.libs}/*",
+                "JavaMember",
+                kafka.bootstrap_servers,
+                group,
+                topic,
+                strategy,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -108,14 +125,25 @@ class RdkafkaPeer(Ownership):
 
         super().__init__("librdkafka")
         self._stop = threading.Event()
-        self.consumer = PeerConsumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group,
-                                      "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000,
-                                      "auto.offset.reset": "earliest", "partition.assignment.strategy": strategy,
-                                      "client.id": "librdkafka-member", "auto.commit.interval.ms": 200})
+        self.consumer = PeerConsumer(
+            {
+                "bootstrap.servers": kafka.bootstrap_servers,
+                "group.id": group,
+                "session.timeout.ms": 10000,
+                "heartbeat.interval.ms": 1000,
+                "auto.offset.reset": "earliest",
+                "partition.assignment.strategy": strategy,
+                "client.id": "librdkafka-member",
+                "auto.commit.interval.ms": 200,
+            }
+        )
         # with cooperative-sticky the callbacks carry the increments; with eager, the whole set
-        self.consumer.subscribe([topic], on_assign=lambda c, ps: self.opened(tp.partition for tp in ps),
-                                on_revoke=lambda c, ps: self.closed(tp.partition for tp in ps),
-                                on_lost=lambda c, ps: self.closed(tp.partition for tp in ps))
+        self.consumer.subscribe(
+            [topic],
+            on_assign=lambda c, ps: self.opened(tp.partition for tp in ps),
+            on_revoke=lambda c, ps: self.closed(tp.partition for tp in ps),
+            on_lost=lambda c, ps: self.closed(tp.partition for tp in ps),
+        )
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
@@ -160,17 +188,30 @@ def test_fsm_librdkafka_and_java_members_share_a_group(kafka, strategy, tmp_path
     produced = produce_spread(kafka, topic, TOTAL // 2)
     members: list = []
     try:
-        fsm = [Member(kafka.bootstrap_servers, group, topic, f"fsm{i}", partition_assignment_strategy=[strategy],
-                      session_timeout_ms=10000, heartbeat_interval_ms=1000, follower_sync_delay_ms=0)
-               for i in range(2)]
+        fsm = [
+            Member(
+                kafka.bootstrap_servers,
+                group,
+                topic,
+                f"fsm{i}",
+                partition_assignment_strategy=[strategy],
+                session_timeout_ms=10000,
+                heartbeat_interval_ms=1000,
+                follower_sync_delay_ms=0,
+            )
+            for i in range(2)
+        ]
         members += fsm
         members.append(RdkafkaPeer(kafka, group, topic, strategy))
         members.append(JavaPeer(kafka, classes, group, topic, strategy))
 
         def settled() -> bool:
             owned = [m.owned() for m in members]
-            return (all(m.state == "stable" for m in fsm) and all(owned)
-                    and sorted(p for o in owned for p in o) == list(range(PARTITIONS)))
+            return (
+                all(m.state == "stable" for m in fsm)
+                and all(owned)
+                and sorted(p for o in owned for p in o) == list(range(PARTITIONS))
+            )
 
         def explain() -> str:
             return f"{describe(fsm)}; peers own {[sorted(m.owned()) for m in members[2:]]}"
@@ -181,8 +222,12 @@ def test_fsm_librdkafka_and_java_members_share_a_group(kafka, strategy, tmp_path
         def consumed() -> set:
             return {x for m in members for x in list(m.consumed)}
 
-        wait_until(lambda: consumed() >= produced, 90, "every record to be consumed",
-                   lambda: f"{len(consumed() & produced)} of {len(produced)}; {explain()}")
+        wait_until(
+            lambda: consumed() >= produced,
+            90,
+            "every record to be consumed",
+            lambda: f"{len(consumed() & produced)} of {len(produced)}; {explain()}",
+        )
         final = [m.owned() for m in members]
     finally:
         for m in members:

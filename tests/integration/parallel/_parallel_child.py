@@ -15,8 +15,14 @@ def main():
     bootstrap, group, topic, log_path, total = sys.argv[1:6]
     total = int(total)
     log = open(log_path, "a", buffering=1)
-    consumer = Consumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
-                        auto_offset_reset="earliest", session_timeout_ms=6000, heartbeat_interval_ms=500)
+    consumer = Consumer(
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+    )
     consumer.subscribe([topic])
     rng = random.Random()
 
@@ -31,8 +37,11 @@ def main():
                 time.sleep(0.2)
                 m = pc.metrics()
                 parts = m["partitions"]
-                if len(parts) == 4 and all(p["committed"] is not None and p["out"] == 0 for p in parts.values()) \
-                        and sum(p["committed"] for p in parts.values()) >= total:
+                if (
+                    len(parts) == 4
+                    and all(p["committed"] is not None and p["out"] == 0 for p in parts.values())
+                    and sum(p["committed"] for p in parts.values()) >= total
+                ):
                     pc.stop()
                     return
 

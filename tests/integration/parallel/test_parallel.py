@@ -23,8 +23,14 @@ FAST_GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}  # Tansu
 
 
 def group_consumer(broker, **kw) -> Consumer:
-    return Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=kw.pop("group_id", f"g-{uuid.uuid4().hex[:8]}"),
-                    enable_auto_commit=False, auto_offset_reset="earliest", **FAST_GROUP, **kw)
+    return Consumer(
+        bootstrap_servers=broker.bootstrap_servers,
+        group_id=kw.pop("group_id", f"g-{uuid.uuid4().hex[:8]}"),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **FAST_GROUP,
+        **kw,
+    )
 
 
 def run_in_thread(pc: ParallelConsumer) -> tuple[threading.Thread, list]:
@@ -45,8 +51,9 @@ def wait_until(predicate, timeout_s: float, what: str, explain=None) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}"
-                                 + (f": {explain()}" if explain else ""))
+            raise AssertionError(
+                f"timed out after {timeout_s} s waiting for {what}" + (f": {explain()}" if explain else "")
+            )
         time.sleep(0.02)
 
 
@@ -111,8 +118,13 @@ def test_a_killed_process_leaves_no_committed_record_to_handle_again(broker, mak
     first, second = tmp_path / "first.log", tmp_path / "second.log"
 
     def start(log: Path) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, str(CHILD), broker.bootstrap_servers, group, topic, str(log),
-                                 str(total)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        return subprocess.Popen(
+            [sys.executable, str(CHILD), broker.bootstrap_servers, group, topic, str(log), str(total)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
 
     def lines(log: Path) -> list[tuple[int, int]]:
         if not log.exists():
@@ -170,6 +182,7 @@ def test_a_second_member_joining_takes_partitions_without_double_handling(broker
                 if len(set(handled["a"]) | set(handled["b"])) >= total:
                     pa.stop()
                     pb.stop()
+
         return handler
 
     ca = group_consumer(broker, group_id=group, **strategy)
@@ -206,7 +219,7 @@ def test_a_stuck_record_blocks_only_its_partition_when_the_metadata_would_overfl
     rng = random.Random(3)
     keys = [b"k%d" % rng.randrange(5) for _ in range(per_partition)]  # irregular: zlib cannot fold the gaps
     keys[3] = b"stuck"
-    keys[3 + 1:] = [b"stuck" if k in (b"k0", b"k1") else k for k in keys[3 + 1:]]  # 2/5 wait behind it
+    keys[3 + 1 :] = [b"stuck" if k in (b"k0", b"k1") else k for k in keys[3 + 1 :]]  # 2/5 wait behind it
     for p in range(2):
         produce(topic, per_partition, partition=p, key=lambda i: keys[i], value=b"x")
     consumer = group_consumer(broker)
@@ -238,8 +251,12 @@ def test_a_stuck_record_blocks_only_its_partition_when_the_metadata_would_overfl
         # records handed out before the block may still complete and grow it; the commit keeps what fits
         assert blocked["metadata-bytes"] > limit - 256
         assert blocked["committable"] == 3
-        wait_until(lambda: len(handled[1]) == per_partition, 60, "partition 1 to be handled meanwhile",
-                   lambda: (len(handled[1]), pc.metrics()))
+        wait_until(
+            lambda: len(handled[1]) == per_partition,
+            60,
+            "partition 1 to be handled meanwhile",
+            lambda: (len(handled[1]), pc.metrics()),
+        )
 
         def stalled() -> bool:  # only the stuck key's records are left, and the partition stays blocked
             before = len(handled[0])
@@ -284,8 +301,14 @@ def test_a_failing_handler_is_retried_then_dead_lettered_or_raised(broker, make_
 
     consumer = group_consumer(broker)
     consumer.subscribe([topic])
-    with ParallelConsumer(consumer, flaky, parallelism=4, retries=2, retry_backoff_ms=10,
-                          on_failure=lambda record, exc: dead.append(record.offset)) as pc:
+    with ParallelConsumer(
+        consumer,
+        flaky,
+        parallelism=4,
+        retries=2,
+        retry_backoff_ms=10,
+        on_failure=lambda record, exc: dead.append(record.offset),
+    ) as pc:
         thread, errors = run_in_thread(pc)
         thread.join(60)
     assert not errors
@@ -412,8 +435,12 @@ def test_bad_arguments_name_what_is_wrong(broker):
     assert err.value.key == "enable_auto_commit"
     auto.close()
     consumer = group_consumer(broker)
-    for kw, key in (({"ordering": "random"}, "ordering"), ({"parallelism": 0}, "parallelism"),
-                    ({"max_in_flight": -1}, "max_in_flight"), ({"retries": -1}, "retries")):
+    for kw, key in (
+        ({"ordering": "random"}, "ordering"),
+        ({"parallelism": 0}, "parallelism"),
+        ({"max_in_flight": -1}, "max_in_flight"),
+        ({"retries": -1}, "retries"),
+    ):
         with pytest.raises(ConfigError) as err:
             ParallelConsumer(consumer, print, **kw)
         assert err.value.key == key
@@ -424,6 +451,7 @@ def test_a_drain_that_outlasts_revoke_timeout_gives_the_partition_up(broker, mak
     """A handler still running when revoke_timeout_ms runs out: the revoked partition is released without
     waiting longer (its unfinished records are not committed by this member); the rebalance goes on."""
     from fsm_consumer.machines import add_observer, remove_observer
+
     topic = make_topic(partitions=2)
     produce(topic, 200, key=lambda i: b"k%d" % i, value=b"x")
     group = f"drain-{uuid.uuid4().hex[:8]}"
@@ -440,6 +468,7 @@ def test_a_drain_that_outlasts_revoke_timeout_gives_the_partition_up(broker, mak
     def observe(rec):
         if rec.machine == "parallel" and rec.trigger == "drain_timed_out":
             timed_out.append(rec)
+
     add_observer(observe)
     ca = group_consumer(broker, group_id=group, **strategy)
     ca.subscribe([topic])
@@ -452,12 +481,17 @@ def test_a_drain_that_outlasts_revoke_timeout_gives_the_partition_up(broker, mak
         cb.subscribe([topic])
         while not stop_b.is_set():
             cb.poll(timeout_ms=100)
+
     tb = threading.Thread(target=poll_b, daemon=True)
     try:
         wait_until(started.is_set, 60, "member a to start a record")
         tb.start()
-        wait_until(lambda: timed_out, 60, "a revoked partition's drain to time out",
-                   explain=lambda: f"b owns {cb.assignment()}")
+        wait_until(
+            lambda: timed_out,
+            60,
+            "a revoked partition's drain to time out",
+            explain=lambda: f"b owns {cb.assignment()}",
+        )
         wait_until(lambda: cb.assignment(), 60, "member b to get its partition")
     finally:
         remove_observer(observe)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from itertools import pairwise
 
 import pytest
 from kafka.protocol.consumer import FetchRequest
@@ -39,20 +40,28 @@ def poll_until(t: KafkaTransport, predicate, timeout: float = 10.0) -> None:
 
 
 def metadata(*topics: str) -> MetadataRequest:
-    return MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in topics],
-                           allow_auto_topic_creation=False)
+    return MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in topics], allow_auto_topic_creation=False
+    )
 
 
 def long_poll(topic: str, topic_id) -> FetchRequest:
     part = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
-    return FetchRequest(replica_id=-1, max_wait_ms=10_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-                        topics=[FetchRequest.FetchTopic(topic=topic, topic_id=topic_id, partitions=[part])])
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=10_000,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        topics=[FetchRequest.FetchTopic(topic=topic, topic_id=topic_id, partitions=[part])],
+    )
 
 
 def test_broker_restart_fails_in_flight_then_reconnects(own_broker):
     own_broker.create_topic("restart", partitions=1)
-    t = KafkaTransport({"bootstrap_servers": own_broker.bootstrap_servers, "reconnect_backoff_ms": 50,
-                        "reconnect_backoff_max_ms": 400})
+    t = KafkaTransport(
+        {"bootstrap_servers": own_broker.bootstrap_servers, "reconnect_backoff_ms": 50, "reconnect_backoff_max_ms": 400}
+    )
     try:
         first = t.send(metadata("restart"))
         poll_until(t, lambda: first.done)
@@ -105,7 +114,7 @@ def backoff_durations(t: KafkaTransport, node: int) -> list[float]:
     conn = t.connection(node)
     assert conn is not None
     log = list(conn.machine.log)
-    return [b.time - a.time for a, b in zip(log, log[1:]) if a.dest == "backoff" and b.trigger == "backoff_elapsed"]
+    return [b.time - a.time for a, b in pairwise(log) if a.dest == "backoff" and b.trigger == "backoff_elapsed"]
 
 
 def test_transport_errors_are_typed(own_broker):

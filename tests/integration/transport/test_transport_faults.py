@@ -45,14 +45,21 @@ def wait(t: FaultyTransport, *pendings: Pending, timeout: float = 10.0) -> float
 
 
 def metadata(*topics: str) -> MetadataRequest:
-    return MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in topics],
-                           allow_auto_topic_creation=False)
+    return MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in topics], allow_auto_topic_creation=False
+    )
 
 
 def fetch(meta: Any, max_wait_ms: int = 100) -> FetchRequest:
     part = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
-    return FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-                        topics=[FetchRequest.FetchTopic(topic=meta.name, topic_id=meta.topic_id, partitions=[part])])
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        topics=[FetchRequest.FetchTopic(topic=meta.name, topic_id=meta.topic_id, partitions=[part])],
+    )
 
 
 def setup_topic(t: FaultyTransport, make_topic) -> tuple[int, Any]:
@@ -124,8 +131,9 @@ def test_fail_patches_error_codes_into_real_responses(faulty, make_topic):
     faulty.fail("FindCoordinator", COORDINATOR_NOT_AVAILABLE, times=2, node=node)
     patched, normal = faulty.send(metadata(meta.name)), faulty.send(metadata(meta.name))
     group = "faulty-group"
-    coordinators = [faulty.send(FindCoordinatorRequest(key=group, key_type=0, coordinator_keys=[group]), node)
-                    for _ in range(3)]
+    coordinators = [
+        faulty.send(FindCoordinatorRequest(key=group, key_type=0, coordinator_keys=[group]), node) for _ in range(3)
+    ]
     wait(faulty, patched, normal, *coordinators)
     topic = patched.response.topics[0]
     assert topic.name == meta.name, "the rest of the real response is kept"

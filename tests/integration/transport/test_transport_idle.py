@@ -49,8 +49,10 @@ def test_idle_poll_uses_almost_no_cpu_and_wakeup_interrupts_it(broker):
         assert not worker.is_alive() and not failures, failures
         latency_ms = (results["returned"] - woke_at) * 1000
         share = results["cpu"] / results["wall"]
-        print(f"idle poll: {results['cpu'] * 1000:.2f} ms CPU over {results['wall']:.2f} s "
-              f"({share:.3%} of a core); wakeup latency {latency_ms:.1f} ms")
+        print(
+            f"idle poll: {results['cpu'] * 1000:.2f} ms CPU over {results['wall']:.2f} s "
+            f"({share:.3%} of a core); wakeup latency {latency_ms:.1f} ms"
+        )
         assert results["wall"] > 1.0, "poll(10_000) returned long before the wakeup"
         assert share < 0.10
         assert latency_ms < 100

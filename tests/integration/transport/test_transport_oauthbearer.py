@@ -15,10 +15,10 @@ import pytest
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
+from loopback_server import LoopbackServer
 
 from fsm_consumer.transport import AuthenticationError, KafkaTransport, request_class
 from fsm_consumer.transport._versions import _request_classes
-from loopback_server import LoopbackServer
 
 TOKEN = "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhbGljZSJ9.SeCrEt-SiGnAtUrE"
 ERROR_DOC = b'{"status":"invalid_token","scope":"kafka","openid-configuration":"https://idp/.well-known"}'
@@ -45,6 +45,7 @@ def secret_free(*texts: str) -> bool:
 
 
 # -- a scripted exchange through KafkaTransport --------------------------------------------------------
+
 
 class OAuthServer(LoopbackServer):
     """ApiVersions, SaslHandshake, SaslAuthenticate (the token accepted or answered with an error
@@ -74,23 +75,31 @@ class OAuthServer(LoopbackServer):
         request = request_class(key).decode(payload, version=version, header=True)
         if key == ApiKey.ApiVersions:
             entry = ApiVersionsResponse.ApiVersion
-            reply = ApiVersionsResponse[version](error_code=0, throttle_time_ms=0, api_keys=[
-                entry(api_key=k, min_version=0, max_version=c.max_version) for k, c in _request_classes().items()])
+            reply = ApiVersionsResponse[version](
+                error_code=0,
+                throttle_time_ms=0,
+                api_keys=[
+                    entry(api_key=k, min_version=0, max_version=c.max_version) for k, c in _request_classes().items()
+                ],
+            )
         elif key == ApiKey.SaslHandshake:
             reply = SaslHandshakeResponse[version](error_code=0, mechanisms=["OAUTHBEARER"])
         elif key == ApiKey.SaslAuthenticate:
             token = bytes(request.auth_bytes)
             self.auth_bytes.append(token)
             if token == b"\x01":  # the client acknowledged our error document: Kafka fails it now
-                reply = SaslAuthenticateResponse[version](error_code=58, auth_bytes=b"", session_lifetime_ms=0,
-                                                          error_message="Authentication failed")
+                reply = SaslAuthenticateResponse[version](
+                    error_code=58, auth_bytes=b"", session_lifetime_ms=0, error_message="Authentication failed"
+                )
             else:
                 answer = b"" if self.accept_token else ERROR_DOC
-                reply = SaslAuthenticateResponse[version](error_code=0, error_message=None, auth_bytes=answer,
-                                                          session_lifetime_ms=0)
+                reply = SaslAuthenticateResponse[version](
+                    error_code=0, error_message=None, auth_bytes=answer, session_lifetime_ms=0
+                )
         elif key == ApiKey.Metadata:
-            reply = MetadataResponse[version](throttle_time_ms=0, brokers=[], cluster_id="fake",
-                                              controller_id=0, topics=[])
+            reply = MetadataResponse[version](
+                throttle_time_ms=0, brokers=[], cluster_id="fake", controller_id=0, topics=[]
+            )
         else:
             return False
         reply.with_header(correlation_id=cid)
@@ -105,9 +114,15 @@ def oauth_transport() -> Iterator[Any]:
     def make(accept_token: bool, provider: Any) -> tuple[OAuthServer, KafkaTransport]:
         server = OAuthServer(accept_token)
         made.append(server)
-        t = KafkaTransport({"bootstrap_servers": server.address, "security_protocol": "SASL_PLAINTEXT",
-                            "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": provider,
-                            "reconnect_backoff_max_ms": 5000})
+        t = KafkaTransport(
+            {
+                "bootstrap_servers": server.address,
+                "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "OAUTHBEARER",
+                "sasl_oauth_token_provider": provider,
+                "reconnect_backoff_max_ms": 5000,
+            }
+        )
         made.append(t)
         return server, t
 

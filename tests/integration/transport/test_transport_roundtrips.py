@@ -42,8 +42,9 @@ def roundtrip(t: KafkaTransport, request: Any, node: int | None = None, **kw: An
 
 
 def metadata(*topics: str) -> MetadataRequest:
-    return MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in topics],
-                           allow_auto_topic_creation=False)
+    return MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in topics], allow_auto_topic_creation=False
+    )
 
 
 def learn_brokers(t: KafkaTransport, *topics: str) -> Any:
@@ -53,11 +54,17 @@ def learn_brokers(t: KafkaTransport, *topics: str) -> Any:
 
 
 def fetch(topic: str, topic_id: Any, partition: int = 0, offset: int = 0, max_wait_ms: int = 100) -> FetchRequest:
-    part = FetchRequest.FetchTopic.FetchPartition(partition=partition, fetch_offset=offset,
-                                                  partition_max_bytes=1 << 20)
-    return FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 22, isolation_level=0,
-                        session_id=0, session_epoch=-1,
-                        topics=[FetchRequest.FetchTopic(topic=topic, topic_id=topic_id, partitions=[part])])
+    part = FetchRequest.FetchTopic.FetchPartition(partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20)
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=1,
+        max_bytes=1 << 22,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[FetchRequest.FetchTopic(topic=topic, topic_id=topic_id, partitions=[part])],
+    )
 
 
 def values(records: Any) -> list[bytes]:
@@ -112,10 +119,15 @@ def test_list_offsets_and_fetch_after_producing(transport, make_topic, produce, 
     leader = meta.partitions[0].leader_id
 
     def offset(timestamp: int) -> int:
-        part = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, timestamp=timestamp,
-                                                                          current_leader_epoch=-1)
-        request = ListOffsetsRequest(replica_id=-1, isolation_level=0, timeout_ms=5000,
-                                     topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[part])])
+        part = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+            partition_index=0, timestamp=timestamp, current_leader_epoch=-1
+        )
+        request = ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=0,
+            timeout_ms=5000,
+            topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[part])],
+        )
         (answer,) = roundtrip(transport, request, leader).topics[0].partitions
         assert answer.error_code == 0
         return answer.offset

@@ -39,12 +39,12 @@ from kafka.protocol.sasl import (
     SaslHandshakeRequest,
     SaslHandshakeResponse,
 )
+from loopback_server import LoopbackServer
 
 from fsm_consumer.broker import locate_tansu
 from fsm_consumer.broker._process import GuardedProcess
 from fsm_consumer.broker._wire import fetch_api_versions
 from fsm_consumer.transport import AuthenticationError, ConnectionLost, KafkaTransport, Pending
-from loopback_server import LoopbackServer
 
 pytestmark = pytest.mark.integration
 
@@ -54,6 +54,7 @@ UNSUPPORTED_SASL_MECHANISM = 33
 
 
 # -- a SCRAM server (RFC 5802), the broker's side -----------------------------------------------------
+
 
 class ScramServer:
     def __init__(self, mechanism: str, users: dict[str, str], iterations: int = 4096) -> None:
@@ -85,13 +86,14 @@ class ScramServer:
         stored_key = hashlib.new(self.hash, self._hmac(salted, b"Client Key")).digest()
         auth_message = self.client_first_bare + b"," + self.server_first + b"," + without_proof
         signature = self._hmac(stored_key, auth_message)
-        client_key = bytes(a ^ b for a, b in zip(base64.b64decode(proof), signature))
+        client_key = bytes(a ^ b for a, b in zip(base64.b64decode(proof), signature, strict=False))
         if hashlib.new(self.hash, client_key).digest() != stored_key:
             return None
         return b"v=" + base64.b64encode(self._hmac(self._hmac(salted, b"Server Key"), auth_message))
 
 
 # -- the proxy ------------------------------------------------------------------------------------------
+
 
 def _recv_exact(sock: socket.socket, size: int, stop: threading.Event) -> bytes | None:
     data = bytearray()
@@ -113,9 +115,13 @@ def _recv_exact(sock: socket.socket, size: int, stop: threading.Event) -> bytes 
 class SaslProxy(LoopbackServer):
     """Authenticates clients itself, then relays their connection to ``upstream`` byte for byte."""
 
-    def __init__(self, upstream: tuple[str, int], *, mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256",
-                                                                                     "SCRAM-SHA-512"),
-                 users: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        upstream: tuple[str, int],
+        *,
+        mechanisms: tuple[str, ...] = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        users: dict[str, str] | None = None,
+    ) -> None:
         self.upstream = upstream
         self.mechanisms = mechanisms
         self.users = dict(USERS if users is None else users)  # a test may change them meanwhile
@@ -156,8 +162,13 @@ class SaslProxy(LoopbackServer):
                 request = SaslHandshakeRequest.decode(payload, version=version, header=True)
                 ok = request.mechanism in self.mechanisms
                 mechanism = request.mechanism if ok else None
-                self._reply(client, SaslHandshakeResponse[version](
-                    error_code=0 if ok else UNSUPPORTED_SASL_MECHANISM, mechanisms=list(self.mechanisms)), cid)
+                self._reply(
+                    client,
+                    SaslHandshakeResponse[version](
+                        error_code=0 if ok else UNSUPPORTED_SASL_MECHANISM, mechanisms=list(self.mechanisms)
+                    ),
+                    cid,
+                )
             elif api_key == ApiKey.SaslAuthenticate and mechanism is not None:
                 token = bytes(SaslAuthenticateRequest.decode(payload, version=version, header=True).auth_bytes)
                 answer: bytes | None
@@ -173,13 +184,25 @@ class SaslProxy(LoopbackServer):
                     answer, done = scram.final(token), True
                     self.verdicts.append((mechanism, scram.user, answer is not None))
                 if answer is None:
-                    self._reply(client, SaslAuthenticateResponse[version](
-                        error_code=SASL_AUTHENTICATION_FAILED, auth_bytes=b"", session_lifetime_ms=0,
-                        error_message=f"Authentication failed during authentication due to invalid credentials "
-                                      f"with SASL mechanism {mechanism}"), cid)
+                    self._reply(
+                        client,
+                        SaslAuthenticateResponse[version](
+                            error_code=SASL_AUTHENTICATION_FAILED,
+                            auth_bytes=b"",
+                            session_lifetime_ms=0,
+                            error_message=f"Authentication failed during authentication due to invalid credentials "
+                            f"with SASL mechanism {mechanism}",
+                        ),
+                        cid,
+                    )
                     return False
-                self._reply(client, SaslAuthenticateResponse[version](
-                    error_code=0, error_message=None, auth_bytes=answer, session_lifetime_ms=0), cid)
+                self._reply(
+                    client,
+                    SaslAuthenticateResponse[version](
+                        error_code=0, error_message=None, auth_bytes=answer, session_lifetime_ms=0
+                    ),
+                    cid,
+                )
                 if done:
                     return True
             else:
@@ -211,6 +234,7 @@ def proxy(broker) -> Iterator[SaslProxy]:
 
 # -- a Tansu broker with --authentication --------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tansu_auth() -> Iterator[str]:
     with socket.socket() as s:
@@ -218,9 +242,20 @@ def tansu_auth() -> Iterator[str]:
         port = s.getsockname()[1]
     url = f"tcp://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="tansu-auth-") as tmp:
-        process = GuardedProcess([locate_tansu(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                                  "--storage-engine", "memory://tansu/", "--authentication"],
-                                 log_path=Path(tmp) / "tansu.log")
+        process = GuardedProcess(
+            [
+                locate_tansu(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+                "--authentication",
+            ],
+            log_path=Path(tmp) / "tansu.log",
+        )
         try:
             deadline = time.monotonic() + 10
             while True:
@@ -237,16 +272,22 @@ def tansu_auth() -> Iterator[str]:
 
 # -- helpers ---------------------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def sasl_transport() -> Iterator[Any]:
     made: list[KafkaTransport] = []
 
-    def make(servers: str, mechanism: str | None, user: str = "alice", password: str = USERS["alice"],
-             **extra: Any) -> KafkaTransport:
+    def make(
+        servers: str, mechanism: str | None, user: str = "alice", password: str = USERS["alice"], **extra: Any
+    ) -> KafkaTransport:
         config = {"bootstrap_servers": servers, "reconnect_backoff_max_ms": 3000, **extra}
         if mechanism is not None:
-            config |= {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": mechanism,
-                       "sasl_plain_username": user, "sasl_plain_password": password}
+            config |= {
+                "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": mechanism,
+                "sasl_plain_username": user,
+                "sasl_plain_password": password,
+            }
         made.append(KafkaTransport(config))
         return made[-1]
 
@@ -275,6 +316,7 @@ def triggers(t: KafkaTransport) -> list[str]:
 
 # -- against Tansu -----------------------------------------------------------------------------------
 
+
 def test_tansu_with_authentication_refuses_unauthenticated_requests(tansu_auth, sasl_transport):
     t = sasl_transport(tansu_auth, None)
     p = t.send(metadata())
@@ -296,12 +338,14 @@ def test_tansu_rejects_unknown_scram_credentials_fast(tansu_auth, sasl_transport
 
 # -- through the SASL proxy -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mechanism,user", [("PLAIN", "alice"), ("SCRAM-SHA-256", "alice"), ("SCRAM-SHA-512", "bob")])
 def test_right_credentials_authenticate_and_reach_the_broker(proxy, sasl_transport, mechanism, user, make_topic):
     topic = make_topic()
     t = sasl_transport(f"127.0.0.1:{proxy.port}", mechanism, user=user, password=USERS[user])
-    p = t.send(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
-                               allow_auto_topic_creation=False))
+    p = t.send(
+        MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False)
+    )
     wait(t, p)
     assert p.error is None and p.response.topics[0].name == topic and p.response.topics[0].error_code == 0
     assert triggers(t) == ["connect", "connected", "versions_known", "authenticated"]
@@ -342,14 +386,22 @@ def test_mechanism_the_broker_does_not_enable(broker, sasl_transport):
 
 # -- what the layers above learn ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
 def test_wrong_credentials_are_an_auth_failure_until_the_node_authenticates(broker, mechanism, caplog):
     caplog.set_level(logging.INFO, logger="fsm_consumer.transport")
     host, port = broker.bootstrap_servers.split(":")
     proxy = SaslProxy((host, int(port)))
-    t = KafkaTransport({"bootstrap_servers": f"127.0.0.1:{proxy.port}", "security_protocol": "SASL_PLAINTEXT",
-                        "sasl_mechanism": mechanism, "sasl_plain_username": "alice",
-                        "sasl_plain_password": "alice-typo-pw", "reconnect_backoff_max_ms": 200})
+    t = KafkaTransport(
+        {
+            "bootstrap_servers": f"127.0.0.1:{proxy.port}",
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": mechanism,
+            "sasl_plain_username": "alice",
+            "sasl_plain_password": "alice-typo-pw",
+            "reconnect_backoff_max_ms": 200,
+        }
+    )
     try:
         p = t.send(metadata(), timeout_ms=30_000)
         assert wait(t, p) < 2.0
@@ -369,8 +421,12 @@ def test_wrong_credentials_are_an_auth_failure_until_the_node_authenticates(brok
         wait(t, ok)
         assert ok.error is None and ok.response.brokers  # the real broker's answer
         assert t.auth_failure is None
-        assert t.node_states()[-1] == {"address": f"127.0.0.1:{proxy.port}", "state": "ready", "failures": 0,
-                                       "last_error": None}
+        assert t.node_states()[-1] == {
+            "address": f"127.0.0.1:{proxy.port}",
+            "state": "ready",
+            "failures": 0,
+            "last_error": None,
+        }
         assert f"node -1 (127.0.0.1:{proxy.port}) is reachable again after 1 failure" in caplog.text
         assert "alice-typo-pw" not in caplog.text
     finally:
@@ -387,27 +443,39 @@ def test_sasl_against_a_listener_without_sasl_does_not_blame_the_mechanism(broke
     p = t.send(metadata(), timeout_ms=30_000)
     assert wait(t, p) < 2.0
     assert isinstance(p.error, AuthenticationError)
-    answer = {"tansu": "UnsupportedSaslMechanismError although it lists SCRAM-SHA-256",
-              "kafka": "IllegalSaslStateError"}[broker.kind]
-    assert str(p.error) == (f"[node -1] the broker answered SaslHandshake for SCRAM-SHA-256 with {answer}: "
-                            "check that SASL is enabled on this listener (security_protocol='PLAINTEXT' if it is not)")
+    answer = {
+        "tansu": "UnsupportedSaslMechanismError although it lists SCRAM-SHA-256",
+        "kafka": "IllegalSaslStateError",
+    }[broker.kind]
+    assert str(p.error) == (
+        f"[node -1] the broker answered SaslHandshake for SCRAM-SHA-256 with {answer}: "
+        "check that SASL is enabled on this listener (security_protocol='PLAINTEXT' if it is not)"
+    )
     assert "does not enable" not in caplog.text
     assert t.auth_failure is not None
 
 
 # -- what the user sees: Consumer.poll() raises it --------------------------------------------------
 
+
 @pytest.mark.parametrize("api_version", [None, (2, 8)], ids=["probed-by-the-constructor", "given"])
 def test_poll_raises_a_wrong_password_within_two_seconds_saying_how_to_fix_it(proxy, api_version):
     from fsm_consumer import Consumer
     from fsm_consumer.errors import AuthenticationFailedError
+
     consumer = None
     started = time.monotonic()
     try:
         with pytest.raises(AuthenticationFailedError) as caught:
-            consumer = Consumer(bootstrap_servers=f"127.0.0.1:{proxy.port}", security_protocol="SASL_PLAINTEXT",
-                                sasl_mechanism="SCRAM-SHA-256", sasl_plain_username="alice",
-                                sasl_plain_password="wrong-password", group_id="sasl-errors", api_version=api_version)
+            consumer = Consumer(
+                bootstrap_servers=f"127.0.0.1:{proxy.port}",
+                security_protocol="SASL_PLAINTEXT",
+                sasl_mechanism="SCRAM-SHA-256",
+                sasl_plain_username="alice",
+                sasl_plain_password="wrong-password",
+                group_id="sasl-errors",
+                api_version=api_version,
+            )
             consumer.subscribe(["sasl-errors"])
             while time.monotonic() - started < 10:
                 consumer.poll(timeout_ms=100)

@@ -19,15 +19,16 @@ from typing import Any
 import pytest
 from cryptography import x509
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
-
-from fsm_consumer.transport import AuthenticationError, KafkaTransport, Pending, SslHandshakeError
 from loopback_server import LoopbackServer
 from pki import make_pki
+
+from fsm_consumer.transport import AuthenticationError, KafkaTransport, Pending, SslHandshakeError
 
 pytestmark = pytest.mark.integration
 
 
 # -- certificates ---------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory) -> dict[str, Path]:
@@ -36,6 +37,7 @@ def pki(tmp_path_factory) -> dict[str, Path]:
 
 
 # -- the forwarder ----------------------------------------------------------------------------------
+
 
 class TlsForwarder(LoopbackServer):
     """Accepts TLS on loopback and relays the plaintext to ``upstream``; one thread per client."""
@@ -125,20 +127,23 @@ def triggers(t: KafkaTransport) -> list[str]:
 
 # -- tests -----------------------------------------------------------------------------------------
 
+
 def test_trusted_ca_works(pki, forwarder, tls_transport):
     t = tls_transport(bootstrap_servers=f"localhost:{forwarder.port}", ssl_cafile=str(pki["ca"]))
     versions = t.send(ApiVersionsRequest())
     wait(t, versions)
     assert versions.error is None and versions.response.error_code == 0
     # tls_heard only when the ServerHello was not already read inside the first handshake step
-    assert [x for x in triggers(t) if x != "tls_heard"] == ["connect", "connected", "tls_established",
-                                                            "versions_known"]
+    assert [x for x in triggers(t) if x != "tls_heard"] == ["connect", "connected", "tls_established", "versions_known"]
     conn = t.connection(-1)
     assert conn is not None and isinstance(conn.sock, ssl.SSLSocket) and conn.sock.version() in ("TLSv1.2", "TLSv1.3")
     # ~1.5 MB: many TLS records, written as the socket accepts them.
     names = [f"tls-{i:06d}-" + "y" * 60 for i in range(20_000)]
-    big = t.send(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names],
-                                 allow_auto_topic_creation=False))
+    big = t.send(
+        MetadataRequest(
+            topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names], allow_auto_topic_creation=False
+        )
+    )
     wait(t, big, timeout=30)
     assert big.error is None and len(big.response.topics) == 20_000
 
@@ -173,14 +178,16 @@ def test_hostname_is_checked(pki, forwarder, tls_transport):
     assert isinstance(refused.error, SslHandshakeError)
     assert "127.0.0.1" in str(refused.error)  # "IP address mismatch, certificate is not valid for '127.0.0.1'"
 
-    lax = tls_transport(bootstrap_servers=f"127.0.0.1:{forwarder.port}", ssl_cafile=str(pki["ca"]),
-                        ssl_check_hostname=False)
+    lax = tls_transport(
+        bootstrap_servers=f"127.0.0.1:{forwarder.port}", ssl_cafile=str(pki["ca"]), ssl_check_hostname=False
+    )
     accepted = lax.send(ApiVersionsRequest())
     wait(lax, accepted)
     assert accepted.error is None  # the chain is still verified, only the name is not
 
 
 # -- failures that reconnecting cannot fix: AuthenticationErrors that say what to change ------------
+
 
 def test_ssl_against_the_plaintext_listener_says_it_does_not_speak_tls(broker, tls_transport, caplog):
     # Tansu's plaintext listener takes the ClientHello for the start of a ~370 MB frame and waits
@@ -201,10 +208,13 @@ def test_ssl_against_the_plaintext_listener_says_it_does_not_speak_tls(broker, t
     else:
         assert "the broker closed the connection" in message
         # whether the TLS layer saw the close as bytes heard first is a race of the close with our read
-        assert triggers(t) in (["connect", "connected", "authentication_failed"],
-                               ["connect", "connected", "tls_heard", "authentication_failed"])
+        assert triggers(t) in (
+            ["connect", "connected", "authentication_failed"],
+            ["connect", "connected", "tls_heard", "authentication_failed"],
+        )
     assert [r.getMessage() for r in caplog.records] == [
-        f"connection to node -1 ({broker.bootstrap_servers}) failed: {message.removeprefix('[node -1] ')}"]
+        f"connection to node -1 ({broker.bootstrap_servers}) failed: {message.removeprefix('[node -1] ')}"
+    ]
 
 
 def test_an_untrusted_certificate_says_to_set_ssl_cafile(pki, forwarder, tls_transport):
@@ -212,10 +222,12 @@ def test_an_untrusted_certificate_says_to_set_ssl_cafile(pki, forwarder, tls_tra
     p = t.send(ApiVersionsRequest(), timeout_ms=30_000)
     assert wait(t, p) < 2.0
     assert isinstance(p.error, SslHandshakeError)
-    assert str(p.error).startswith(f"[node -1] TLS handshake with localhost:{forwarder.port} failed: "
-                                   f"certificate verify failed (")
-    assert str(p.error).endswith(": set ssl_cafile to the CA that signed the broker's certificate "
-                                 "(or pass an ssl_context that trusts it)")
+    assert str(p.error).startswith(
+        f"[node -1] TLS handshake with localhost:{forwarder.port} failed: certificate verify failed ("
+    )
+    assert str(p.error).endswith(
+        ": set ssl_cafile to the CA that signed the broker's certificate (or pass an ssl_context that trusts it)"
+    )
     assert t.auth_failure is not None and t.auth_failure.node_id == -1
     state = t.node_states()[-1]
     assert state["state"] == "backoff" and state["failures"] == 1 and "set ssl_cafile" in state["last_error"]
@@ -227,8 +239,9 @@ def test_a_wrong_host_name_says_how_to_connect(pki, forwarder, tls_transport):
     wait(t, p)
     assert isinstance(p.error, SslHandshakeError)
     assert "certificate is not valid for '127.0.0.1'" in str(p.error)
-    assert str(p.error).endswith("connect by a name the broker's certificate lists (its advertised listener), "
-                                 "or set ssl_check_hostname=False")
+    assert str(p.error).endswith(
+        "connect by a name the broker's certificate lists (its advertised listener), or set ssl_check_hostname=False"
+    )
 
 
 def test_a_broker_that_wants_a_client_certificate_says_so(pki, broker, tls_transport):
@@ -256,12 +269,13 @@ def test_a_broker_that_wants_a_client_certificate_says_so(pki, broker, tls_trans
 
 # -- what the user sees: Consumer.poll() raises it --------------------------------------------------
 
+
 @pytest.mark.parametrize("api_version", [None, (2, 8)], ids=["probed-by-the-constructor", "given"])
 @pytest.mark.parametrize("case", ["untrusted certificate", "plaintext listener"])
-def test_poll_raises_a_tls_failure_within_two_seconds_saying_how_to_fix_it(pki, forwarder, broker, case,
-                                                                          api_version):
+def test_poll_raises_a_tls_failure_within_two_seconds_saying_how_to_fix_it(pki, forwarder, broker, case, api_version):
     from fsm_consumer import Consumer
     from fsm_consumer.errors import AuthenticationFailedError
+
     if case == "untrusted certificate":
         config = dict(bootstrap_servers=f"localhost:{forwarder.port}", ssl_cafile=str(pki["other_ca"]))
         fix = "set ssl_cafile to the CA that signed the broker's certificate"

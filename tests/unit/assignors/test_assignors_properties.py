@@ -45,8 +45,9 @@ def groups(draw: st.DrawFn, identical: bool = False) -> tuple[dict[str, int], di
     names = list(counts)
     n_members = draw(st.integers(1, 8))
     # Random, non-sorted member ids, so member order is not the insertion order.
-    member_ids = draw(st.lists(st.text("abcdef0123", min_size=1, max_size=6), min_size=n_members,
-                               max_size=n_members, unique=True))
+    member_ids = draw(
+        st.lists(st.text("abcdef0123", min_size=1, max_size=6), min_size=n_members, max_size=n_members, unique=True)
+    )
     subs = {}
     for m in member_ids:
         topics = names if identical else draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
@@ -205,8 +206,11 @@ def test_range_assigns_each_partition_once_per_topic_ranges(group):
     # Range balances per topic: among a topic's subscribers, counts differ by at most one,
     # and each member's share of a topic is one contiguous range.
     for topic in {t for s in subs.values() for t in s.topics}:
-        shares = {m: sorted(tp.partition for tp in a.partitions if tp.topic == topic)
-                  for m, a in result.items() if topic in subs[m].topics}
+        shares = {
+            m: sorted(tp.partition for tp in a.partitions if tp.topic == topic)
+            for m, a in result.items()
+            if topic in subs[m].topics
+        }
         lengths = [len(s) for s in shares.values()]
         assert max(lengths) - min(lengths) <= 1
         for share in shares.values():
@@ -272,8 +276,10 @@ def test_sticky_join_moves_only_the_necessary_partitions(data, group):
     owned = data.draw(clean_ownership(counts, list(subs)))
     before = StickyAssignor().assign(counts, with_sticky_user_data(subs, owned))
     joiner = "zz-new-member"
-    grown = {**with_sticky_user_data(subs, ownership_of(before), {m: 2 for m in subs}),
-             joiner: Subscription(topics=next(iter(subs.values())).topics)}
+    grown = {
+        **with_sticky_user_data(subs, ownership_of(before), {m: 2 for m in subs}),
+        joiner: Subscription(topics=next(iter(subs.values())).topics),
+    }
     after = StickyAssignor().assign(counts, grown)
     check_valid(counts, grown, after)
     check_join_moves_minimum(before, after, joiner)

@@ -170,8 +170,7 @@ class EverythingToFirst(AbstractPartitionAssignor):
         first = members[0].member_id
         parts = [(t, sorted(cluster.partitions_for_topic(t))) for t in sorted(cluster.topics())]
         return {
-            m.member_id: ConsumerProtocolAssignment(0, parts if m.member_id == first else [], b"kp")
-            for m in members
+            m.member_id: ConsumerProtocolAssignment(0, parts if m.member_id == first else [], b"kp") for m in members
         }
 
     def metadata(self, topics):

@@ -45,8 +45,13 @@ class _Recording(FaultyTransport):
 
 
 def _consumer(**extra):
-    settings = dict(bootstrap_servers=_closed_port(), api_version=(3, 9), reconnect_backoff_ms=20,
-                    reconnect_backoff_max_ms=50, **extra)
+    settings = dict(
+        bootstrap_servers=_closed_port(),
+        api_version=(3, 9),
+        reconnect_backoff_ms=20,
+        reconnect_backoff_max_ms=50,
+        **extra,
+    )
     transport = _Recording(KafkaTransport(ConsumerConfig.from_kwargs(**settings)))
     return Consumer(transport=transport, **settings), transport
 
@@ -95,15 +100,14 @@ def test_metrics_show_a_failing_connection_and_held_errors():
         c.assign([TopicPartition("t", 0)])  # needs metadata: the bootstrap server is tried
         _wait(lambda: c.metrics_flat()["connections-failing"] >= 1, 10, "a failed connection attempt")
         m = c.metrics_flat()
-        (node, state), = m["connection-states"].items()
+        ((node, state),) = m["connection-states"].items()
         assert node == "-1" and state["address"] == c.config.bootstrap_servers[0]
         assert state["state"] != "ready" and state["failures"] >= 1 and state["last-error"]
         assert m["connections-ready"] == 0
         assert m["errors-held"] == {} and m["errors-held-count"] == 0
         c._held.hold(("partition", TopicPartition("t", 0)), ke.TopicAuthorizationFailedError("no READ on 't'"))
         m = c.metrics_flat()
-        assert m["errors-held"] == {
-            "partition/t-0": "[Error 29] TopicAuthorizationFailedError: no READ on 't'"}
+        assert m["errors-held"] == {"partition/t-0": "[Error 29] TopicAuthorizationFailedError: no READ on 't'"}
         assert m["errors-held-count"] == 1
     finally:
         c.close(timeout_ms=2000)
@@ -117,22 +121,39 @@ def test_held_errors_describe_names_keys_and_types():
     held.hold(("partition", TopicPartition("events", 3)), ValueError("y"))
     held.hold(("partition", TopicPartition("events", 4)), ke.OffsetOutOfRangeError("seek()"))
     held.hold(("group",), RuntimeError())
-    assert held.describe() == {"auth": "ValueError: bad password", "group/discovery": "RuntimeError: x",
-                               "topic/events": "KeyError: 'k'", "partition/events-3": "ValueError: y",
-                               "partition/events-4": "[Error 1] OffsetOutOfRangeError: seek()",
-                               "group": "RuntimeError"}
+    assert held.describe() == {
+        "auth": "ValueError: bad password",
+        "group/discovery": "RuntimeError: x",
+        "topic/events": "KeyError: 'k'",
+        "partition/events-3": "ValueError: y",
+        "partition/events-4": "[Error 1] OffsetOutOfRangeError: seek()",
+        "group": "RuntimeError",
+    }
     held.release(("auth",))
     assert list(held.describe())[:3] == ["group/discovery", "topic/events", "partition/events-3"]
 
 
 def test_metrics_snapshot_counts_connections_and_errors():
-    nodes = {1: {"address": "b1:9092", "state": "ready", "failures": 0, "last_error": None},
-             2: {"address": "b2:9092", "state": "backoff", "failures": 3, "last_error": "refused"},
-             3: {"address": "b3:9092", "state": "disconnected", "failures": 0, "last_error": None}}
-    out = Metrics().snapshot(lag={}, buffer_bytes=0, buffer_peak=0, app_events=0, bg_events=0, nodes=nodes,
-                             held={"topic/t": "TopicAuthorizationFailedError: no"})
-    assert out["connection-states"]["2"] == {"address": "b2:9092", "state": "backoff", "failures": 3,
-                                             "last-error": "refused"}
+    nodes = {
+        1: {"address": "b1:9092", "state": "ready", "failures": 0, "last_error": None},
+        2: {"address": "b2:9092", "state": "backoff", "failures": 3, "last_error": "refused"},
+        3: {"address": "b3:9092", "state": "disconnected", "failures": 0, "last_error": None},
+    }
+    out = Metrics().snapshot(
+        lag={},
+        buffer_bytes=0,
+        buffer_peak=0,
+        app_events=0,
+        bg_events=0,
+        nodes=nodes,
+        held={"topic/t": "TopicAuthorizationFailedError: no"},
+    )
+    assert out["connection-states"]["2"] == {
+        "address": "b2:9092",
+        "state": "backoff",
+        "failures": 3,
+        "last-error": "refused",
+    }
     assert (out["connections-ready"], out["connections-failing"]) == (1, 1)
     assert out["errors-held"] == {"topic/t": "TopicAuthorizationFailedError: no"} and out["errors-held-count"] == 1
     empty = Metrics().snapshot(lag={}, buffer_bytes=0, buffer_peak=0, app_events=0, bg_events=0)

@@ -10,14 +10,34 @@ from fsm_consumer.errors import ConfigError
 
 def test_defaults_match_kafka_python_where_names_match():
     from kafka.consumer.group import KafkaConsumer
+
     ours = ConsumerConfig()
     theirs = KafkaConsumer.DEFAULT_CONFIG
-    same = ["auto_offset_reset", "enable_auto_commit", "auto_commit_interval_ms", "fetch_min_bytes",
-            "fetch_max_wait_ms", "fetch_max_bytes", "max_partition_fetch_bytes", "max_poll_records",
-            "max_poll_interval_ms", "session_timeout_ms", "heartbeat_interval_ms", "isolation_level",
-            "check_crcs", "request_timeout_ms", "retry_backoff_ms", "reconnect_backoff_ms",
-            "reconnect_backoff_max_ms", "metadata_max_age_ms", "security_protocol", "ssl_check_hostname",
-            "exclude_internal_topics", "connections_max_idle_ms", "max_in_flight_requests_per_connection"]
+    same = [
+        "auto_offset_reset",
+        "enable_auto_commit",
+        "auto_commit_interval_ms",
+        "fetch_min_bytes",
+        "fetch_max_wait_ms",
+        "fetch_max_bytes",
+        "max_partition_fetch_bytes",
+        "max_poll_records",
+        "max_poll_interval_ms",
+        "session_timeout_ms",
+        "heartbeat_interval_ms",
+        "isolation_level",
+        "check_crcs",
+        "request_timeout_ms",
+        "retry_backoff_ms",
+        "reconnect_backoff_ms",
+        "reconnect_backoff_max_ms",
+        "metadata_max_age_ms",
+        "security_protocol",
+        "ssl_check_hostname",
+        "exclude_internal_topics",
+        "connections_max_idle_ms",
+        "max_in_flight_requests_per_connection",
+    ]
     for key in same:
         assert getattr(ours, key) == theirs[key], key
 
@@ -34,17 +54,20 @@ def test_unknown_key_without_close_match():
         ConsumerConfig.from_kwargs(zzz=1)
 
 
-@pytest.mark.parametrize("key,value,allowed", [
-    ("fetch_min_bytes", 0, "an integer >= 1"),
-    ("fetch_min_bytes", True, "an integer >= 1"),
-    ("auto_offset_reset", "first", "one of 'earliest', 'latest', 'none'"),
-    ("isolation_level", "committed", "one of 'read_uncommitted', 'read_committed'"),
-    ("enable_auto_commit", "yes", "True or False"),
-    ("value_deserializer", 42, "a callable or None"),
-    ("group_id", "", "a non-empty string or None"),
-    ("partition_assignment_strategy", ["sticky", "fastest"], "names range, roundrobin"),
-    ("sasl_mechanism", "GSSAPI", "one of 'PLAIN'"),
-])
+@pytest.mark.parametrize(
+    "key,value,allowed",
+    [
+        ("fetch_min_bytes", 0, "an integer >= 1"),
+        ("fetch_min_bytes", True, "an integer >= 1"),
+        ("auto_offset_reset", "first", "one of 'earliest', 'latest', 'none'"),
+        ("isolation_level", "committed", "one of 'read_uncommitted', 'read_committed'"),
+        ("enable_auto_commit", "yes", "True or False"),
+        ("value_deserializer", 42, "a callable or None"),
+        ("group_id", "", "a non-empty string or None"),
+        ("partition_assignment_strategy", ["sticky", "fastest"], "names range, roundrobin"),
+        ("sasl_mechanism", "GSSAPI", "one of 'PLAIN'"),
+    ],
+)
 def test_bad_value_names_key_value_and_what_is_allowed(key, value, allowed):
     with pytest.raises(ConfigError) as info:
         ConsumerConfig.from_kwargs(**{key: value})
@@ -77,8 +100,12 @@ def test_kafka_python_only_keys_are_accepted_and_alias_maps():
 
 
 def test_frozen_and_secrets_not_in_repr():
-    cfg = ConsumerConfig.from_kwargs(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-                                     sasl_plain_username="u", sasl_plain_password="hunter2")
+    cfg = ConsumerConfig.from_kwargs(
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username="u",
+        sasl_plain_password="hunter2",
+    )
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         cfg.group_id = "x"
     assert "hunter2" not in repr(cfg)

@@ -16,8 +16,15 @@ from kafka.consumer.group import KafkaConsumer as KafkaPythonConsumer
 from kafka.metrics import KafkaMetric, MetricName
 
 import fsm_consumer
-from fsm_consumer import (ConfigError, Consumer, CorruptRecordError, KafkaTimeoutError, NoOffsetForPartitionError,
-                          RecordTooLargeError, TopicPartition)
+from fsm_consumer import (
+    ConfigError,
+    Consumer,
+    CorruptRecordError,
+    KafkaTimeoutError,
+    NoOffsetForPartitionError,
+    RecordTooLargeError,
+    TopicPartition,
+)
 from fsm_consumer._config import ConsumerConfig
 from fsm_consumer.fetch import decode_partition
 from fsm_consumer.fetch.testing import batch
@@ -90,8 +97,10 @@ def test_an_unreachable_bootstrap_server_raises_from_the_constructor():
     error = caught.value
     assert isinstance(error, KafkaTimeoutError)
     message = str(error)
-    assert message.startswith("no broker answered within bootstrap_timeout_ms (500 ms): could not bootstrap "
-                              f"from bootstrap_servers '{server}' ({server}: connect to {server} failed: ")
+    assert message.startswith(
+        "no broker answered within bootstrap_timeout_ms (500 ms): could not bootstrap "
+        f"from bootstrap_servers '{server}' ({server}: connect to {server} failed: "
+    )
     assert "Connection refused" in message
     assert "Check that the brokers are up and that bootstrap_servers names their listeners" in message
     assert "larger bootstrap_timeout_ms" in message
@@ -105,8 +114,13 @@ def test_with_api_version_given_poll_and_iteration_raise_it_until_a_broker_answe
     """kafka-python skips the constructor's bootstrap when api_version is given; here poll() and the
     iterator raise it (held) instead of returning nothing forever."""
     server = _closed_port()
-    consumer = Consumer(bootstrap_servers=server, api_version=(3, 9), bootstrap_timeout_ms=500,
-                        reconnect_backoff_max_ms=100, consumer_timeout_ms=10_000)
+    consumer = Consumer(
+        bootstrap_servers=server,
+        api_version=(3, 9),
+        bootstrap_timeout_ms=500,
+        reconnect_backoff_max_ms=100,
+        consumer_timeout_ms=10_000,
+    )
     try:
         consumer.assign([TopicPartition("t", 0)])
         started = time.monotonic()
@@ -143,11 +157,24 @@ def test_config_bootstrap_servers_is_the_value_given():
 
 
 KAFKA_PYTHON_METRICS = {
-    "consumer-fetch-manager-metrics": {"bytes-consumed-rate", "fetch-latency-avg", "fetch-latency-max", "fetch-rate",
-                                       "fetch-size-avg", "fetch-size-max", "records-consumed-rate",
-                                       "records-lag-max", "records-per-request-avg"},
-    "consumer-coordinator-metrics": {"assigned-partitions", "commit-latency-avg", "commit-latency-max",
-                                     "commit-rate", "last-heartbeat-seconds-ago"},
+    "consumer-fetch-manager-metrics": {
+        "bytes-consumed-rate",
+        "fetch-latency-avg",
+        "fetch-latency-max",
+        "fetch-rate",
+        "fetch-size-avg",
+        "fetch-size-max",
+        "records-consumed-rate",
+        "records-lag-max",
+        "records-per-request-avg",
+    },
+    "consumer-coordinator-metrics": {
+        "assigned-partitions",
+        "commit-latency-avg",
+        "commit-latency-max",
+        "commit-rate",
+        "last-heartbeat-seconds-ago",
+    },
     "consumer-metrics": {"connection-count"},
 }
 

@@ -24,8 +24,8 @@ from fsm_consumer.fetch import TopicPartition
 from fsm_consumer.fetch._buffer import CompletedFetch, FetchBuffer
 from fsm_consumer.fetch._collector import FetchCollector
 from fsm_consumer.fetch.testing import batch
-from fsm_consumer.managers._fetch import FetchManager
 from fsm_consumer.machines import FakeClock
+from fsm_consumer.managers._fetch import FetchManager
 from fsm_consumer.state import HeldErrors, SubscriptionState
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -78,8 +78,9 @@ class Rig:
             self.subs.set_committed_position(tp, offset)
         self.buffer = FetchBuffer(1 << 20, lambda: None)
         self.wakes = 0
-        self.collector = FetchCollector(ConsumerConfig.from_kwargs(), self.subs, self.buffer, self._wake,
-                                        Metrics(), self.clock)
+        self.collector = FetchCollector(
+            ConsumerConfig.from_kwargs(), self.subs, self.buffer, self._wake, Metrics(), self.clock
+        )
 
     def _wake(self) -> None:
         self.wakes += 1
@@ -105,16 +106,17 @@ class Rig:
 
 # -- (a) revoked (epoch changed) between the fetch and the hand-out ---------------------------------
 
+
 def test_revoked_before_the_collector_looks_hands_out_nothing():
     rig = Rig()
     rig.fetch(T0, 5)
     committed = revoke(rig.subs, T0)
     assert rig.collector.collect(100) == {}
-    assert committed == 0 and rig.stale() == (1, 0)        # dropped before decoding
+    assert committed == 0 and rig.stale() == (1, 0)  # dropped before decoding
     reassign(rig.subs, T0, committed)
     assert rig.subs.positions() == {T0: 0}
     rig.fetch(T0, 5)
-    assert rig.offsets(rig.collector.collect(100)) == {T0: [0, 1, 2, 3, 4]}   # once, after the reassignment
+    assert rig.offsets(rig.collector.collect(100)) == {T0: [0, 1, 2, 3, 4]}  # once, after the reassignment
 
 
 def test_revoked_between_the_unlocked_look_and_the_take_hands_out_nothing():
@@ -125,10 +127,10 @@ def test_revoked_between_the_unlocked_look_and_the_take_hands_out_nothing():
     committed = []
     rig.subs.before.append(lambda: committed.append(revoke(rig.subs, T0)))
     out = rig.collector.collect(100)
-    assert rig.offsets(out) == {T1: [10, 11, 12]}           # nothing of T0 reached the user
-    assert committed == [0] and rig.stale() == (1, 5)       # counted: one fetch, its 5 decoded records
+    assert rig.offsets(out) == {T1: [10, 11, 12]}  # nothing of T0 reached the user
+    assert committed == [0] and rig.stale() == (1, 5)  # counted: one fetch, its 5 decoded records
     reassign(rig.subs, T0, committed[0])
-    assert T0 in rig.fetchable()                            # fetched again from the committed offset
+    assert T0 in rig.fetchable()  # fetched again from the committed offset
     rig.fetch(T0, 5)
     assert rig.offsets(rig.collector.collect(100)) == {T0: [0, 1, 2, 3, 4]}
 
@@ -138,7 +140,7 @@ def test_revoked_while_a_fetch_is_half_handed_out():
     rig.fetch(T0, 5)
     assert rig.offsets(rig.collector.collect(2)) == {T0: [0, 1]}
     committed = revoke(rig.subs, T0)
-    assert committed == 2                                   # the commit covers exactly what was handed out
+    assert committed == 2  # the commit covers exactly what was handed out
     assert rig.collector.collect(100) == {} and rig.stale() == (1, 3)
 
 
@@ -148,14 +150,14 @@ def test_iterator_path_checks_every_record_and_counts_what_it_drops():
     rig = Rig()
     rig.fetch(T0, 5)
     (records,) = rig.collector.collect(100, advance=False).values()
-    assert rig.subs.positions() == {T0: 0}                  # lent: the position has not moved
+    assert rig.subs.positions() == {T0: 0}  # lent: the position has not moved
     assert rig.collector.take_record(T0, records[0]) and rig.collector.take_record(T0, records[1])
     assert rig.subs.positions() == {T0: 2}
     committed = revoke(rig.subs, T0)
     assert not rig.collector.take_record(T0, records[2])
     assert committed == 2 and rig.stale() == (0, 3)
     assert rig.collector.collect(100, advance=False) == {}
-    assert rig.stale() == (1, 3)                            # the fetch itself went when next looked at
+    assert rig.stale() == (1, 3)  # the fetch itself went when next looked at
 
 
 def test_lending_is_checked_too_revoked_before_the_check_lends_nothing():
@@ -181,6 +183,7 @@ def test_a_fetch_from_an_earlier_assignment_never_matches_a_later_one():
 
 # -- (b) unassigned between the fetch manager's send and its reset ----------------------------------
 
+
 class Metadata:
     def leader(self, tp):
         return 1
@@ -191,10 +194,19 @@ class Metadata:
 
 def out_of_range(tp: TopicPartition) -> FetchResponse:
     part = FetchResponse.FetchableTopicResponse.PartitionData(
-        partition_index=tp.partition, error_code=OFFSET_OUT_OF_RANGE, high_watermark=0, last_stable_offset=0,
-        log_start_offset=0, records=b"")
-    return FetchResponse[12](throttle_time_ms=0, error_code=0, session_id=0,
-                             responses=[FetchResponse.FetchableTopicResponse(topic=tp.topic, partitions=[part])])
+        partition_index=tp.partition,
+        error_code=OFFSET_OUT_OF_RANGE,
+        high_watermark=0,
+        last_stable_offset=0,
+        log_start_offset=0,
+        records=b"",
+    )
+    return FetchResponse[12](
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=0,
+        responses=[FetchResponse.FetchableTopicResponse(topic=tp.topic, partitions=[part])],
+    )
 
 
 def fetch_manager(reset: str = "earliest"):
@@ -202,8 +214,9 @@ def fetch_manager(reset: str = "earliest"):
     subs.assign([T0, T1])
     subs.seek(T0, 50)
     subs.seek(T1, 0)
-    config = ConsumerConfig.from_kwargs(bootstrap_servers="127.0.0.1:1", enable_incremental_fetch_sessions=False,
-                                        auto_offset_reset=reset)
+    config = ConsumerConfig.from_kwargs(
+        bootstrap_servers="127.0.0.1:1", enable_incremental_fetch_sessions=False, auto_offset_reset=reset
+    )
     held = HeldErrors()
     manager = FetchManager(config, subs, Metadata(), FetchBuffer(1 << 20, lambda: None), held, Metrics())
     _, (outgoing,) = manager.poll(1_000.0)
@@ -222,14 +235,14 @@ def test_reset_after_out_of_range_when_nothing_changed():
 
 def test_unassigned_between_the_answer_and_the_reset_neither_raises_nor_resets():
     subs, _, outgoing = fetch_manager()
-    subs.before.append(lambda: subs.assign([T1]))           # the application thread, at the worst moment
-    answer(outgoing, out_of_range(T0))                      # on the background thread: must not raise
+    subs.before.append(lambda: subs.assign([T1]))  # the application thread, at the worst moment
+    answer(outgoing, out_of_range(T0))  # on the background thread: must not raise
     assert subs.assignment() == {T1} and subs.needing_reset() == {}
 
 
 def test_sought_between_the_send_and_the_answer_keeps_the_seek():
     subs, _, outgoing = fetch_manager()
-    subs.seek(T0, 50)                                       # the same offset: the user's seek still wins
+    subs.seek(T0, 50)  # the same offset: the user's seek still wins
     answer(outgoing, out_of_range(T0))
     assert subs.needing_reset() == {} and subs.positions()[T0] == 50
 
@@ -238,26 +251,27 @@ def test_no_reset_policy_holds_the_error_only_for_the_unchanged_partition():
     subs, held, outgoing = fetch_manager(reset="none")
     answer(outgoing, out_of_range(T0))
     assert held.holds(("partition", T0))
-    for change in (lambda: subs.assign([T1]), lambda: subs.seek(T0, 50)):
+    for change in (lambda s: s.assign([T1]), lambda s: s.seek(T0, 50)):
         subs, held, outgoing = fetch_manager(reset="none")
-        change()                                            # unassigned, or sought (to the same offset)
+        change(subs)  # unassigned, or sought (to the same offset)
         answer(outgoing, out_of_range(T0))
         assert len(held) == 0 and subs.needing_reset() == {}
 
 
 # -- (c) the session lease -------------------------------------------------------------------------------
 
+
 def test_nothing_is_handed_out_past_the_lease_and_the_data_waits_for_a_new_one():
     rig = Rig()
     rig.subs.lease_until = 2_000.0
     rig.fetch(T0, 5)
     assert rig.offsets(rig.collector.collect(2)) == {T0: [0, 1]}
-    rig.clock.set(2_000.0)                                  # the session ran out
+    rig.clock.set(2_000.0)  # the session ran out
     wakes = rig.wakes
     assert rig.collector.collect(100) == {} and rig.collector.collect(100, advance=False) == {}
-    assert rig.subs.positions() == {T0: 2} and rig.wakes > wakes    # the background thread is told
-    assert rig.stale() == (0, 0)                            # not stale: kept
-    rig.subs.lease_until = 12_000.0                         # renewed by a heartbeat
+    assert rig.subs.positions() == {T0: 2} and rig.wakes > wakes  # the background thread is told
+    assert rig.stale() == (0, 0)  # not stale: kept
+    rig.subs.lease_until = 12_000.0  # renewed by a heartbeat
     assert rig.offsets(rig.collector.collect(100)) == {T0: [2, 3, 4]}
     assert rig.subs.positions() == {T0: 5}
 
@@ -271,13 +285,13 @@ def test_lease_running_out_during_a_collect_stops_the_hand_out_there():
 
     def slow_decode(*args, **kwargs):
         decoded = decode(*args, **kwargs)
-        rig.clock.set(2_500.0)                              # the session ran out meanwhile
+        rig.clock.set(2_500.0)  # the session ran out meanwhile
         return decoded
 
     rig.collector._decode = slow_decode
     assert rig.collector.collect(100) == {}
     assert rig.subs.positions() == {T0: 0} and rig.stale() == (0, 0)
-    rig.subs.lease_until = float("inf")                     # the background thread settled it: still ours
+    rig.subs.lease_until = float("inf")  # the background thread settled it: still ours
     assert rig.offsets(rig.collector.collect(100)) == {T0: [0, 1, 2, 3, 4]}
 
 
@@ -292,10 +306,11 @@ def test_iterator_stops_at_the_lease_and_goes_on_from_the_position_after_renewal
     assert rig.subs.positions() == {T0: 1} and rig.stale() == (0, 0)
     rig.subs.lease_until = 9_000.0
     (records,) = rig.collector.collect(100, advance=False).values()
-    assert [r.offset for r in records] == [1, 2, 3, 4]      # lent again from the position
+    assert [r.offset for r in records] == [1, 2, 3, 4]  # lent again from the position
 
 
 # -- (d) seek between the fetch and the take ---------------------------------------------------------------
+
 
 def test_seek_between_fetch_and_take_drops_the_fetched_data():
     rig = Rig()
@@ -310,7 +325,7 @@ def test_seek_between_fetch_and_take_drops_the_fetched_data():
 def test_seek_between_the_unlocked_look_and_the_take_wins():
     rig = Rig()
     rig.fetch(T0, 5)
-    rig.subs.before.append(lambda: rig.subs.seek(T0, 0))    # back to where the data starts, yet a new epoch
+    rig.subs.before.append(lambda: rig.subs.seek(T0, 0))  # back to where the data starts, yet a new epoch
     assert rig.collector.collect(100) == {}
     assert rig.subs.positions() == {T0: 0} and rig.stale() == (1, 5)
     assert T0 in rig.fetchable()
@@ -329,6 +344,7 @@ def test_seek_back_while_half_handed_out():
 
 # -- two real threads ------------------------------------------------------------------------------------
 
+
 def test_stress_take_against_revoke_and_reassign():
     """The application thread collects (poll and iterator style) while the background thread fetches,
     revokes and reassigns partitions for about half a second. Invariants: every record is handed out
@@ -343,8 +359,8 @@ def test_stress_take_against_revoke_and_reassign():
     collector = FetchCollector(ConsumerConfig.from_kwargs(), subs, buffer, lambda: None, Metrics(), None)
     stop = threading.Event()
     failures: list = []
-    revokes: list = []                    # (tp, highest epoch fetched before the revocation, committed)
-    handed: dict = defaultdict(list)      # tp -> [(offset, epoch it was fetched under)]
+    revokes: list = []  # (tp, highest epoch fetched before the revocation, committed)
+    handed: dict = defaultdict(list)  # tp -> [(offset, epoch it was fetched under)]
 
     def background() -> None:
         rng = random.Random(7)
@@ -393,7 +409,7 @@ def test_stress_take_against_revoke_and_reassign():
 
     threads = [threading.Thread(target=background), threading.Thread(target=application)]
     switch = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)           # the threads take turns every few bytecodes, not every 5 ms
+    sys.setswitchinterval(1e-5)  # the threads take turns every few bytecodes, not every 5 ms
     try:
         for t in threads:
             t.start()
@@ -405,15 +421,15 @@ def test_stress_take_against_revoke_and_reassign():
         sys.setswitchinterval(switch)
     assert not any(t.is_alive() for t in threads)
     assert failures == []
-    while out := collector.collect(100):   # what is left, handed out on this thread
+    while out := collector.collect(100):  # what is left, handed out on this thread
         for tp, records in out.items():
             handed[tp].extend((r.offset, int(r.value)) for r in records)
     positions = subs.positions()
     assert sum(len(v) for v in handed.values()) > 0 and revokes
     for tp in tps:
         offsets = [o for o, _ in handed[tp]]
-        assert offsets == list(range(positions[tp])), tp   # exactly once, in order, position follows
+        assert offsets == list(range(positions[tp])), tp  # exactly once, in order, position follows
     for tp, fetched_before, committed in revokes:
         late = [(o, e) for o, e in handed[tp] if e <= fetched_before and o >= committed]
-        assert late == [], (tp, committed)               # handed out after the partition was revoked
-    assert {tp for tp, *_ in subs.fetchable()} == set(tps)   # no partition left marked in flight
+        assert late == [], (tp, committed)  # handed out after the partition was revoked
+    assert {tp for tp, *_ in subs.fetchable()} == set(tps)  # no partition left marked in flight

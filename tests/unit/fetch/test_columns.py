@@ -26,8 +26,16 @@ TS = 1_700_000_000_000
 
 def rows_of(records):
     """decode_partition's records as the rows poll_batch gives (timestamps as ms)."""
-    return [{"offset": r.offset, "timestamp": None if r.timestamp == -1 else r.timestamp, "key": r.key,
-             "value": r.value, "headers": [{"key": k, "value": v} for k, v in r.headers]} for r in records]
+    return [
+        {
+            "offset": r.offset,
+            "timestamp": None if r.timestamp == -1 else r.timestamp,
+            "key": r.key,
+            "value": r.value,
+            "headers": [{"key": k, "value": v} for k, v in r.headers],
+        }
+        for r in records
+    ]
 
 
 def column_rows(columns: pa.RecordBatch):
@@ -43,7 +51,10 @@ def same(data, **kw):
     got = decode_partition_columns("t", 2, data, **kw)
     assert column_rows(got.columns) == rows_of(expected.records)
     assert (got.next_offset, got.bytes, got.leader_epoch) == (
-        expected.next_offset, expected.bytes, expected.leader_epoch)
+        expected.next_offset,
+        expected.bytes,
+        expected.leader_epoch,
+    )
     assert type(got.error) is type(expected.error)
     if expected.error is not None:
         assert (got.error.offset, got.error.message) == (expected.error.offset, expected.error.message)
@@ -51,11 +62,15 @@ def same(data, **kw):
 
 
 def sample(n=9):
-    return [Rec(b"value-%d" % i if i % 3 else None if i == 3 else b"",
-                key=None if i % 2 else (b"" if i == 4 else b"key-%d" % i),
-                headers=[("trace", b"t%d" % i), ("empty", b""), ("null", None)][: i % 4],
-                timestamp=TS + i * 7)
-            for i in range(n)]
+    return [
+        Rec(
+            b"value-%d" % i if i % 3 else None if i == 3 else b"",
+            key=None if i % 2 else (b"" if i == 4 else b"key-%d" % i),
+            headers=[("trace", b"t%d" % i), ("empty", b""), ("null", None)][: i % 4],
+            timestamp=TS + i * 7,
+        )
+        for i in range(n)
+    ]
 
 
 @pytest.mark.parametrize("codec", list(CODECS))
@@ -83,16 +98,19 @@ def test_log_append_time_and_all_null_keys_only():
 
 
 def test_large_varints_without_crc_check():
-    recs = [Rec(b"v" * 70_000, key=b"k" * 200, timestamp=TS + 10**9, headers=[("h" * 80, b"z" * 300)]),
-            Rec(None, offset_delta=300)]
+    recs = [
+        Rec(b"v" * 70_000, key=b"k" * 200, timestamp=TS + 10**9, headers=[("h" * 80, b"z" * 300)]),
+        Rec(None, offset_delta=300),
+    ]
     same(batch(recs, base_offset=2**40), check_crcs=False)
 
 
 @pytest.mark.parametrize("magic", [0, 1])
 @pytest.mark.parametrize("codec", ["none", "gzip"])
 def test_legacy_message_sets_and_v2_mixed(magic, codec):
-    data = (legacy_batch([b"a", None, b"c"], magic=magic, codec=codec, keys=[b"k", None, b""])
-            + batch(sample(3), base_offset=3, codec="zstd"))
+    data = legacy_batch([b"a", None, b"c"], magic=magic, codec=codec, keys=[b"k", None, b""]) + batch(
+        sample(3), base_offset=3, codec="zstd"
+    )
     same(data)
     same(data, fetch_offset=1)
 
@@ -101,9 +119,15 @@ def test_control_batches_and_aborted_transactions_are_dropped():
     def txn(offset, pid, *values):
         return batch(values, base_offset=offset, producer_id=pid, producer_epoch=0, transactional=True)
 
-    log = (txn(0, 1, b"a1", b"a2") + batch([b"p1"], base_offset=2) + txn(3, 2, b"c1", b"c2")
-           + control_batch(5, 1, marker=ABORT) + control_batch(6, 2, marker=COMMIT) + txn(7, 1, b"n1")
-           + control_batch(8, 1, marker=COMMIT))
+    log = (
+        txn(0, 1, b"a1", b"a2")
+        + batch([b"p1"], base_offset=2)
+        + txn(3, 2, b"c1", b"c2")
+        + control_batch(5, 1, marker=ABORT)
+        + control_batch(6, 2, marker=COMMIT)
+        + txn(7, 1, b"n1")
+        + control_batch(8, 1, marker=COMMIT)
+    )
     committed = same(log, isolation_level="read_committed", aborted_transactions=[(1, 0)])
     assert committed.columns.column("value").to_pylist() == [b"p1", b"c1", b"c2", b"n1"]
     assert committed.next_offset == 9
@@ -125,13 +149,16 @@ def _resign(raw: bytearray) -> bytes:
     return bytes(raw)
 
 
-@pytest.mark.parametrize("change, reason", [
-    (lambda raw: raw.__setitem__(-3, raw[-3] ^ 0xFF), "CRC mismatch"),
-    (lambda raw: struct.pack_into(">i", raw, 57, 3), "runs past the end"),
-    (lambda raw: struct.pack_into(">i", raw, 57, 1), "bytes left after"),
-    (lambda raw: raw.__setitem__(65, 5), "negative key length -3"),
-    (lambda raw: raw.__setitem__(-1, 3), "header count"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda raw: raw.__setitem__(-3, raw[-3] ^ 0xFF), "CRC mismatch"),
+        (lambda raw: struct.pack_into(">i", raw, 57, 3), "runs past the end"),
+        (lambda raw: struct.pack_into(">i", raw, 57, 1), "bytes left after"),
+        (lambda raw: raw.__setitem__(65, 5), "negative key length -3"),
+        (lambda raw: raw.__setitem__(-1, 3), "header count"),
+    ],
+)
 def test_corrupt_batch_keeps_the_good_batches_before_it_and_withholds_its_records(change, reason):
     good = batch([Rec(b"first", headers=[("h", b"1")])])
     raw = bytearray(batch([b"second", b"third"], base_offset=1))
@@ -142,16 +169,25 @@ def test_corrupt_batch_keeps_the_good_batches_before_it_and_withholds_its_record
     assert isinstance(out.error, CorruptRecordError) and out.error.offset == 1 and out.next_offset == 1
 
 
-_rec = st.builds(Rec, value=st.one_of(st.none(), st.binary(max_size=30)), key=st.one_of(st.none(), st.binary(max_size=8)),
-                 headers=st.lists(st.tuples(st.text(max_size=3), st.one_of(st.none(), st.binary(max_size=4))), max_size=2),
-                 timestamp=st.integers(0, 2**41), offset_delta=st.none())
+_rec = st.builds(
+    Rec,
+    value=st.one_of(st.none(), st.binary(max_size=30)),
+    key=st.one_of(st.none(), st.binary(max_size=8)),
+    headers=st.lists(st.tuples(st.text(max_size=3), st.one_of(st.none(), st.binary(max_size=4))), max_size=2),
+    timestamp=st.integers(0, 2**41),
+    offset_delta=st.none(),
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batches=st.lists(st.tuples(st.sampled_from(list(CODECS)), st.lists(_rec, min_size=1, max_size=4)),
-                        min_size=1, max_size=4),
-       flips=st.lists(st.tuples(st.integers(0, 10**5), st.integers(1, 255)), max_size=2),
-       check_crcs=st.booleans(), fetch_offset=st.integers(0, 12))
+@given(
+    batches=st.lists(
+        st.tuples(st.sampled_from(list(CODECS)), st.lists(_rec, min_size=1, max_size=4)), min_size=1, max_size=4
+    ),
+    flips=st.lists(st.tuples(st.integers(0, 10**5), st.integers(1, 255)), max_size=2),
+    check_crcs=st.booleans(),
+    fetch_offset=st.integers(0, 12),
+)
 def test_agrees_with_decode_partition_on_any_data(batches, flips, check_crcs, fetch_offset):
     data, offset = b"", 0
     for codec, recs in batches:
@@ -169,8 +205,9 @@ def test_from_records_and_assemble():
     columns = from_records(records)
     assert column_rows(columns) == rows_of(records)
     a, b = decode_partition_columns("t", 2, data, fetch_offset=0).columns, from_records(records[:3])
-    out = assemble([(TopicPartition("t", 2), a.slice(4, 3)), (TopicPartition("u", 0), b),
-                    (TopicPartition("t", 1), a.slice(0, 0))])
+    out = assemble(
+        [(TopicPartition("t", 2), a.slice(4, 3)), (TopicPartition("u", 0), b), (TopicPartition("t", 1), a.slice(0, 0))]
+    )
     assert out.schema == SCHEMA and out.num_rows == 6
     assert out.column("topic").to_pylist() == ["t"] * 3 + ["u"] * 3
     assert out.column("partition").to_pylist() == [2, 2, 2, 0, 0, 0]
@@ -181,6 +218,7 @@ def test_from_records_and_assemble():
 
 # The fast path (record starts in Python, fields with numpy) must serve valid v2 data by itself and
 # leave everything else to the exact loop, which then finds and words the fault.
+
 
 @pytest.fixture
 def exact_calls(monkeypatch):
@@ -203,19 +241,25 @@ def test_valid_v2_data_never_needs_the_exact_loop(exact_calls):
     recs = [Rec(b"a"), Rec(b"b", offset_delta=4), Rec(b"c", offset_delta=9)]
     same(batch(recs, base_offset=100) + batch([b"d"], base_offset=110), fetch_offset=105, check_crcs=False)
     same(batch([b"a", b"b"], log_append_time=TS + 99) + batch([b"c"], base_offset=2))
-    big = [Rec(b"v" * 70_000, key=b"k" * 9_000, timestamp=TS + 10**12, headers=[("h" * 80, b"z" * 300)]),
-           Rec(None, offset_delta=300, timestamp=TS - 10**10), Rec(b"", key=b"", timestamp=-1)]
+    big = [
+        Rec(b"v" * 70_000, key=b"k" * 9_000, timestamp=TS + 10**12, headers=[("h" * 80, b"z" * 300)]),
+        Rec(None, offset_delta=300, timestamp=TS - 10**10),
+        Rec(b"", key=b"", timestamp=-1),
+    ]
     same(batch(big, base_offset=2**40), check_crcs=False)
     assert exact_calls == []
 
 
-@pytest.mark.parametrize("data, kw, exact", [
-    (legacy_batch([b"a", None], magic=1) + batch([b"b"], base_offset=2), {}, 1),  # legacy batch
-    (batch([b"a", b"b"], base_offset=2**62), {}, 1),                              # int64 overflow is near
-    (batch([Rec(b"a", timestamp=2**62 + 5)]), {}, 1),                             # base timestamp too
-    (batch([Rec(b"a"), Rec(b"b", offset_delta=0)]), {"check_crcs": False}, 1),    # offsets do not rise ...
-    (batch([Rec(b"a"), Rec(b"b", offset_delta=0)]), {}, 0),                       # ... checked only without CRCs
-])
+@pytest.mark.parametrize(
+    "data, kw, exact",
+    [
+        (legacy_batch([b"a", None], magic=1) + batch([b"b"], base_offset=2), {}, 1),  # legacy batch
+        (batch([b"a", b"b"], base_offset=2**62), {}, 1),  # int64 overflow is near
+        (batch([Rec(b"a", timestamp=2**62 + 5)]), {}, 1),  # base timestamp too
+        (batch([Rec(b"a"), Rec(b"b", offset_delta=0)]), {"check_crcs": False}, 1),  # offsets do not rise ...
+        (batch([Rec(b"a"), Rec(b"b", offset_delta=0)]), {}, 0),  # ... checked only without CRCs
+    ],
+)
 def test_what_the_fast_path_declines_the_exact_loop_decodes(exact_calls, data, kw, exact):
     same(data, **kw)
     assert len(exact_calls) == exact
@@ -231,22 +275,34 @@ def test_a_corrupt_record_found_by_the_fast_path_is_worded_by_the_exact_loop(exa
 
 
 def _resign_last(raw: bytearray, second_at: int) -> bytes:
-    struct.pack_into(">I", raw, second_at + 17, crc32c(bytes(raw[second_at + 21:])))
+    struct.pack_into(">I", raw, second_at + 17, crc32c(bytes(raw[second_at + 21 :])))
     return bytes(raw)
 
 
 _valid_rec = st.builds(
-    Rec, value=st.one_of(st.none(), st.binary(max_size=40), st.sampled_from([b"v" * 20_000])),
+    Rec,
+    value=st.one_of(st.none(), st.binary(max_size=40), st.sampled_from([b"v" * 20_000])),
     key=st.one_of(st.none(), st.binary(max_size=8)),
     headers=st.lists(st.tuples(st.text(max_size=3), st.one_of(st.none(), st.binary(max_size=4))), max_size=2),
-    timestamp=st.integers(-1, 2**50), offset_delta=st.none())
+    timestamp=st.integers(-1, 2**50),
+    offset_delta=st.none(),
+)
 
 
-@settings(max_examples=100, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # cleared per example
-@given(batches=st.lists(st.tuples(st.sampled_from(["none", "lz4", "zstd"]), st.lists(_valid_rec, min_size=1, max_size=5),
-                                  st.integers(0, 3)), min_size=1, max_size=4),
-       check_crcs=st.booleans(), fetch_offset=st.integers(0, 20))
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)  # cleared per example
+@given(
+    batches=st.lists(
+        st.tuples(
+            st.sampled_from(["none", "lz4", "zstd"]), st.lists(_valid_rec, min_size=1, max_size=5), st.integers(0, 3)
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    check_crcs=st.booleans(),
+    fetch_offset=st.integers(0, 20),
+)
 def test_fast_path_agrees_on_valid_data_by_itself(exact_calls, batches, check_crcs, fetch_offset):
     data, offset = b"", 0
     for codec, recs, gap in batches:

@@ -36,8 +36,9 @@ class Rig:
         self.subs.assign([TP])
         self.subs.seek(TP, 0)
         self.buffer = FetchBuffer(1 << 20, lambda: None)
-        self.collector = FetchCollector(ConsumerConfig.from_kwargs(**config), self.subs, self.buffer,
-                                        lambda: None, Metrics(), FakeClock(1_000.0))
+        self.collector = FetchCollector(
+            ConsumerConfig.from_kwargs(**config), self.subs, self.buffer, lambda: None, Metrics(), FakeClock(1_000.0)
+        )
 
     def fetch(self) -> None:
         """What the fetch manager does: the log from the partition's position, one batch (each
@@ -49,8 +50,7 @@ class Rig:
         self.buffer.add([CompletedFetch(TP, position, epoch, data, end, end, 0, None, len(data))], 0)
 
     def collect(self, **kw):
-        return {tp: [(r.offset, r.value) for r in records]
-                for tp, records in self.collector.collect(100, **kw).items()}
+        return {tp: [(r.offset, r.value) for r in records] for tp, records in self.collector.collect(100, **kw).items()}
 
 
 @pytest.mark.parametrize("which", ["value", "key"])

@@ -22,8 +22,9 @@ def plain(offset: int, *values: bytes) -> bytes:
 
 
 def committed(data, aborted, fetch_offset=0):
-    return decode_partition("t", 0, data, fetch_offset=fetch_offset, isolation_level="read_committed",
-                            aborted_transactions=aborted)
+    return decode_partition(
+        "t", 0, data, fetch_offset=fetch_offset, isolation_level="read_committed", aborted_transactions=aborted
+    )
 
 
 def values(out):
@@ -32,9 +33,16 @@ def values(out):
 
 # Offsets 0-1 pid 1 (aborted), 2 plain, 3-4 pid 2 (committed), 5 pid 1 abort marker,
 # 6 pid 2 commit marker, 7 plain, 8 pid 1 again (a new, committed transaction), 9 its commit.
-LOG = (txn(0, 1, b"a1", b"a2", codec="lz4") + plain(2, b"p1") + txn(3, 2, b"c1", b"c2")
-       + control_batch(5, 1, marker=ABORT) + control_batch(6, 2, marker=COMMIT) + plain(7, b"p2")
-       + txn(8, 1, b"n1") + control_batch(9, 1, marker=COMMIT))
+LOG = (
+    txn(0, 1, b"a1", b"a2", codec="lz4")
+    + plain(2, b"p1")
+    + txn(3, 2, b"c1", b"c2")
+    + control_batch(5, 1, marker=ABORT)
+    + control_batch(6, 2, marker=COMMIT)
+    + plain(7, b"p2")
+    + txn(8, 1, b"n1")
+    + control_batch(9, 1, marker=COMMIT)
+)
 LOG_ABORTED = [(1, 0)]
 
 
@@ -65,8 +73,14 @@ def test_kafka_python_aborted_transaction_objects_in_any_order():
 
 
 def test_same_producer_aborted_twice():
-    data = (txn(0, 1, b"x") + control_batch(1, 1) + txn(2, 1, b"ok") + control_batch(3, 1, marker=COMMIT)
-            + txn(4, 1, b"y") + control_batch(5, 1))
+    data = (
+        txn(0, 1, b"x")
+        + control_batch(1, 1)
+        + txn(2, 1, b"ok")
+        + control_batch(3, 1, marker=COMMIT)
+        + txn(4, 1, b"y")
+        + control_batch(5, 1)
+    )
     out = committed(data, [(1, 0), (1, 4)])
     assert values(out) == [b"ok"]
     assert out.next_offset == 6
@@ -100,13 +114,24 @@ def test_aborted_transaction_list_beginning_after_a_batch_does_not_drop_it():
 
 def test_agrees_with_kafka_pythons_fetcher():
     # kafka-python cannot read the lz4 batch here; rebuild the log uncompressed.
-    log = (txn(0, 1, b"a1", b"a2") + plain(2, b"p1") + txn(3, 2, b"c1", b"c2")
-           + control_batch(5, 1, marker=ABORT) + control_batch(6, 2, marker=COMMIT) + plain(7, b"p2")
-           + txn(8, 1, b"n1") + control_batch(9, 1, marker=COMMIT))
+    log = (
+        txn(0, 1, b"a1", b"a2")
+        + plain(2, b"p1")
+        + txn(3, 2, b"c1", b"c2")
+        + control_batch(5, 1, marker=ABORT)
+        + control_batch(6, 2, marker=COMMIT)
+        + plain(7, b"p2")
+        + txn(8, 1, b"n1")
+        + control_batch(9, 1, marker=COMMIT)
+    )
     aborted = [AbortedTransaction(producer_id=1, first_offset=0)]
     theirs = Fetcher.PartitionRecords(
-        0, KafkaTopicPartition("t", 0), MemoryRecords(log), isolation_level=IsolationLevel.READ_COMMITTED,
-        aborted_transactions=aborted).take()
+        0,
+        KafkaTopicPartition("t", 0),
+        MemoryRecords(log),
+        isolation_level=IsolationLevel.READ_COMMITTED,
+        aborted_transactions=aborted,
+    ).take()
     ours = committed(log, aborted).records
     assert [(r.offset, r.value) for r in ours] == [(r.offset, r.value) for r in theirs]
     assert [r.value for r in ours] == [b"p1", b"c1", b"c2", b"p2", b"n1"]

@@ -11,23 +11,25 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fsm_consumer.fetch import (
-    ConsumerRecord,
-    CorruptRecordError,
-    RecordError,
-    RecordTooLargeError,
-    decode_partition,
-)
+from fsm_consumer.fetch import ConsumerRecord, CorruptRecordError, RecordError, RecordTooLargeError, decode_partition
 from fsm_consumer.fetch.testing import ABORT, CODECS, Rec, batch, control_batch, legacy_batch
 
 FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 headers_st = st.lists(st.tuples(st.text(max_size=4), st.one_of(st.none(), st.binary(max_size=6))), max_size=2)
-record_st = st.builds(Rec, value=st.one_of(st.none(), st.binary(max_size=40)),
-                      key=st.one_of(st.none(), st.binary(max_size=8)), headers=headers_st,
-                      timestamp=st.integers(0, 2**41), offset_delta=st.none())
-batch_st = st.tuples(st.sampled_from(["v2", "v2", "v2", "legacy", "marker"]), st.sampled_from(list(CODECS)),
-                     st.lists(record_st, min_size=1, max_size=5))
+record_st = st.builds(
+    Rec,
+    value=st.one_of(st.none(), st.binary(max_size=40)),
+    key=st.one_of(st.none(), st.binary(max_size=8)),
+    headers=headers_st,
+    timestamp=st.integers(0, 2**41),
+    offset_delta=st.none(),
+)
+batch_st = st.tuples(
+    st.sampled_from(["v2", "v2", "v2", "legacy", "marker"]),
+    st.sampled_from(list(CODECS)),
+    st.lists(record_st, min_size=1, max_size=5),
+)
 
 
 @st.composite
@@ -42,8 +44,9 @@ def logs(draw):
             data += control_batch(offset, 9, marker=ABORT)
             offset += 1
         elif kind == "legacy" and codec in ("gzip", "snappy", "lz4"):  # one wrapper message
-            data += legacy_batch([r.value for r in recs], magic=1, base_offset=offset, codec=codec,
-                                 keys=[r.key for r in recs])
+            data += legacy_batch(
+                [r.value for r in recs], magic=1, base_offset=offset, codec=codec, keys=[r.key for r in recs]
+            )
             written += [(offset + i, r.key, r.value, ()) for i, r in enumerate(recs)]
             offset += len(recs)
         elif kind == "legacy":  # plain messages: each is a "batch" of its own
@@ -104,13 +107,13 @@ def mutate(data: bytes, mutation) -> bytes:
     elif kind == "overwrite":
         pos, new = arg
         pos %= len(buf)
-        buf[pos:pos + len(new)] = new
+        buf[pos : pos + len(new)] = new
     elif kind == "insert":
         pos, new = arg
-        buf[pos % (len(buf) + 1):pos % (len(buf) + 1)] = new
+        buf[pos % (len(buf) + 1) : pos % (len(buf) + 1)] = new
     else:
         pos, n = arg
-        del buf[pos % len(buf):pos % len(buf) + n]
+        del buf[pos % len(buf) : pos % len(buf) + n]
     return bytes(buf)
 
 
@@ -190,8 +193,9 @@ def test_bad_crc():
 
 
 def test_length_below_minimum():
-    assert_corrupt_at_second(corrupt_second(lambda raw: struct.pack_into(">i", raw, 8, 5), resign=False),
-                             "below the minimum")
+    assert_corrupt_at_second(
+        corrupt_second(lambda raw: struct.pack_into(">i", raw, 8, 5), resign=False), "below the minimum"
+    )
 
 
 def test_length_shorter_than_v2_header():
@@ -229,7 +233,7 @@ def test_record_length_disagreeing_with_its_fields():
 
 def test_varint_longer_than_ten_bytes():
     def endless(raw):
-        raw[61:61 + 11] = b"\xff" * 11
+        raw[61 : 61 + 11] = b"\xff" * 11
 
     assert_corrupt_at_second(corrupt_second(endless), "varint longer than 10 bytes")
 
@@ -262,7 +266,9 @@ def test_decompression_failure(codec):
 
 
 def test_unknown_compression_type():
-    assert_corrupt_at_second(corrupt_second(lambda raw: raw.__setitem__(22, raw[22] | 0x07)), "unknown compression type 7")
+    assert_corrupt_at_second(
+        corrupt_second(lambda raw: raw.__setitem__(22, raw[22] | 0x07)), "unknown compression type 7"
+    )
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip"])

@@ -39,10 +39,12 @@ def decode(data, fetch_offset=0, **kw) -> DecodedPartition:
 
 def sample_records(n=6):
     return [
-        Rec(b"value-%d" % i if i % 3 else None if i == 3 else b"",
+        Rec(
+            b"value-%d" % i if i % 3 else None if i == 3 else b"",
             key=None if i % 2 else b"key-%d" % i,
             headers=[("trace", b"t%d" % i), ("empty", b""), ("null", None)][: i % 4],
-            timestamp=TS + i * 7)
+            timestamp=TS + i * 7,
+        )
         for i in range(n)
     ]
 
@@ -63,7 +65,7 @@ def test_every_codec_round_trips_keys_values_headers(codec):
     assert out.error is None
     assert out.next_offset == 46 and out.bytes == len(data) and out.leader_epoch == 9
     assert [r.offset for r in out.records] == list(range(40, 46))
-    for rec, got in zip(recs, out.records):
+    for rec, got in zip(recs, out.records, strict=False):
         assert type(got) is ConsumerRecord
         assert (got.topic, got.partition, got.leader_epoch) == ("topic", 3, 9)
         assert (got.key, got.value) == (rec.key, rec.value)
@@ -78,13 +80,20 @@ def test_every_codec_round_trips_keys_values_headers(codec):
 @pytest.mark.parametrize("codec", ["none", "gzip"])
 def test_same_records_as_kafka_pythons_fetcher(codec):
     # kafka-python can decode these two codecs here: its records are the reference.
-    recs = [Rec(b"v" * (i * 37 % 300), key=b"k%d" % i if i % 2 else None, headers=[("h", b"x")] if i % 5 == 0 else [],
-                timestamp=TS + i * 1000) for i in range(300)]
+    recs = [
+        Rec(
+            b"v" * (i * 37 % 300),
+            key=b"k%d" % i if i % 2 else None,
+            headers=[("h", b"x")] if i % 5 == 0 else [],
+            timestamp=TS + i * 1000,
+        )
+        for i in range(300)
+    ]
     data = batch(recs[:150], base_offset=100, codec=codec) + batch(recs[150:], base_offset=250, codec=codec)
     theirs = Fetcher.PartitionRecords(120, KafkaTopicPartition("topic", 3), MemoryRecords(data)).take()
     ours = decode(data, fetch_offset=120).records
     assert len(ours) == len(theirs) == 280
-    for mine, ref in zip(ours, theirs):
+    for mine, ref in zip(ours, theirs, strict=False):
         assert mine._replace(headers=list(mine.headers)) == tuple(ref)
 
 
@@ -162,8 +171,9 @@ def test_lz4_frames_with_several_blocks_and_with_linked_blocks():
 
 
 def test_control_batches_are_never_records_but_are_stepped_over():
-    data = (batch([b"a"], base_offset=0, producer_id=7, producer_epoch=0, transactional=True)
-            + control_batch(1, 7, marker=COMMIT))
+    data = batch([b"a"], base_offset=0, producer_id=7, producer_epoch=0, transactional=True) + control_batch(
+        1, 7, marker=COMMIT
+    )
     out = decode(data)
     assert [r.value for r in out.records] == [b"a"]
     assert out.next_offset == 2 and out.error is None
@@ -234,7 +244,9 @@ def test_deserializer_failure_keeps_earlier_records_and_stops_at_the_failing_off
             raise UnicodeError("nope")
         return data.decode()
 
-    data = batch([b"a", b"b"], base_offset=0) + batch([b"c", b"bad", b"d"], base_offset=2) + batch([b"e"], base_offset=5)
+    data = (
+        batch([b"a", b"b"], base_offset=0) + batch([b"c", b"bad", b"d"], base_offset=2) + batch([b"e"], base_offset=5)
+    )
     out = decode(data, value_deserializer=value)
     assert [r.value for r in out.records] == ["a", "b", "c"]
     assert out.next_offset == 3
@@ -251,7 +263,13 @@ def test_errors_pickle_with_their_fields():
     err = DeserializationError("t", 1, 5, "boom", origin="key")
     back = pickle.loads(pickle.dumps(err))
     assert (type(back), back.topic, back.partition, back.offset, back.origin, str(back)) == (
-        DeserializationError, "t", 1, 5, "key", "t-1 at offset 5: boom")
+        DeserializationError,
+        "t",
+        1,
+        5,
+        "key",
+        "t-1 at offset 5: boom",
+    )
     corrupt = pickle.loads(pickle.dumps(CorruptRecordError("t", 0, 9, "CRC mismatch")))
     assert isinstance(corrupt, CorruptRecordError) and corrupt.offset == 9 and corrupt.message == "CRC mismatch"
 
@@ -269,10 +287,10 @@ def test_collector_decodes_with_the_collector_paused_and_restores_it():
     import gc
 
     from fsm_consumer._config import ConsumerConfig
+    from fsm_consumer.fetch import TopicPartition
     from fsm_consumer.fetch._buffer import CompletedFetch
     from fsm_consumer.fetch._collector import FetchCollector
     from fsm_consumer.fetch.testing import Rec, batch
-    from fsm_consumer.fetch import TopicPartition
 
     seen = []
 
@@ -282,10 +300,8 @@ def test_collector_decodes_with_the_collector_paused_and_restores_it():
             raise ValueError("cannot read")
         return data
 
-    collector = FetchCollector(ConsumerConfig.from_kwargs(value_deserializer=value_des), None, None,
-                               lambda: None, None)
-    fetch = CompletedFetch(TopicPartition("t", 0), 0, 0, batch([Rec(value=b"ok"), Rec(value=b"bad")]),
-                           2, 2, 0, None, 0)
+    collector = FetchCollector(ConsumerConfig.from_kwargs(value_deserializer=value_des), None, None, lambda: None, None)
+    fetch = CompletedFetch(TopicPartition("t", 0), 0, 0, batch([Rec(value=b"ok"), Rec(value=b"bad")]), 2, 2, 0, None, 0)
     assert gc.isenabled()
     decoded = collector._decode(fetch, 0, columnar=False)
     assert seen == [False, False] and gc.isenabled()

@@ -17,9 +17,11 @@ from fsm_consumer.machines import FakeClock, SpecError, SpecMachine, load_spec, 
 from fsm_consumer.machines.testing import SpecDouble, cover_plan
 
 # machine, trigger, the states where it is a declared no-op
-DECLARED = [("connection", "io_error", {"disconnected", "backoff", "closed"}),
-            ("background", "close", {"closing", "closed", "failed"}),
-            ("background", "crash", {"closed", "failed"})]
+DECLARED = [
+    ("connection", "io_error", {"disconnected", "backoff", "closed"}),
+    ("background", "close", {"closing", "closed", "failed"}),
+    ("background", "crash", {"closed", "failed"}),
+]
 
 
 def routes(spec):
@@ -79,19 +81,21 @@ def test_the_checker_names_the_state_an_ignore_entry_no_longer_covers(tmp_path):
     path.write_text(text[:start] + text[end:])
     with pytest.raises(SpecError) as info:
         load_spec(path)
-    line = text[:text.index("  io_error:\n    arrives_in:")].count("\n") + 1
+    line = text[: text.index("  io_error:\n    arrives_in:")].count("\n") + 1
     assert info.value.line == line
     assert f"connection.yaml:{line}: event 'io_error' can arrive in state 'backoff'" in str(info.value)
 
 
 # -- the background machine's real model -----------------------------------------------------------
 
+
 def background(clock):
     lifecycle = BackgroundLifecycle()
     machine = SpecMachine(shipped_spec("background"), lifecycle, clock=clock)
     lifecycle.machine = machine
-    processor = ApplicationEventProcessor(metadata=None, offsets=None, lifecycle=lifecycle, machine=machine,
-                                          subscription=None)
+    processor = ApplicationEventProcessor(
+        metadata=None, offsets=None, lifecycle=lifecycle, machine=machine, subscription=None
+    )
     return lifecycle, machine, processor
 
 
@@ -148,10 +152,20 @@ def test_a_crash_in_the_pass_that_closed_the_loop_is_reported_and_the_machine_st
     app, bg = _Queue([close]), _Queue()
     transport = SimpleNamespace(closed=False)
     transport.close = lambda: setattr(transport, "closed", True)
-    thread = NetworkThread(name="t", clock=clock, transport=transport, managers=[], processor=processor,
-                           machine=machine, lifecycle=lifecycle, app_queue=app, background_queue=bg,
-                           metadata=SimpleNamespace(brokers={}, version=0),
-                           metrics=SimpleNamespace(loop_iterations=0), extra_machines=[_Exploding()])
+    thread = NetworkThread(
+        name="t",
+        clock=clock,
+        transport=transport,
+        managers=[],
+        processor=processor,
+        machine=machine,
+        lifecycle=lifecycle,
+        app_queue=app,
+        background_queue=bg,
+        metadata=SimpleNamespace(brokers={}, version=0),
+        metrics=SimpleNamespace(loop_iterations=0),
+        extra_machines=[_Exploding()],
+    )
     thread._run()  # on this thread: the background machine closes, then the next machine's tick raises
     assert machine.state == "closed" and [r.trigger for r in machine.log][-1] == "close_timed_out"
     assert isinstance(lifecycle.failure, BackgroundThreadError) and "boom" in str(lifecycle.failure)

@@ -93,16 +93,17 @@ def test_spec_coverage_reports_missing_and_percent(tmp_path, capsys):
     assert code == 1
     assert "background: 11/12 transitions exercised (91.7%)" in out
     assert "never fired: * --crash--> failed" in out
-    assert main(["spec-coverage", "--records", str(tmp_path), "--machines", "background", "--kind",
-                 "integration"]) == 0
+    assert main(["spec-coverage", "--records", str(tmp_path), "--machines", "background", "--kind", "integration"]) == 0
     assert "1/12" in capsys.readouterr().out
 
 
 def test_spec_coverage_per_broker_and_the_gaps_between_brokers(tmp_path, capsys):
     spec = shipped_spec("background")
     first, second = spec.transitions[0], spec.transitions[1]
-    hits = {str(first.index): {"integration": 2, "broker:tansu": 1, "broker:kafka": 1},
-            str(second.index): {"integration": 1, "broker:tansu": 1}}
+    hits = {
+        str(first.index): {"integration": 2, "broker:tansu": 1, "broker:kafka": 1},
+        str(second.index): {"integration": 1, "broker:tansu": 1},
+    }
     (tmp_path / "records-1.json").write_text(json.dumps({"machines": {"background": hits}}))
     base = ["spec-coverage", "--records", str(tmp_path), "--machines", "background"]
     assert main([*base, "--broker", "kafka"]) == 0
@@ -127,12 +128,25 @@ def test_render_diagrams_without_dot_says_what_to_install(tmp_path):
     """No Graphviz: no traceback; the tool names the package and still writes .dot and .mmd."""
     out = tmp_path / "diagrams"
     env = {"PATH": str(tmp_path / "empty-bin"), "PYTHONPATH": str(ROOT)}  # no `dot` anywhere on PATH
-    done = subprocess.run([sys.executable, str(ROOT / "tools" / "render-diagrams"), "--out", str(out)],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "render-diagrams"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "apt-get install graphviz" in done.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{m}{s}" for m in ("background", "connection", "membership", "parallel") for s in (".dot", ".mmd"))
-    check = subprocess.run([sys.executable, str(ROOT / "tools" / "render-diagrams"), "--check"],
-                           capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+        f"{m}{s}" for m in ("background", "connection", "membership", "parallel") for s in (".dot", ".mmd")
+    )
+    check = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "render-diagrams"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=env,
+    )
     assert check.returncode == 0 and "up to date" in check.stdout, check.stderr

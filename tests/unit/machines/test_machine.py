@@ -5,10 +5,18 @@ import logging
 import pytest
 from transitions import Machine
 
-from fsm_consumer.machines import (FakeClock, IllegalTransition, SpecError, SpecMachine, add_observer, parse_spec,
-                               remove_observer)
+from fsm_consumer.machines import (
+    FakeClock,
+    IllegalTransition,
+    SpecError,
+    SpecMachine,
+    add_observer,
+    parse_spec,
+    remove_observer,
+)
 
-SPEC = parse_spec("""\
+SPEC = parse_spec(
+    """\
 machine: door
 initial: closed
 terminal: [gone]
@@ -35,7 +43,9 @@ transitions:
   - {trigger: cooled, source: cooling, dest: closed}
   - {trigger: chained, source: cooling, dest: closed}
   - {trigger: vanish, source: "*", dest: gone}
-""", "door.yaml")
+""",
+    "door.yaml",
+)
 
 
 class DoorModel:
@@ -48,12 +58,23 @@ class DoorModel:
         self.cool = 10
         self.machine = None
 
-    def left_closed(self): self.calls.append("left_closed")
-    def opened(self): self.calls.append("opened")
-    def before_push(self): self.calls.append("before_push")
-    def after_push(self): self.calls.append("after_push")
-    def unlocked(self): return self.flag_unlocked
-    def quiet(self): return self.flag_quiet
+    def left_closed(self):
+        self.calls.append("left_closed")
+
+    def opened(self):
+        self.calls.append("opened")
+
+    def before_push(self):
+        self.calls.append("before_push")
+
+    def after_push(self):
+        self.calls.append("after_push")
+
+    def unlocked(self):
+        return self.flag_unlocked
+
+    def quiet(self):
+        return self.flag_quiet
 
     def chain(self):
         self.calls.append(("chain_sees", self.machine.state))
@@ -172,6 +193,7 @@ def test_config_and_override_durations():
 
     class Cfg:
         hold_ms = 9
+
     _, m, _ = make(config=Cfg())
     assert m.durations["hold"] == 9
 
@@ -237,6 +259,7 @@ def test_hook_exception_propagates_and_clears_queue():
 
     def boom():
         raise RuntimeError("hook failed")
+
     door.opened = boom  # rebinding after construction has no effect: hooks were bound once
     m.fire("push")
     assert m.state == "open"
@@ -246,6 +269,7 @@ def test_exception_in_bound_hook_reaches_caller():
     class Broken(DoorModel):
         def opened(self):
             raise RuntimeError("hook failed")
+
     door = Broken()
     m = SpecMachine(SPEC, door, clock=FakeClock())
     door.machine = m

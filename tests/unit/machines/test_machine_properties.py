@@ -48,8 +48,11 @@ def test_random_walks(name):
     small = {d: (i * 37) % 300 + 1 for i, d in enumerate(sorted(durations))}
 
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(steps=actions(spec), answers=st.lists(st.booleans(), max_size=80),
-           computed=st.lists(st.integers(min_value=0, max_value=500), max_size=20))
+    @given(
+        steps=actions(spec),
+        answers=st.lists(st.booleans(), max_size=80),
+        computed=st.lists(st.integers(min_value=0, max_value=500), max_size=20),
+    )
     def walk(steps, answers, computed):
         clock = FakeClock(0)
         model = Recorder(spec, list(answers), list(computed))
@@ -119,11 +122,13 @@ def test_timeouts_never_early(name):
     spec = shipped_spec(name)
 
     @settings(max_examples=100, deadline=None)
-    @given(steps=actions(spec), seed_durations=st.lists(st.integers(1, 300), min_size=len(spec.durations),
-                                                         max_size=len(spec.durations)))
+    @given(
+        steps=actions(spec),
+        seed_durations=st.lists(st.integers(1, 300), min_size=len(spec.durations), max_size=len(spec.durations)),
+    )
     def walk(steps, seed_durations):
         clock = FakeClock(0)
-        durs = dict(zip(sorted(spec.durations), seed_durations))
+        durs = dict(zip(sorted(spec.durations), seed_durations, strict=False))
         model = SpecDouble(spec)  # computed durations return the configured value
         m = SpecMachine(spec, model, clock=clock, durations=durs)
         timeout_ms = {(s.name, t.trigger): durs[t.after] for s in spec.states.values() for t in s.timeouts}

@@ -104,8 +104,14 @@ def test_connection_tls_sasl_ready_then_error_backoff():
     for trig in ["connect", "connected", "tls_heard", "tls_established", "versions_known", "authenticated"]:
         m.fire(trig)
     assert m.state == "ready"
-    assert d.calls == ["start_connect", "start_tls", "tls_silence_ms", "send_api_versions", "start_sasl",
-                       "connection_ready"]
+    assert d.calls == [
+        "start_connect",
+        "start_tls",
+        "tls_silence_ms",
+        "send_api_versions",
+        "start_sasl",
+        "connection_ready",
+    ]
     d.computed["reconnect_backoff"] = 80  # the model's exponential step with jitter
     m.fire("io_error")
     assert m.state == "backoff" and m.next_deadline == clock.now_ms() + 80
@@ -229,19 +235,39 @@ def test_membership_leave_with_partitions_revokes_first():
     assert m.state == "unjoined"
 
 
-@pytest.mark.parametrize("waiting, ack", [("revoking_partitions", "revoke_acked"),
-                                          ("assigning_partitions", "assign_acked"),
-                                          ("partitions_revoked", "revocation_completed"),
-                                          ("fenced", "lost_acked")])
+@pytest.mark.parametrize(
+    "waiting, ack",
+    [
+        ("revoking_partitions", "revoke_acked"),
+        ("assigning_partitions", "assign_acked"),
+        ("partitions_revoked", "revocation_completed"),
+        ("fenced", "lost_acked"),
+    ],
+)
 def test_membership_leave_during_a_callback_is_never_lost(waiting, ack):
     """close()/unsubscribe() while a callback or commit is awaited: the wait finishes, then the leave."""
     _, d, m, _ = machine("membership")
-    routes = {"revoking_partitions": ["join_requested", "joined", "synced", "assign_acked", "rejoin_needed",
-                                      "revocation_prepared"],
-              "assigning_partitions": ["join_requested", "joined", "synced"],
-              "partitions_revoked": ["join_requested", "joined", "synced", "assign_acked", "rejoin_needed",
-                                     "revocation_prepared", "revoke_acked"],
-              "fenced": ["join_requested", "fenced_error"]}
+    routes = {
+        "revoking_partitions": [
+            "join_requested",
+            "joined",
+            "synced",
+            "assign_acked",
+            "rejoin_needed",
+            "revocation_prepared",
+        ],
+        "assigning_partitions": ["join_requested", "joined", "synced"],
+        "partitions_revoked": [
+            "join_requested",
+            "joined",
+            "synced",
+            "assign_acked",
+            "rejoin_needed",
+            "revocation_prepared",
+            "revoke_acked",
+        ],
+        "fenced": ["join_requested", "fenced_error"],
+    }
     d.flags.update(eager_protocol=True)
     for trig in routes[waiting]:
         m.fire(trig)

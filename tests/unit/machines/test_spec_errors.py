@@ -45,8 +45,12 @@ def test_good_spec_loads(tmp_path):
 
 
 def test_yaml_syntax_error(tmp_path):
-    fails(tmp_path, GOOD.replace("  - {trigger: go, source: a, dest: b}", "  - {trigger: go, source: a"),
-          11, "YAML syntax error")
+    fails(
+        tmp_path,
+        GOOD.replace("  - {trigger: go, source: a, dest: b}", "  - {trigger: go, source: a"),
+        11,
+        "YAML syntax error",
+    )
 
 
 def test_missing_required_key(tmp_path):
@@ -85,13 +89,21 @@ def test_duplicate_key(tmp_path):
 
 
 def test_transition_names_unknown_source(tmp_path):
-    fails(tmp_path, GOOD.replace("source: a, dest: b", "source: nowhere, dest: b"), 10,
-          "source 'nowhere' is not a declared state")
+    fails(
+        tmp_path,
+        GOOD.replace("source: a, dest: b", "source: nowhere, dest: b"),
+        10,
+        "source 'nowhere' is not a declared state",
+    )
 
 
 def test_transition_names_unknown_dest(tmp_path):
-    fails(tmp_path, GOOD.replace("source: a, dest: b", "source: a, dest: nowhere"), 10,
-          "dest 'nowhere' is not a declared state")
+    fails(
+        tmp_path,
+        GOOD.replace("source: a, dest: b", "source: a, dest: nowhere"),
+        10,
+        "dest 'nowhere' is not a declared state",
+    )
 
 
 def test_unknown_initial(tmp_path):
@@ -113,8 +125,11 @@ def test_non_terminal_state_without_exit(tmp_path):
 
 
 def test_terminal_state_without_exit_is_fine(tmp_path):
-    text = GOOD.replace("dest: a}", "dest: c}").replace("  a: {}", "  a: {}\n  c: {}").replace(
-        "initial: a\n", "initial: a\nterminal: [c]\n")
+    text = (
+        GOOD.replace("dest: a}", "dest: c}")
+        .replace("  a: {}", "  a: {}\n  c: {}")
+        .replace("initial: a\n", "initial: a\nterminal: [c]\n")
+    )
     assert load(tmp_path, text).terminal == ("c",)
 
 
@@ -124,8 +139,12 @@ def test_transition_out_of_terminal_state(tmp_path):
 
 
 def test_timeout_names_undeclared_trigger(tmp_path):
-    fails(tmp_path, GOOD.replace("trigger: timed_out}", "trigger: never_declared}"), 8,
-          "timeout trigger 'never_declared' is not declared")
+    fails(
+        tmp_path,
+        GOOD.replace("trigger: timed_out}", "trigger: never_declared}"),
+        8,
+        "timeout trigger 'never_declared' is not declared",
+    )
 
 
 def test_timeout_trigger_without_transition_from_its_state(tmp_path):
@@ -143,7 +162,9 @@ def test_ambiguous_transitions(tmp_path):
 
 
 def test_same_conditions_are_ambiguous(tmp_path):
-    text = GOOD.replace("dest: b}", "dest: b, conditions: ok}") + "  - {trigger: go, source: a, dest: a, conditions: ok}\n"
+    text = (
+        GOOD.replace("dest: b}", "dest: b, conditions: ok}") + "  - {trigger: go, source: a, dest: a, conditions: ok}\n"
+    )
     fails(tmp_path, text, 12, "given twice")
 
 
@@ -168,7 +189,8 @@ def test_empty_file(tmp_path):
 
 def test_binding_lists_every_missing_hook(tmp_path):
     text = GOOD.replace("  a: {}", "  a:\n    on_enter: [hello]").replace(
-        "dest: b}", "dest: b, conditions: ready, after: [notify]}")
+        "dest: b}", "dest: b, conditions: ready, after: [notify]}"
+    )
     spec = load(tmp_path, text)
 
     class Model:
@@ -192,7 +214,9 @@ def test_unreadable_file(tmp_path):
 
 # -- attributes: what the model reads of a state, given by every state (issue 23) ------------------------------
 
-ATTRS = GOOD + """\
+ATTRS = (
+    GOOD
+    + """\
 attributes:
   commit:
     description: what a commit may do
@@ -200,6 +224,7 @@ attributes:
       open: {states: [a]}
       refused: {states: [b]}
 """
+)
 
 
 def test_attributes_load_and_a_machine_reads_them(tmp_path):
@@ -208,6 +233,7 @@ def test_attributes_load_and_a_machine_reads_them(tmp_path):
 
     class Model:
         pass
+
     m = SpecMachine(spec, Model(), clock=FakeClock(0))
     assert m.attribute("commit") == "open"
     m.fire("go")
@@ -219,8 +245,12 @@ def test_an_attribute_must_give_every_state_a_value(tmp_path):
 
 
 def test_an_attribute_gives_a_state_one_value(tmp_path):
-    fails(tmp_path, ATTRS.replace("refused: {states: [b]}", "refused: {states: [b, a]}"), 17,
-          "state 'a' is given two values")
+    fails(
+        tmp_path,
+        ATTRS.replace("refused: {states: [b]}", "refused: {states: [b, a]}"),
+        17,
+        "state 'a' is given two values",
+    )
 
 
 def test_an_attribute_value_names_declared_states(tmp_path):
@@ -230,14 +260,22 @@ def test_an_attribute_value_names_declared_states(tmp_path):
 def test_an_attribute_may_give_the_rest_once(tmp_path):
     spec = load(tmp_path, ATTRS.replace("refused: {states: [b]}", 'refused: {states: "*"}'))
     assert spec.attributes["commit"].of_state == {"a": "open", "b": "refused"}
-    fails(tmp_path, ATTRS.replace("refused: {states: [b]}", 'refused: {states: "*"}').replace(
-        "open: {states: [a]}", 'open: {states: "*"}'), 17, "only one value may take the rest")
+    fails(
+        tmp_path,
+        ATTRS.replace("refused: {states: [b]}", 'refused: {states: "*"}').replace(
+            "open: {states: [a]}", 'open: {states: "*"}'
+        ),
+        17,
+        "only one value may take the rest",
+    )
 
 
 def test_an_internal_transition_stays_in_its_state(tmp_path):
-    text = GOOD.replace("  - {trigger: go, source: a, dest: b}",
-                        "  - {trigger: go, source: a, dest: b, conditions: ready}\n"
-                        "  - {trigger: go, source: a, dest: '=', internal: true}")
+    text = GOOD.replace(
+        "  - {trigger: go, source: a, dest: b}",
+        "  - {trigger: go, source: a, dest: b, conditions: ready}\n"
+        "  - {trigger: go, source: a, dest: '=', internal: true}",
+    )
 
     class Model:
         ready = False
@@ -245,6 +283,7 @@ def test_an_internal_transition_stays_in_its_state(tmp_path):
 
         def is_ready(self):
             return self.ready
+
     text = text.replace("conditions: ready", "conditions: is_ready")
     spec = load(tmp_path, text)
     model = Model()
@@ -253,5 +292,9 @@ def test_an_internal_transition_stays_in_its_state(tmp_path):
     assert m.fire("go") and m.state == "a" and m.visit == visit and m.log[-1].trigger == "go"
     model.ready = True
     assert m.fire("go") and m.state == "b"
-    fails(tmp_path, GOOD.replace("  - {trigger: go, source: a, dest: b}",
-                                 "  - {trigger: go, source: a, dest: b, internal: true}"), 10, "must be '='")
+    fails(
+        tmp_path,
+        GOOD.replace("  - {trigger: go, source: a, dest: b}", "  - {trigger: go, source: a, dest: b, internal: true}"),
+        10,
+        "must be '='",
+    )

@@ -52,22 +52,37 @@ def test_a_commit_asked_right_after_a_freeze_is_refused_not_sent():
     membership.on_subscription_changed(clock.now_ms())
     join_round(membership, clock, 1, [T0, T1], 0)
     assert membership.machine.state == "stable"
-    commits = CommitManager(membership._config, subscription=membership._subs, coordinator=membership._coordinator,
-                            background_events=SimpleNamespace(put=lambda e: None), metrics=Metrics(),
-                            held=HeldErrors())
+    commits = CommitManager(
+        membership._config,
+        subscription=membership._subs,
+        coordinator=membership._coordinator,
+        background_events=SimpleNamespace(put=lambda e: None),
+        metrics=Metrics(),
+        held=HeldErrors(),
+    )
     commits.membership = membership
 
     clock.advance(2 * 3000)  # frozen past its session (3000 ms) with no heartbeat
     event = CommitEvent(offsets={T0: OffsetAndMetadata(5, "", -1)}, sync=True, deadline_ms=clock.now_ms() + 60_000)
     processor = SimpleNamespace(process=lambda ev, now: commits.on_commit_event(ev, now))
     transport = _Transport()
-    background = SimpleNamespace(state="running", next_deadline=None, timers_running=False, tick=lambda now: 0,
-                                 fire=lambda t: None)
-    thread = NetworkThread(name="t", clock=clock, transport=transport, managers=[commits], processor=processor,
-                           machine=background, lifecycle=SimpleNamespace(stopped=False, closers_done=False),
-                           app_queue=_Queue([event]), background_queue=None,
-                           metadata=SimpleNamespace(brokers={}, version=0), metrics=SimpleNamespace(loop_iterations=0),
-                           extra_machines=[membership.machine])
+    background = SimpleNamespace(
+        state="running", next_deadline=None, timers_running=False, tick=lambda now: 0, fire=lambda t: None
+    )
+    thread = NetworkThread(
+        name="t",
+        clock=clock,
+        transport=transport,
+        managers=[commits],
+        processor=processor,
+        machine=background,
+        lifecycle=SimpleNamespace(stopped=False, closers_done=False),
+        app_queue=_Queue([event]),
+        background_queue=None,
+        metadata=SimpleNamespace(brokers={}, version=0),
+        metrics=SimpleNamespace(loop_iterations=0),
+        extra_machines=[membership.machine],
+    )
     thread.run_once()
     assert membership.session_expiries == 1
     assert not [r for r in transport.sent if type(r).__name__ == "OffsetCommitRequest"]
@@ -81,17 +96,28 @@ def test_while_a_lease_runs_the_loop_never_waits_long_enough_to_hide_a_freeze():
     """A freeze inside a 5 s wait would look like an answer that came late in it: while the membership's
     lease runs, a pass waits at most _STALL_MS, so any longer freeze is seen as a stall."""
     from fsm_consumer.engine._network_thread import _STALL_MS
+
     membership, clock = make(0)
     membership.on_subscription_changed(clock.now_ms())
     join_round(membership, clock, 1, [T0, T1], 0)
     transport = _Transport()
-    background = SimpleNamespace(state="running", next_deadline=None, timers_running=False, tick=lambda now: 0,
-                                 fire=lambda t: None)
-    thread = NetworkThread(name="t", clock=clock, transport=transport, managers=[], processor=None,
-                           machine=background, lifecycle=SimpleNamespace(stopped=False, closers_done=False),
-                           app_queue=_Queue(), background_queue=None,
-                           metadata=SimpleNamespace(brokers={}, version=0), metrics=SimpleNamespace(loop_iterations=0),
-                           extra_machines=[membership.machine])
+    background = SimpleNamespace(
+        state="running", next_deadline=None, timers_running=False, tick=lambda now: 0, fire=lambda t: None
+    )
+    thread = NetworkThread(
+        name="t",
+        clock=clock,
+        transport=transport,
+        managers=[],
+        processor=None,
+        machine=background,
+        lifecycle=SimpleNamespace(stopped=False, closers_done=False),
+        app_queue=_Queue(),
+        background_queue=None,
+        metadata=SimpleNamespace(brokers={}, version=0),
+        metrics=SimpleNamespace(loop_iterations=0),
+        extra_machines=[membership.machine],
+    )
     assert membership.machine.timers_running
     thread.run_once()
     assert transport.waits == [_STALL_MS]

@@ -37,19 +37,31 @@ class Rig:
         self.subs = SubscriptionState()
         self.held = HeldErrors()
         self.lost = 0
-        self.coordinator = SimpleNamespace(node=1, gone_for_close=False, needed=lambda: None,
-                                           mark_unknown=self._lost, last_error=None)
-        self.commits = CommitManager(self.config, subscription=self.subs, coordinator=self.coordinator,
-                                     background_events=Events(), metrics=Metrics(), held=self.held)
+        self.coordinator = SimpleNamespace(
+            node=1, gone_for_close=False, needed=lambda: None, mark_unknown=self._lost, last_error=None
+        )
+        self.commits = CommitManager(
+            self.config,
+            subscription=self.subs,
+            coordinator=self.coordinator,
+            background_events=Events(),
+            metrics=Metrics(),
+            held=self.held,
+        )
         self.now = 0.0
-        self.sent: list[tuple[float, object]] = []   # (time, request)
+        self.sent: list[tuple[float, object]] = []  # (time, request)
 
     def _lost(self):
         self.lost += 1
 
     def commit(self, timeout_ms=10_000, offsets=None) -> CommitEvent:
-        event = CommitEvent(offsets=offsets or {T0: OffsetAndMetadata(5, "", -1)}, sync=True,
-                            deadline_ms=self.now + timeout_ms, what="commit of t-0", timeout_ms=timeout_ms)
+        event = CommitEvent(
+            offsets=offsets or {T0: OffsetAndMetadata(5, "", -1)},
+            sync=True,
+            deadline_ms=self.now + timeout_ms,
+            what="commit of t-0",
+            timeout_ms=timeout_ms,
+        )
         self.commits.on_commit_event(event, self.now)
         return event
 
@@ -84,9 +96,22 @@ def commit_answer(code: int):
     def answer(request):
         if not isinstance(request, OffsetCommitRequest):
             return fetch_answer(0)(request)
-        return OffsetCommitResponse(throttle_time_ms=0, topics=[OffsetCommitResponse.OffsetCommitResponseTopic(
-            name=t.name, partitions=[OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
-                partition_index=p.partition_index, error_code=code) for p in t.partitions]) for t in request.topics])
+        return OffsetCommitResponse(
+            throttle_time_ms=0,
+            topics=[
+                OffsetCommitResponse.OffsetCommitResponseTopic(
+                    name=t.name,
+                    partitions=[
+                        OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
+                            partition_index=p.partition_index, error_code=code
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in request.topics
+            ],
+        )
+
     return answer
 
 
@@ -94,31 +119,52 @@ def fetch_answer(code: int, top: int = 0, offset: int = 42):
     def answer(request):
         assert isinstance(request, OffsetFetchRequest)
         R = OffsetFetchResponse
-        return R(throttle_time_ms=0, error_code=top, topics=[R.OffsetFetchResponseTopic(name=t.name, partitions=[
-            R.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
-                partition_index=i, committed_offset=-1 if code else offset, committed_leader_epoch=-1,
-                metadata="", error_code=code) for i in t.partition_indexes]) for t in request.topics])
+        return R(
+            throttle_time_ms=0,
+            error_code=top,
+            topics=[
+                R.OffsetFetchResponseTopic(
+                    name=t.name,
+                    partitions=[
+                        R.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
+                            partition_index=i,
+                            committed_offset=-1 if code else offset,
+                            committed_leader_epoch=-1,
+                            metadata="",
+                            error_code=code,
+                        )
+                        for i in t.partition_indexes
+                    ],
+                )
+                for t in request.topics
+            ],
+        )
+
     return answer
 
 
 # -- OffsetCommit ------------------------------------------------------------------------------------
+
 
 def test_load_in_progress_is_retried_with_a_growing_backoff_and_the_timeout_names_it():
     rig = Rig()
     event = rig.commit(timeout_ms=10_000)
     rig.run(10_000.0, commit_answer(14))
     times = rig.times(OffsetCommitRequest)
-    assert 5 <= len(times) <= 20, times                   # 10 s at <= ~10/s, fewer as the backoff grows
-    gaps = [b - a for a, b in zip(times, times[1:])]
-    assert gaps[0] < 200 and all(g >= 80 for g in gaps)   # 100 ms (+-20%) at first ...
-    assert all(800 <= g <= 1200 + RTT for g in gaps[5:]), gaps   # ... then capped at retry_backoff_max_ms
-    assert rig.lost == 0                                  # loading: the same coordinator, later
+    assert 5 <= len(times) <= 20, times  # 10 s at <= ~10/s, fewer as the backoff grows
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert gaps[0] < 200 and all(g >= 80 for g in gaps)  # 100 ms (+-20%) at first ...
+    assert all(800 <= g <= 1200 + RTT for g in gaps[5:]), gaps  # ... then capped at retry_backoff_max_ms
+    assert rig.lost == 0  # loading: the same coordinator, later
     assert event.future.done
-    with pytest.raises(KafkaTimeoutError, match=r"commit of t-0 timed out after 10000 ms: "
-                                                r"last error CoordinatorLoadInProgressError") as caught:
+    with pytest.raises(
+        KafkaTimeoutError,
+        match=r"commit of t-0 timed out after 10000 ms: "
+        r"last error CoordinatorLoadInProgressError",
+    ) as caught:
         event.future.result()
     assert isinstance(caught.value.__cause__, ke.CoordinatorLoadInProgressError)
-    assert event.cause == "last error CoordinatorLoadInProgressError"   # the caller's own timeout says it too
+    assert event.cause == "last error CoordinatorLoadInProgressError"  # the caller's own timeout says it too
     assert "last error CoordinatorLoadInProgressError" in str(event.timeout_error())
 
 
@@ -160,8 +206,10 @@ def test_group_authorization_failed_is_not_retried_and_says_how_to_fix_it():
     event = rig.commit()
     rig.run(5_000.0, commit_answer(30))
     assert rig.count(OffsetCommitRequest) == 1
-    with pytest.raises(ke.GroupAuthorizationFailedError,
-                       match="OffsetCommit for group 'g' failed: grant this principal READ on the consumer group"):
+    with pytest.raises(
+        ke.GroupAuthorizationFailedError,
+        match="OffsetCommit for group 'g' failed: grant this principal READ on the consumer group",
+    ):
         event.future.result()
 
 
@@ -181,8 +229,11 @@ def test_a_commit_without_a_coordinator_times_out_naming_why():
     event = rig.commit(timeout_ms=1_000)
     rig.run(1_500.0, commit_answer(0))
     assert rig.sent == []
-    with pytest.raises(KafkaTimeoutError, match="no coordinator for group 'g' "
-                                                r"\(FindCoordinator answered CoordinatorNotAvailableError\)"):
+    with pytest.raises(
+        KafkaTimeoutError,
+        match="no coordinator for group 'g' "
+        r"\(FindCoordinator answered CoordinatorNotAvailableError\)",
+    ):
         event.future.result()
 
 
@@ -201,6 +252,7 @@ def test_auto_commits_in_a_storm_are_never_queued_twice():
 
 # -- OffsetFetch of starting positions ---------------------------------------------------------------------
 
+
 def assigned(rig: Rig, *tps):
     rig.subs.assign(tps, awaiting_committed=True)
 
@@ -215,7 +267,7 @@ def test_offset_fetch_group_authorization_failed_is_held_and_not_asked_again():
         rig.held.raise_first()
     rig.subs.seek(T0, 3)
     rig.run(11_000.0, fetch_answer(30))
-    assert rig.held.holds(("group",)) and rig.count(OffsetFetchRequest) == 1   # T1 still waits for it
+    assert rig.held.holds(("group",)) and rig.count(OffsetFetchRequest) == 1  # T1 still waits for it
     rig.subs.seek(T1, 3)  # the user gave up on the committed offsets: nothing needs them
     rig.run(12_000.0, fetch_answer(30))
     assert not rig.held.holds(("group",)) and rig.count(OffsetFetchRequest) == 1
@@ -235,18 +287,33 @@ def test_offset_fetch_topic_authorization_failed_is_held_for_the_topic():
 
     def answer(request):
         R = OffsetFetchResponse
-        return R(throttle_time_ms=0, error_code=0, topics=[R.OffsetFetchResponseTopic(name=t.name, partitions=[
-            R.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
-                partition_index=i, committed_offset=-1 if t.name == "t" else 11, committed_leader_epoch=-1,
-                metadata="", error_code=29 if t.name == "t" else 0) for i in t.partition_indexes])
-            for t in request.topics])
+        return R(
+            throttle_time_ms=0,
+            error_code=0,
+            topics=[
+                R.OffsetFetchResponseTopic(
+                    name=t.name,
+                    partitions=[
+                        R.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
+                            partition_index=i,
+                            committed_offset=-1 if t.name == "t" else 11,
+                            committed_leader_epoch=-1,
+                            metadata="",
+                            error_code=29 if t.name == "t" else 0,
+                        )
+                        for i in t.partition_indexes
+                    ],
+                )
+                for t in request.topics
+            ],
+        )
 
     rig.run(10_000.0, answer)
     assert rig.count(OffsetFetchRequest) == 1
     assert rig.held.holds(("topic", "t")) and not rig.held.holds(("group",))
     with pytest.raises(ke.TopicAuthorizationFailedError, match="topic 't'.*grant this principal READ"):
         rig.held.raise_first()
-    assert rig.subs.positions() == {u0: 11}   # the authorized topic got its position meanwhile
+    assert rig.subs.positions() == {u0: 11}  # the authorized topic got its position meanwhile
 
 
 def test_offset_fetch_retriable_is_paced_then_succeeds():
@@ -261,6 +328,7 @@ def test_offset_fetch_retriable_is_paced_then_succeeds():
 
 # -- committed() ---------------------------------------------------------------------------------------
 
+
 def test_committed_lookup_backs_off_on_retriable_and_fails_at_once_on_authorization():
     rig = Rig()
     event = FetchCommittedEvent(partitions=frozenset([T0]), deadline_ms=60_000)
@@ -274,4 +342,4 @@ def test_committed_lookup_backs_off_on_retriable_and_fails_at_once_on_authorizat
         event.future.result()
     rig.run(9_000.0, fetch_answer(0, top=30))
     assert rig.count(OffsetFetchRequest) == sent
-    assert not rig.held.holds(("group",))   # the caller got it: nothing held for an explicit lookup
+    assert not rig.held.holds(("group",))  # the caller got it: nothing held for an explicit lookup

@@ -16,8 +16,8 @@ from fsm_consumer._metrics import Metrics
 from fsm_consumer.errors import CommitFailedError, RebalanceInProgressError
 from fsm_consumer.events import CommitEvent
 from fsm_consumer.fetch import OffsetAndMetadata, TopicPartition
-from fsm_consumer.managers import CommitManager
 from fsm_consumer.machines import shipped_spec
+from fsm_consumer.managers import CommitManager
 from fsm_consumer.state import HeldErrors, SubscriptionState
 
 TP = TopicPartition("t", 0)
@@ -35,10 +35,17 @@ def make(state: str):
     subs.set_group_assignment([TP])
     subs.set_committed_position(TP, 5)
     coordinator = SimpleNamespace(node=1, gone_for_close=False, needed=lambda: None, mark_unknown=lambda: None)
-    commits = CommitManager(config, subscription=subs, coordinator=coordinator, background_events=Events(),
-                            metrics=Metrics(), held=HeldErrors())
-    commits.membership = SimpleNamespace(machine=StateOnly(state), generation=3, member_id="m",
-                                         fatal=None, history_file=None)
+    commits = CommitManager(
+        config,
+        subscription=subs,
+        coordinator=coordinator,
+        background_events=Events(),
+        metrics=Metrics(),
+        held=HeldErrors(),
+    )
+    commits.membership = SimpleNamespace(
+        machine=StateOnly(state), generation=3, member_id="m", fatal=None, history_file=None
+    )
     return commits
 
 
@@ -59,9 +66,19 @@ def commit(commits, now=0.0):
 
 
 def answer(outgoing, code: int, now=1.0):
-    response = OffsetCommitResponse(throttle_time_ms=0, topics=[OffsetCommitResponse.OffsetCommitResponseTopic(
-        name="t", partitions=[OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
-            partition_index=0, error_code=code)])])
+    response = OffsetCommitResponse(
+        throttle_time_ms=0,
+        topics=[
+            OffsetCommitResponse.OffsetCommitResponseTopic(
+                name="t",
+                partitions=[
+                    OffsetCommitResponse.OffsetCommitResponseTopic.OffsetCommitResponsePartition(
+                        partition_index=0, error_code=code
+                    )
+                ],
+            )
+        ],
+    )
     outgoing.handler(SimpleNamespace(error=None, response=response), now)
 
 
@@ -116,6 +133,7 @@ def test_commit_after_the_membership_is_gone_is_commit_failed(state):
 
 # -- issue 23: a commit goes out only under the membership it was accepted in ----------------------------
 
+
 def test_a_retried_commit_fails_once_the_generation_moved():
     """A commit that failed retriably is not retried under a newer generation: the partition may belong to
     another member by then, and the broker does not check ownership on OffsetCommit."""
@@ -144,8 +162,9 @@ def test_a_queued_commit_is_not_sent_once_the_member_rejoins_or_is_fenced(state,
 
 
 def test_a_waiting_auto_commit_sends_only_partitions_still_assigned():
-    config = ConsumerConfig.from_kwargs(bootstrap_servers="127.0.0.1:1", group_id="g", enable_auto_commit=True,
-                                        auto_commit_interval_ms=100)
+    config = ConsumerConfig.from_kwargs(
+        bootstrap_servers="127.0.0.1:1", group_id="g", enable_auto_commit=True, auto_commit_interval_ms=100
+    )
     subs = SubscriptionState()
     subs.subscribe(["t"])
     t1 = TopicPartition("t", 1)
@@ -153,10 +172,17 @@ def test_a_waiting_auto_commit_sends_only_partitions_still_assigned():
     subs.set_committed_position(TP, 5)
     subs.set_committed_position(t1, 7)
     coordinator = SimpleNamespace(node=1, gone_for_close=False, needed=lambda: None, mark_unknown=lambda: None)
-    commits = CommitManager(config, subscription=subs, coordinator=coordinator, background_events=Events(),
-                            metrics=Metrics(), held=HeldErrors())
-    commits.membership = SimpleNamespace(machine=StateOnly("stable"), generation=3, member_id="m",
-                                         fatal=None, history_file=None)
+    commits = CommitManager(
+        config,
+        subscription=subs,
+        coordinator=coordinator,
+        background_events=Events(),
+        metrics=Metrics(),
+        held=HeldErrors(),
+    )
+    commits.membership = SimpleNamespace(
+        machine=StateOnly("stable"), generation=3, member_id="m", fatal=None, history_file=None
+    )
     commits.start_auto_commit(0.0)
     _, out = commits.poll(100.0)
     (first,) = out

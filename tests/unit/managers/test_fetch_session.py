@@ -5,7 +5,6 @@ No broker, no threads: requests come out of poll(now), kafka-python FetchRespons
 
 from __future__ import annotations
 
-import queue
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -22,7 +21,7 @@ from fsm_consumer.state import HeldErrors, SubscriptionState
 
 T0, T1, T2 = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)
 PMAX = 1_048_576
-HW = 1_000   # high watermark in answers: far above the positions, so nothing counts as caught up
+HW = 1_000  # high watermark in answers: far above the positions, so nothing counts as caught up
 
 
 def part(offset: int, leader_epoch: int = -1) -> PartitionData:
@@ -33,15 +32,26 @@ def answer(*parts, session_id: int = 0, error_code: int = 0, throttle_ms: int = 
     """A v12 FetchResponse; ``parts`` are (tp, records) or (tp, records, error_code)."""
     topics: dict[str, list] = defaultdict(list)
     for tp, records, *err in parts:
-        topics[tp.topic].append(FetchResponse.FetchableTopicResponse.PartitionData(
-            partition_index=tp.partition, error_code=err[0] if err else 0, high_watermark=HW,
-            last_stable_offset=HW, log_start_offset=0, records=records))
-    return FetchResponse[12](throttle_time_ms=throttle_ms, error_code=error_code, session_id=session_id,
-                             responses=[FetchResponse.FetchableTopicResponse(topic=t, partitions=ps)
-                                        for t, ps in topics.items()])
+        topics[tp.topic].append(
+            FetchResponse.FetchableTopicResponse.PartitionData(
+                partition_index=tp.partition,
+                error_code=err[0] if err else 0,
+                high_watermark=HW,
+                last_stable_offset=HW,
+                log_start_offset=0,
+                records=records,
+            )
+        )
+    return FetchResponse[12](
+        throttle_time_ms=throttle_ms,
+        error_code=error_code,
+        session_id=session_id,
+        responses=[FetchResponse.FetchableTopicResponse(topic=t, partitions=ps) for t, ps in topics.items()],
+    )
 
 
 # -- FetchSession alone ----------------------------------------------------------------------------
+
 
 def opened(session_id: int = 42, parts=None) -> FetchSession:
     """A session the broker opened on a full fetch of ``parts``."""
@@ -67,7 +77,7 @@ def test_incremental_lists_only_new_and_changed_and_forgets_the_rest():
     new = TopicPartition("v", 0)
     plan = s.build({T0: part(10), T1: part(0), new: part(3)})
     assert (plan.session_id, plan.epoch, plan.full) == (42, 1, False)
-    assert plan.to_send == {new: part(3), T0: part(10)}     # Java's order: added, then altered
+    assert plan.to_send == {new: part(3), T0: part(10)}  # Java's order: added, then altered
     assert plan.to_forget == [T2]
     assert set(plan.session) == {T0, T1, new}
     assert s.partitions == {T0: part(10), T1: part(0), new: part(3)}
@@ -90,7 +100,7 @@ def test_incremental_answers_bump_the_epoch_and_wrap_to_one():
     s = opened()
     for expected in (1, 2, 3):
         assert s.build({T0: part(0), T1: part(0)}).epoch == expected
-        assert s.handle_response(answer(session_id=42))   # nothing new: every partition omitted
+        assert s.handle_response(answer(session_id=42))  # nothing new: every partition omitted
     assert s.epoch == 4
     assert next_epoch(2**31 - 1) == 1 and next_epoch(-1) == -1 and next_epoch(0) == 1
 
@@ -120,17 +130,17 @@ def test_broker_without_sessions_gets_full_fetches_every_time():
     for _ in range(3):
         plan = s.build({T0: part(0), T1: part(0)})
         assert (plan.session_id, plan.epoch, plan.to_send) == (0, 0, {T0: part(0), T1: part(0)})
-        assert s.handle_response(answer((T0, b""), session_id=0))   # omits T1: its data is still used
+        assert s.handle_response(answer((T0, b""), session_id=0))  # omits T1: its data is still used
     assert s.full
 
 
 def test_a_full_answer_that_is_not_the_whole_session_opens_none():
     s = FetchSession(node=1)
     s.build({T0: part(0), T1: part(0)})
-    assert s.handle_response(answer((T0, b"x"), session_id=42))   # T1 omitted
+    assert s.handle_response(answer((T0, b"x"), session_id=42))  # T1 omitted
     assert (s.session_id, s.epoch) == (0, 0)
     s.build({T0: part(0)})
-    assert s.handle_response(answer(session_id=42, throttle_ms=100))   # KIP-219 throttled: empty
+    assert s.handle_response(answer(session_id=42, throttle_ms=100))  # KIP-219 throttled: empty
     assert (s.session_id, s.epoch) == (0, 0)
 
 
@@ -150,6 +160,7 @@ def test_the_broker_closing_the_session_makes_the_next_fetch_full():
 
 # -- FetchManager, sans-IO -----------------------------------------------------------------------
 
+
 class Metadata:
     def __init__(self, leaders: dict) -> None:
         self.leaders = dict(leaders)
@@ -164,8 +175,9 @@ class Metadata:
 
 class Rig:
     def __init__(self, *, sessions: bool = True, leaders=None, positions=None) -> None:
-        self.config = ConsumerConfig.from_kwargs(bootstrap_servers="127.0.0.1:1",
-                                                 enable_incremental_fetch_sessions=sessions)
+        self.config = ConsumerConfig.from_kwargs(
+            bootstrap_servers="127.0.0.1:1", enable_incremental_fetch_sessions=sessions
+        )
         self.subs = SubscriptionState()
         positions = positions or {T0: 0, T1: 0}
         self.subs.assign(list(positions))
@@ -216,7 +228,7 @@ def test_manager_opens_a_session_then_lists_only_moved_partitions():
     first = rig.only()
     assert meta(first) == (0, 0, 4) and listed(first) == {T0: 0, T1: 0}
     rig.complete(first, answer((T0, b"r" * 10), (T1, b""), session_id=42))
-    assert len(rig.buffer) == 1              # T0's data buffered; T1 released: fetch again
+    assert len(rig.buffer) == 1  # T0's data buffered; T1 released: fetch again
     # T0's data is buffered: it is not fetchable this round, so the session forgets it (as Java does)
     second = rig.only()
     assert meta(second) == (42, 1, 7)
@@ -225,8 +237,8 @@ def test_manager_opens_a_session_then_lists_only_moved_partitions():
     rig.drain({T0: 25})
     third = rig.only()
     assert meta(third) == (42, 2, 7)
-    assert listed(third) == {T0: 25} and forgotten(third) == set()   # T1 unchanged: implied
-    rig.complete(third, answer((T1, b"s" * 4), session_id=42))   # data for the implied T1
+    assert listed(third) == {T0: 25} and forgotten(third) == set()  # T1 unchanged: implied
+    rig.complete(third, answer((T1, b"s" * 4), session_id=42))  # data for the implied T1
     (f,) = [rig.buffer.pop()]
     assert (f.tp, f.fetch_offset) == (T1, 0)
     assert rig.metrics.fetch_requests == 3 and rig.metrics.fetch_incremental == 2
@@ -245,14 +257,14 @@ def test_omitted_partitions_are_fetched_again():
 def test_unassigned_and_paused_partitions_are_forgotten():
     rig = Rig(positions={T0: 0, T1: 0, T2: 0})
     rig.complete(rig.only(), answer((T0, b""), (T1, b""), (T2, b""), session_id=42))
-    rig.subs.assign([T0, T1])           # T2 unassigned
+    rig.subs.assign([T0, T1])  # T2 unassigned
     rig.subs.set_paused([T1], True)
     o = rig.only()
     assert listed(o) == {} and forgotten(o) == {T1, T2}
     rig.complete(o, answer(session_id=42))
     rig.subs.set_paused([T1], False)
     o = rig.only()
-    assert listed(o) == {T1: 0} and forgotten(o) == set()   # back in the session: listed again
+    assert listed(o) == {T1: 0} and forgotten(o) == set()  # back in the session: listed again
 
 
 def test_a_moved_leader_is_forgotten_by_the_old_node():
@@ -269,7 +281,7 @@ def test_session_errors_reset_to_a_full_fetch_without_backoff(code, next_id):
     rig = Rig()
     rig.complete(rig.only(), answer((T0, b""), (T1, b""), session_id=42))
     rig.complete(rig.only(), answer(error_code=code))
-    o = rig.only()                                       # no retry backoff: sent at once
+    o = rig.only()  # no retry backoff: sent at once
     assert meta(o) == (next_id, 0, 7 if next_id else 4)
     assert listed(o) == {T0: 0, T1: 0} and forgotten(o) == set()
 
@@ -278,8 +290,8 @@ def test_a_request_failure_resets_to_a_full_fetch():
     rig = Rig()
     rig.complete(rig.only(), answer((T0, b""), (T1, b""), session_id=42))
     rig.complete(rig.only(), error=TimeoutError("no answer"))
-    assert rig.poll() == {}                              # backing off the node
-    rig.now += rig.config.retry_backoff_ms * 1.2 + 1     # the first backoff, at most +20% jitter
+    assert rig.poll() == {}  # backing off the node
+    rig.now += rig.config.retry_backoff_ms * 1.2 + 1  # the first backoff, at most +20% jitter
     o = rig.only()
     assert meta(o) == (42, 0, 7) and listed(o) == {T0: 0, T1: 0}
 
@@ -298,7 +310,7 @@ def test_sessions_off_sends_sessionless_full_fetches():
     for _ in range(2):
         o = rig.only()
         assert meta(o) == (0, -1, 4) and listed(o) == {T0: 0, T1: 0} and forgotten(o) == set()
-        rig.complete(o, answer((T0, b""), (T1, b""), session_id=42))   # a broker offering one anyway
+        rig.complete(o, answer((T0, b""), (T1, b""), session_id=42))  # a broker offering one anyway
     assert rig.metrics.fetch_incremental == 0
 
 

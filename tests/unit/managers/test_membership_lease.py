@@ -7,7 +7,6 @@ a freeze extends it only from when its request was sent.
 
 from __future__ import annotations
 
-import queue
 from types import SimpleNamespace
 
 import kafka.errors as ke
@@ -72,8 +71,16 @@ def rejoin_answered_after(ms: float):
     join = sent(manager, clock, JoinGroupRequest)
     join_sent = clock.now_ms()
     clock.advance(ms)
-    answer(join, clock, error_code=0, member_id="me", generation_id=2, protocol_name="cooperative-sticky",
-           leader="other", members=[])
+    answer(
+        join,
+        clock,
+        error_code=0,
+        member_id="me",
+        generation_id=2,
+        protocol_name="cooperative-sticky",
+        leader="other",
+        members=[],
+    )
     assert manager.machine.state == "syncing"
     return manager, clock, join_sent
 
@@ -101,8 +108,16 @@ def test_an_eager_first_join_held_past_the_session_keeps_its_membership():
     tick(manager, clock)
     assert manager.machine.state == "joining" and manager.session_expiries == 0
     assert manager.machine.log[-1].trigger == "session_expired"  # the internal transition, logged
-    answer(join, clock, error_code=0, member_id="me", generation_id=1, protocol_name="cooperative-sticky",
-           leader="other", members=[])
+    answer(
+        join,
+        clock,
+        error_code=0,
+        member_id="me",
+        generation_id=1,
+        protocol_name="cooperative-sticky",
+        leader="other",
+        members=[],
+    )
     assert manager.machine.state == "syncing" and manager.member_id == "me"
 
 
@@ -111,8 +126,9 @@ def test_an_acknowledgement_after_the_member_went_fatal_is_ignored():
     manager, clock = make(0)
     posted = []
     manager._bg = SimpleNamespace(put=posted.append)
-    manager._subs.listener = SimpleNamespace(on_partitions_assigned=lambda tps: None,
-                                             on_partitions_revoked=lambda tps: None)
+    manager._subs.listener = SimpleNamespace(
+        on_partitions_assigned=lambda tps: None, on_partitions_revoked=lambda tps: None
+    )
     manager.on_subscription_changed(clock.now_ms())
     join_round(manager, clock, 1, [T0], 0)
     assert manager.machine.state == "assigning_partitions"
@@ -148,6 +164,7 @@ def test_the_manager_reads_heartbeats_requests_and_acks_from_the_spec():
     for name in ("heartbeat", "commit", "awaits", "request"):
         assert set(spec.attributes[name].of_state) == set(spec.states), name
     import fsm_consumer.managers._membership as module
+
     source = open(module.__file__).read()
     for state in ("syncing", "assigning_partitions", "revoking_then_leave", "partitions_revoked"):
         assert f'"{state}"' not in source, f"the manager names state {state!r}: read the spec's attributes"
@@ -162,8 +179,9 @@ def test_a_heartbeat_held_behind_a_sync_renews_from_when_the_loop_heard_it():
     heartbeat = sent(manager, clock, HeartbeatRequest)
     clock.advance(SESSION - 100)
     heard = clock.now_ms() - 200
-    heartbeat.handler(SimpleNamespace(error=None, response=SimpleNamespace(error_code=0), heard_after=heard),
-                      clock.now_ms())
+    heartbeat.handler(
+        SimpleNamespace(error=None, response=SimpleNamespace(error_code=0), heard_after=heard), clock.now_ms()
+    )
     assert manager.machine.timer_deadline("session") == heard + SESSION
     clock.advance(1000)
     tick(manager, clock)
@@ -172,6 +190,7 @@ def test_a_heartbeat_held_behind_a_sync_renews_from_when_the_loop_heard_it():
 
 def test_the_engine_bounds_an_answer_read_after_a_stall_by_the_pass_before():
     from fsm_consumer.engine._network_thread import NetworkThread
+
     thread = NetworkThread.__new__(NetworkThread)
     thread._last_read = None
     assert thread._heard_after(1000.0, 1001.0, 1002.0, 50.0) == 1000.0  # first pass: from its start

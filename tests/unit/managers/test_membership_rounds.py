@@ -15,8 +15,8 @@ from fsm_consumer._config import ConsumerConfig
 from fsm_consumer._metrics import Metrics
 from fsm_consumer.assignors import Assignment, encode_assignment
 from fsm_consumer.fetch import TopicPartition
-from fsm_consumer.managers import MembershipManager
 from fsm_consumer.machines import FakeClock
+from fsm_consumer.managers import MembershipManager
 from fsm_consumer.state import HeldErrors, SubscriptionState
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -35,17 +35,35 @@ class Coordinator:
 
 def make(delay_ms: int):
     config = ConsumerConfig.from_kwargs(
-        bootstrap_servers="127.0.0.1:1", group_id="g", client_id="c", enable_auto_commit=False,
-        partition_assignment_strategy=["cooperative-sticky"], follower_sync_delay_ms=delay_ms,
-        session_timeout_ms=3000, heartbeat_interval_ms=300)
+        bootstrap_servers="127.0.0.1:1",
+        group_id="g",
+        client_id="c",
+        enable_auto_commit=False,
+        partition_assignment_strategy=["cooperative-sticky"],
+        follower_sync_delay_ms=delay_ms,
+        session_timeout_ms=3000,
+        heartbeat_interval_ms=300,
+    )
     clock = FakeClock(1_000)
     subs = SubscriptionState()
     subs.subscribe(["t"])
-    metadata = SimpleNamespace(version=1, all_topics_wanted=False, request_update=lambda topics: None,
-                               topics={"t": SimpleNamespace(leaders={0: 7, 1: 7}, internal=False)})
-    manager = MembershipManager(config, subscription=subs, metadata=metadata, coordinator=Coordinator(),
-                                commits=None, background_events=queue.Queue(), post_app_event=lambda e: None,
-                                metrics=Metrics(), held=HeldErrors())
+    metadata = SimpleNamespace(
+        version=1,
+        all_topics_wanted=False,
+        request_update=lambda topics: None,
+        topics={"t": SimpleNamespace(leaders={0: 7, 1: 7}, internal=False)},
+    )
+    manager = MembershipManager(
+        config,
+        subscription=subs,
+        metadata=metadata,
+        coordinator=Coordinator(),
+        commits=None,
+        background_events=queue.Queue(),
+        post_app_event=lambda e: None,
+        metrics=Metrics(),
+        held=HeldErrors(),
+    )
     return manager, clock
 
 
@@ -75,15 +93,27 @@ def answer(outgoing, clock, **fields):
 
 def join_round(manager, clock, generation, partitions, delay_ms):
     """JoinGroup answered (as a follower), SyncGroup after the follower delay, answered with ``partitions``."""
-    answer(sent(manager, clock, JoinGroupRequest), clock, error_code=0, member_id="me", generation_id=generation,
-           protocol_name="cooperative-sticky", leader="other", members=[])
+    answer(
+        sent(manager, clock, JoinGroupRequest),
+        clock,
+        error_code=0,
+        member_id="me",
+        generation_id=generation,
+        protocol_name="cooperative-sticky",
+        leader="other",
+        members=[],
+    )
     joined_at = clock.now_ms()
     if delay_ms:
         _, out = polled(manager, clock)
         assert not any(isinstance(o.request, SyncGroupRequest) for o in out), "the follower holds its sync"
         clock.advance(delay_ms)
-    answer(sent(manager, clock, SyncGroupRequest), clock, error_code=0,
-           assignment=encode_assignment(Assignment(partitions=partitions)))
+    answer(
+        sent(manager, clock, SyncGroupRequest),
+        clock,
+        error_code=0,
+        assignment=encode_assignment(Assignment(partitions=partitions)),
+    )
     return joined_at
 
 
@@ -111,22 +141,41 @@ def test_after_a_cooperative_revocation_the_follow_up_join_waits_for_the_others_
         assert not any(isinstance(o.request, JoinGroupRequest) for o in polled(manager, clock)[1])
         clock.advance(1)
     join = sent(manager, clock, JoinGroupRequest)  # with delay 0 (Apache Kafka): at once
-    answer(join, clock, error_code=0, member_id="me", generation_id=3, protocol_name="cooperative-sticky",
-           leader="other", members=[])
+    answer(
+        join,
+        clock,
+        error_code=0,
+        member_id="me",
+        generation_id=3,
+        protocol_name="cooperative-sticky",
+        leader="other",
+        members=[],
+    )
     assert manager.machine.state == "syncing" and manager.generation == 3
 
 
 def _lead(manager, clock, generation=1):
     """JoinGroup answered with this member as the leader of a group of one subscribed to "t"."""
     from fsm_consumer.assignors import Subscription, encode_subscription
-    me = SimpleNamespace(member_id="me", group_instance_id=None,
-                         metadata=encode_subscription(Subscription(topics=("t",))))
-    answer(sent(manager, clock, JoinGroupRequest), clock, error_code=0, member_id="me", generation_id=generation,
-           protocol_name="cooperative-sticky", leader="me", members=[me])
+
+    me = SimpleNamespace(
+        member_id="me", group_instance_id=None, metadata=encode_subscription(Subscription(topics=("t",)))
+    )
+    answer(
+        sent(manager, clock, JoinGroupRequest),
+        clock,
+        error_code=0,
+        member_id="me",
+        generation_id=generation,
+        protocol_name="cooperative-sticky",
+        leader="me",
+        members=[me],
+    )
 
 
 def _assigned(sync) -> set:
     from fsm_consumer.assignors import decode_assignment
+
     (only,) = sync.request.assignments
     return set(decode_assignment(bytes(only.assignment)).partitions)
 

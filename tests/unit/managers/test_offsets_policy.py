@@ -60,8 +60,10 @@ class Rig:
             self.now = min(until, self.now + max(1.0, min(wait, 5_000.0)))
 
     def asked(self, tp) -> int:
-        return sum(any(t.name == tp.topic and any(p.partition_index == tp.partition for p in t.partitions)
-                       for t in r.topics) for _, r in self.sent)
+        return sum(
+            any(t.name == tp.topic and any(p.partition_index == tp.partition for p in t.partitions) for t in r.topics)
+            for _, r in self.sent
+        )
 
     def lookup(self, *tps, ts=-2) -> ListOffsetsEvent:
         event = ListOffsetsEvent(timestamps={tp: ts for tp in tps}, deadline_ms=60_000)
@@ -71,27 +73,41 @@ class Rig:
 
 def answer(request, code):
     R = ListOffsetsResponse
-    return R(throttle_time_ms=0, topics=[R.ListOffsetsTopicResponse(name=t.name, partitions=[
-        R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
-            partition_index=p.partition_index, error_code=code(TopicPartition(t.name, p.partition_index)),
-            timestamp=-1, offset=0 if not code(TopicPartition(t.name, p.partition_index)) else -1, leader_epoch=-1)
-        for p in t.partitions]) for t in request.topics])
+    return R(
+        throttle_time_ms=0,
+        topics=[
+            R.ListOffsetsTopicResponse(
+                name=t.name,
+                partitions=[
+                    R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
+                        partition_index=p.partition_index,
+                        error_code=code(TopicPartition(t.name, p.partition_index)),
+                        timestamp=-1,
+                        offset=0 if not code(TopicPartition(t.name, p.partition_index)) else -1,
+                        leader_epoch=-1,
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+    )
 
 
 def test_reset_answered_topic_authorization_failed_is_held_and_not_sent_again():
     rig = Rig()
     rig.subs.assign([T0, T1, U0])
     rig.subs.request_reset([T0, T1, U0], "earliest")
-    waiting = rig.lookup(T1, ts=1234)   # offsets_for_times on the topic, waiting meanwhile
+    waiting = rig.lookup(T1, ts=1234)  # offsets_for_times on the topic, waiting meanwhile
     rig.run(10_000.0, lambda tp: 29 if tp.topic == "t" else 0)
-    assert rig.asked(T0) == 1 and rig.asked(T1) <= 2   # the lookup may have gone out with the reset
+    assert rig.asked(T0) == 1 and rig.asked(T1) <= 2  # the lookup may have gone out with the reset
     assert rig.held.holds(("topic", "t"))
     with pytest.raises(ke.TopicAuthorizationFailedError, match="topic 't' failed: grant this principal READ"):
         rig.held.raise_first()
     with pytest.raises(ke.TopicAuthorizationFailedError, match="grant this principal READ"):
         waiting.future.result()
     assert rig.subs.positions() == {U0: 0}  # the other topic was reset meanwhile
-    late = rig.lookup(T0)                   # a new lookup on the held topic fails at once, unsent
+    late = rig.lookup(T0)  # a new lookup on the held topic fails at once, unsent
     sent = len(rig.sent)
     rig.run(10_100.0, lambda tp: 29)
     assert len(rig.sent) == sent and late.future.done
@@ -105,7 +121,7 @@ def test_the_hold_goes_once_nothing_needs_the_reset():
     rig.subs.request_reset([T0], "earliest")
     rig.run(1_000.0, lambda tp: 29)
     assert rig.held.holds(("topic", "t"))
-    rig.subs.seek(T0, 5)   # the user acted
+    rig.subs.seek(T0, 5)  # the user acted
     rig.run(1_100.0, lambda tp: 29)
     assert not rig.held.holds(("topic", "t")) and rig.asked(T0) == 1
 
@@ -115,21 +131,21 @@ def test_released_elsewhere_the_reset_goes_again_after_its_backoff():
     rig.subs.assign([T0])
     rig.subs.request_reset([T0], "earliest")
     rig.run(1_000.0, lambda tp: 29)
-    rig.held.release(("topic", "t"))   # a Metadata answer found the topic authorized
+    rig.held.release(("topic", "t"))  # a Metadata answer found the topic authorized
     rig.run(2_000.0, lambda tp: 0)
     assert rig.asked(T0) == 2 and rig.subs.positions() == {T0: 0} and not rig.held.holds(("topic", "t"))
 
 
-@pytest.mark.parametrize("code", [6, 15, 7])   # NOT_LEADER (metadata), a retriable one, a timeout
+@pytest.mark.parametrize("code", [6, 15, 7])  # NOT_LEADER (metadata), a retriable one, a timeout
 def test_retriable_reset_errors_are_paced_per_partition(code):
     rig = Rig()
     rig.subs.assign([T0, U0])
     rig.subs.request_reset([T0, U0], "earliest")
     rig.run(10_000.0, lambda tp: code if tp == T0 else 0)
-    assert 5 <= rig.asked(T0) <= 20, rig.asked(T0)   # <= ~10/s, fewer as the backoff grows
+    assert 5 <= rig.asked(T0) <= 20, rig.asked(T0)  # <= ~10/s, fewer as the backoff grows
     assert rig.asked(U0) == 1 and rig.subs.positions() == {U0: 0}
     times = [t for t, r in rig.sent if any(t_.name == "t" for t_ in r.topics)]
-    assert all(800 <= b - a <= 1200 + RTT for a, b in zip(times[5:], times[6:]))   # capped at 1 s
+    assert all(800 <= b - a <= 1200 + RTT for a, b in zip(times[5:], times[6:], strict=False))  # capped at 1 s
     if code == 6:
         assert rig.metadata.updates >= rig.asked(T0)
     assert not rig.held.holds(("topic", "t"))
@@ -144,7 +160,7 @@ def test_a_lookup_answered_topic_authorization_failed_fails_at_once_and_is_not_r
     assert len(rig.sent) == 1
     with pytest.raises(ke.TopicAuthorizationFailedError, match="ListOffsets for t-0 failed: grant"):
         event.future.result()
-    assert not rig.held.holds(("topic", "t"))   # the caller got it; the consumer does not read the topic
+    assert not rig.held.holds(("topic", "t"))  # the caller got it; the consumer does not read the topic
 
 
 def test_a_lookup_with_retriable_errors_backs_off_then_completes():

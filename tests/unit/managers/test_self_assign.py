@@ -21,8 +21,9 @@ class Metadata:
         self.set(topics)
 
     def set(self, topics: dict[str, int]) -> None:
-        self.topics = {t: SimpleNamespace(leaders={p: 1 for p in range(n)}, internal=t.startswith("__"))
-                       for t, n in topics.items()}
+        self.topics = {
+            t: SimpleNamespace(leaders={p: 1 for p in range(n)}, internal=t.startswith("__")) for t, n in topics.items()
+        }
         self.version += 1
 
     def partitions(self, topic):
@@ -77,21 +78,41 @@ def test_nothing_after_unsubscribe_and_nothing_redone_without_changes():
 
 # -- issue 23: a Metadata answer with an error is not "the topic is gone" -------------------------------------
 
+
 def _metadata_answer(topic_error: int, partitions: int):
     from kafka.protocol.metadata import MetadataResponse
+
     P = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
     topic = MetadataResponse.MetadataResponseTopic(
-        error_code=topic_error, name="a", is_internal=False,
-        partitions=[P(error_code=0, partition_index=p, leader_id=1, leader_epoch=0, replica_nodes=[1], isr_nodes=[1],
-                      offline_replicas=[]) for p in range(partitions)])
-    return SimpleNamespace(error=None, response=SimpleNamespace(
-        brokers=[SimpleNamespace(node_id=1, host="127.0.0.1", port=1)], cluster_id="c", topics=[topic]))
+        error_code=topic_error,
+        name="a",
+        is_internal=False,
+        partitions=[
+            P(
+                error_code=0,
+                partition_index=p,
+                leader_id=1,
+                leader_epoch=0,
+                replica_nodes=[1],
+                isr_nodes=[1],
+                offline_replicas=[],
+            )
+            for p in range(partitions)
+        ],
+    )
+    return SimpleNamespace(
+        error=None,
+        response=SimpleNamespace(
+            brokers=[SimpleNamespace(node_id=1, host="127.0.0.1", port=1)], cluster_id="c", topics=[topic]
+        ),
+    )
 
 
 def test_a_metadata_answer_with_a_transient_topic_error_keeps_the_partitions_and_their_positions():
     """Without a group: LEADER_NOT_AVAILABLE for the whole topic must not retire its partitions (they
     would come back at auto_offset_reset="latest", silently skipping every record in between)."""
     from fsm_consumer.managers import MetadataManager
+
     config = ConsumerConfig.from_kwargs(bootstrap_servers="127.0.0.1:1", auto_offset_reset="latest")
     subs = SubscriptionState("latest")
     subs.subscribe(["a"], None)

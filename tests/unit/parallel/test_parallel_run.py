@@ -31,8 +31,10 @@ class LogConsumer:
 
     def __init__(self, count: int, partitions: int = 1, key=lambda i: b"k%d" % (i % 4), batch: int = 5) -> None:
         self.config = SimpleNamespace(group_id="g", enable_auto_commit=False, max_poll_interval_ms=300_000)
-        self._logs = {TopicPartition("t", p): [Record("t", p, i, key(i), b"v%d" % i) for i in range(count)]
-                      for p in range(partitions)}
+        self._logs = {
+            TopicPartition("t", p): [Record("t", p, i, key(i), b"v%d" % i) for i in range(count)]
+            for p in range(partitions)
+        }
         self._batch = batch
         self._lock = threading.Lock()
         self._positions: dict[TopicPartition, int] = {}
@@ -78,7 +80,7 @@ class LogConsumer:
                 if position is None:
                     found = self._committed.get(tp)
                     position = found.offset if found is not None else 0
-                records = log[position:position + min(self._batch, room)]
+                records = log[position : position + min(self._batch, room)]
                 if records:
                     out[tp] = records
                     room -= len(records)
@@ -147,8 +149,9 @@ def test_a_failure_without_on_failure_raises_promptly_after_committing_what_was_
         if record.offset == 7:
             raise ValueError("bad record")
 
-    pc = ParallelConsumer(consumer, sync_or_async(kind, body), parallelism=4, ordering="partition",
-                          revoke_timeout_ms=LONG_REVOKE_MS)
+    pc = ParallelConsumer(
+        consumer, sync_or_async(kind, body), parallelism=4, ordering="partition", revoke_timeout_ms=LONG_REVOKE_MS
+    )
     raised, took = run_until_it_ends(pc)
     assert isinstance(raised, HandlerFailedError) and isinstance(raised.__cause__, ValueError)
     assert raised.record.offset == 7 and "t-0@7" in str(raised)
@@ -177,8 +180,9 @@ def test_a_failure_lets_the_running_records_of_other_keys_finish_and_commits_the
     assert sorted(finished) == list(range(1, 8)) and took < PROMPT_S
     found = consumer.committed(TP)
     assert found.offset == 0  # offset 0 failed: nothing passes it, what is done above travels in the metadata
-    assert [o for o in range(8) if not PartitionProgress.restore(found.offset, found.metadata).receive(o)] == \
-        list(range(1, 8))
+    assert [o for o in range(8) if not PartitionProgress.restore(found.offset, found.metadata).receive(o)] == list(
+        range(1, 8)
+    )
 
 
 # -- 2. BaseExceptions ---------------------------------------------------------------------------------
@@ -193,9 +197,15 @@ def test_a_handler_raising_systemexit_or_keyboardinterrupt_stops_run_which_raise
             raise exc_type(3) if exc_type is SystemExit else exc_type()
         handled.append(record.offset)
 
-    pc = ParallelConsumer(consumer, sync_or_async(kind, body), parallelism=4, ordering="partition", retries=3,
-                          on_failure=lambda record, exc: pytest.fail("an abort is no failure to dead-letter"),
-                          revoke_timeout_ms=LONG_REVOKE_MS)
+    pc = ParallelConsumer(
+        consumer,
+        sync_or_async(kind, body),
+        parallelism=4,
+        ordering="partition",
+        retries=3,
+        on_failure=lambda record, exc: pytest.fail("an abort is no failure to dead-letter"),
+        revoke_timeout_ms=LONG_REVOKE_MS,
+    )
     raised, took = run_until_it_ends(pc)
     assert type(raised) is exc_type, raised  # as itself, not wrapped
     assert any("t-0@5" in note for note in getattr(raised, "__notes__", ()))
@@ -242,9 +252,15 @@ def test_cancellederror_from_an_async_handler_is_a_failure_of_that_record():
         if len(done) + len(dead) == 12:
             pc.stop()
 
-    pc = ParallelConsumer(consumer, handler, parallelism=2, retries=1, retry_backoff_ms=1,
-                          on_failure=lambda record, exc: dead.append((record.offset, type(exc))),
-                          revoke_timeout_ms=LONG_REVOKE_MS)
+    pc = ParallelConsumer(
+        consumer,
+        handler,
+        parallelism=2,
+        retries=1,
+        retry_backoff_ms=1,
+        on_failure=lambda record, exc: dead.append((record.offset, type(exc))),
+        revoke_timeout_ms=LONG_REVOKE_MS,
+    )
     raised, _ = run_until_it_ends(pc)
     assert raised is None
     assert dead == [(4, asyncio.CancelledError)] and attempts[4] == 2  # retried, then dead-lettered
@@ -270,8 +286,9 @@ def test_keyboardinterrupt_from_on_failure_stops_run_and_is_raised_as_itself():
     def on_failure(record, exc):
         raise KeyboardInterrupt
 
-    pc = ParallelConsumer(consumer, handler, parallelism=2, ordering="partition", on_failure=on_failure,
-                          revoke_timeout_ms=LONG_REVOKE_MS)
+    pc = ParallelConsumer(
+        consumer, handler, parallelism=2, ordering="partition", on_failure=on_failure, revoke_timeout_ms=LONG_REVOKE_MS
+    )
     raised, took = run_until_it_ends(pc)
     assert type(raised) is KeyboardInterrupt and took < PROMPT_S
     assert consumer.committed(TP).offset == 2
@@ -330,8 +347,13 @@ def test_a_seek_back_while_running_restarts_the_partitions_progress_there(kind):
             while not restarted() and time.monotonic() < deadline:
                 await asyncio.sleep(0.005)
 
-    pc = ParallelConsumer(consumer, handler if kind == "thread" else async_handler, parallelism=4,
-                          ordering="partition", commit_interval_ms=50)
+    pc = ParallelConsumer(
+        consumer,
+        handler if kind == "thread" else async_handler,
+        parallelism=4,
+        ordering="partition",
+        commit_interval_ms=50,
+    )
     raised, _ = run_until_it_ends(pc)
     assert raised is None
     # partition 0: up to the seek, then again from 5; 16-19, received but not handed out, were dropped
@@ -351,9 +373,11 @@ def test_parallelconsumer_is_exported_at_the_top_level_and_loaded_on_first_use()
 
     assert top is ParallelConsumer and "ParallelConsumer" in fsm_consumer.__all__
     assert "ParallelConsumer" in dir(fsm_consumer)
-    probe = ("import sys, fsm_consumer; loaded = 'fsm_consumer.parallel' in sys.modules or 'asyncio' in sys.modules; "
-             "from fsm_consumer import ParallelConsumer; from fsm_consumer.parallel import ParallelConsumer as P; "
-             "print(loaded, ParallelConsumer is P)")
+    probe = (
+        "import sys, fsm_consumer; loaded = 'fsm_consumer.parallel' in sys.modules or 'asyncio' in sys.modules; "
+        "from fsm_consumer import ParallelConsumer; from fsm_consumer.parallel import ParallelConsumer as P; "
+        "print(loaded, ParallelConsumer is P)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["False", "True"], out.stderr  # `import fsm_consumer` stays as light as it was
     with pytest.raises(AttributeError, match="no_such_name"):

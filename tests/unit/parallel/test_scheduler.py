@@ -106,7 +106,7 @@ def test_threads_keep_each_key_in_order_and_never_run_a_key_twice_at_once():
     for t in threads:
         t.start()
     for start in range(0, 3000, 500):  # submitted in pieces while workers run, as poll() does
-        s.submit(jobs(TP0, keys[start:start + 500], start))
+        s.submit(jobs(TP0, keys[start : start + 500], start))
     deadline = time.monotonic() + 30
     while sum(map(len, seen.values())) < 3000 and time.monotonic() < deadline:
         time.sleep(0.01)

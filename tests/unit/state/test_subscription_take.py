@@ -35,7 +35,7 @@ def test_take_moves_the_position_when_nothing_changed():
     assert subs.take(T0, e, 5, 9, leader_epoch=3, now=100.0) is Take.TAKEN
     assert subs.positions() == {T0: 9}
     assert subs.consumed_offsets()[T0].leader_epoch == 3
-    assert subs.take(T0, e, 9, 9, now=None)     # nothing more (control records only): still taken
+    assert subs.take(T0, e, 9, 9, now=None)  # nothing more (control records only): still taken
 
 
 @pytest.mark.parametrize("change", ["unassigned", "sought", "paused", "revoking", "reset", "moved"])
@@ -45,7 +45,7 @@ def test_take_reports_stale_and_changes_nothing(change):
     if change == "unassigned":
         subs.set_group_assignment([T1])
     elif change == "sought":
-        subs.seek(T0, 5)                       # even to the same offset: data fetched before is not used
+        subs.seek(T0, 5)  # even to the same offset: data fetched before is not used
     elif change == "paused":
         subs.set_paused([T0], True)
     elif change == "revoking":
@@ -53,11 +53,11 @@ def test_take_reports_stale_and_changes_nothing(change):
     elif change == "reset":
         subs.request_reset([T0], "earliest")
     before = subs.positions()
-    start = 4 if change == "moved" else 5       # the position is not where the data starts
+    start = 4 if change == "moved" else 5  # the position is not where the data starts
     assert subs.take(T0, e, start, 9, now=0.0) is Take.STALE
-    assert not subs.take(T0, e, start, None)    # checking only: the same answer
+    assert not subs.take(T0, e, start, None)  # checking only: the same answer
     assert subs.positions() == before
-    if change != "moved":                       # advance() checks the partition, not the position
+    if change != "moved":  # advance() checks the partition, not the position
         assert not subs.advance(T0, e, 9, -1) and subs.positions() == before
 
 
@@ -70,7 +70,7 @@ def test_take_past_the_lease_is_expired_not_stale_and_changes_nothing():
     assert subs.take(T0, e, 9, None, now=1_500.0) is Take.EXPIRED
     assert subs.positions() == {T0: 9}
     assert subs.lease_expired(1_000.0) and not subs.lease_expired(999.0) and not subs.lease_expired(None)
-    subs.lease_until = 2_000.0                  # renewed
+    subs.lease_until = 2_000.0  # renewed
     assert subs.take(T0, e, 9, 12, now=1_500.0) and subs.positions() == {T0: 12}
 
 
@@ -97,15 +97,15 @@ def test_epochs_never_repeat_across_unassignment_and_reassignment():
 def test_reset_if_at_is_refused_once_the_partition_moved_on_and_never_raises():
     subs = positioned(t0=5, t1=0)
     e = epoch(subs, T0)
-    subs.set_group_assignment([T1])             # unassigned between the Fetch and its answer
+    subs.set_group_assignment([T1])  # unassigned between the Fetch and its answer
     assert subs.reset_if_at(T0, 5, "earliest", e) is False
     assert subs.needing_reset() == {}
     with pytest.raises(IllegalStateError):
-        subs.request_reset([T0], "earliest")    # the application thread's call does raise
+        subs.request_reset([T0], "earliest")  # the application thread's call does raise
 
     subs = positioned(t0=5)
     e = epoch(subs, T0)
-    subs.seek(T0, 5)                            # sought to the same offset: the epoch moved on
+    subs.seek(T0, 5)  # sought to the same offset: the epoch moved on
     assert subs.reset_if_at(T0, 5, "earliest", e) is False
     assert subs.positions() == {T0: 5} and subs.needing_reset() == {}
     assert subs.reset_if_at(T0, 5, "earliest", epoch(subs, T0)) is True

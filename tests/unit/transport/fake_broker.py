@@ -38,8 +38,15 @@ class FakeBroker:
     request)`` decides the rest (and may override those two by returning non-None).
     """
 
-    def __init__(self, handler: Handler | None = None, *, versions: dict[int, tuple[int, int]] | None = None,
-                 node_id: int = 0, port: int = 0, read_delay: float = 0.0) -> None:
+    def __init__(
+        self,
+        handler: Handler | None = None,
+        *,
+        versions: dict[int, tuple[int, int]] | None = None,
+        node_id: int = 0,
+        port: int = 0,
+        read_delay: float = 0.0,
+    ) -> None:
         self.handler = handler
         self.versions = versions if versions is not None else default_versions()
         self.node_id = node_id
@@ -139,15 +146,23 @@ class FakeBroker:
         if api_key == ApiKey.ApiVersions:
             entry = ApiVersionsResponse.ApiVersion
             return ApiVersionsResponse[version](
-                error_code=0, throttle_time_ms=0,
-                api_keys=[entry(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in self.versions.items()])
+                error_code=0,
+                throttle_time_ms=0,
+                api_keys=[entry(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in self.versions.items()],
+            )
         if api_key == ApiKey.Metadata:
             broker = MetadataResponse.MetadataResponseBroker
-            topics = [MetadataResponse.MetadataResponseTopic(error_code=3, name=t.name, partitions=[])
-                      for t in request.topics or ()]
+            topics = [
+                MetadataResponse.MetadataResponseTopic(error_code=3, name=t.name, partitions=[])
+                for t in request.topics or ()
+            ]
             return MetadataResponse[version](
-                throttle_time_ms=0, brokers=[broker(node_id=self.node_id, host="127.0.0.1", port=self.port)],
-                cluster_id="fake", controller_id=self.node_id, topics=topics)
+                throttle_time_ms=0,
+                brokers=[broker(node_id=self.node_id, host="127.0.0.1", port=self.port)],
+                cluster_id="fake",
+                controller_id=self.node_id,
+                topics=topics,
+            )
         return SILENT
 
 
@@ -159,8 +174,9 @@ def wait_done(transport: KafkaTransport, *pendings: Pending, timeout: float = 5.
 
 
 def metadata(*topics: str) -> MetadataRequest:
-    return MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
-                           allow_auto_topic_creation=False)
+    return MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics], allow_auto_topic_creation=False
+    )
 
 
 def free_port() -> int:

@@ -20,6 +20,7 @@ def release_table(release: tuple[int, ...]) -> dict[int, tuple[int, int]]:
 
 # -- ApiVersionTable.capped -------------------------------------------------------------------------
 
+
 def test_capped_intersects_ranges_and_drops_what_the_cap_lacks():
     broker = ApiVersionTable({METADATA: (0, 12), FETCH: (4, 17), API_VERSIONS: (0, 4), 68: (0, 1)}, node_id=7)
     cap = {METADATA: (0, 6), FETCH: (0, 3), API_VERSIONS: (1, 2)}
@@ -44,6 +45,7 @@ def test_capped_by_a_release_table_never_exceeds_it():
 
 
 # -- KafkaSettings from a plain dict ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("value", [(2, 0), [2, 0], "2.0"])
 def test_dict_api_version_becomes_the_release_table(value):
@@ -83,6 +85,7 @@ def test_sock_chunk_bytes_from_a_dict():
 
 
 # -- KafkaSettings from a ConsumerConfig -------------------------------------------------------------
+
 
 def test_consumer_config_api_version_and_chunk_reach_the_transport():
     cfg = ConsumerConfig.from_kwargs(bootstrap_servers="127.0.0.1:9999", api_version=(3, 9), sock_chunk_bytes=4096)

@@ -48,8 +48,10 @@ def api_versions_response(v: int) -> ApiVersionsResponse:
     return R(
         version=v,
         error_code=0,
-        api_keys=[R.ApiVersion(api_key=1, min_version=4, max_version=17),
-                  R.ApiVersion(api_key=18, min_version=0, max_version=4)],
+        api_keys=[
+            R.ApiVersion(api_key=1, min_version=4, max_version=17),
+            R.ApiVersion(api_key=18, min_version=0, max_version=4),
+        ],
         throttle_time_ms=5,
         # tagged fields (v3+): exercise kafka-python's tagged-field decoding
         supported_features=[R.SupportedFeatureKey(name="metadata.version", min_version=1, max_version=20)],
@@ -65,22 +67,39 @@ def metadata_response(v: int) -> MetadataResponse:
         brokers=[R.MetadataResponseBroker(node_id=1, host="b1", port=9092, rack="r1")],
         cluster_id="cluster",
         controller_id=1,
-        topics=[R.MetadataResponseTopic(
-            error_code=0, name="t", topic_id=TOPIC_ID, is_internal=False,
-            partitions=[R.MetadataResponseTopic.MetadataResponsePartition(
-                error_code=0, partition_index=0, leader_id=1, leader_epoch=3,
-                replica_nodes=[1, 2], isr_nodes=[1], offline_replicas=[2])],
-        )],
+        topics=[
+            R.MetadataResponseTopic(
+                error_code=0,
+                name="t",
+                topic_id=TOPIC_ID,
+                is_internal=False,
+                partitions=[
+                    R.MetadataResponseTopic.MetadataResponsePartition(
+                        error_code=0,
+                        partition_index=0,
+                        leader_id=1,
+                        leader_epoch=3,
+                        replica_nodes=[1, 2],
+                        isr_nodes=[1],
+                        offline_replicas=[2],
+                    )
+                ],
+            )
+        ],
     )
 
 
 def find_coordinator_response(v: int) -> FindCoordinatorResponse:
     R = FindCoordinatorResponse
     return R(
-        version=v, throttle_time_ms=0, error_code=0, error_message=None,
-        node_id=2, host="coord", port=9093,
-        coordinators=[R.Coordinator(key="group", node_id=2, host="coord", port=9093,
-                                    error_code=0, error_message=None)],
+        version=v,
+        throttle_time_ms=0,
+        error_code=0,
+        error_message=None,
+        node_id=2,
+        host="coord",
+        port=9093,
+        coordinators=[R.Coordinator(key="group", node_id=2, host="coord", port=9093, error_code=0, error_message=None)],
     )
 
 
@@ -88,9 +107,16 @@ def list_offsets_response(v: int) -> ListOffsetsResponse:
     R = ListOffsetsResponse
     P = R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
     return R(
-        version=v, throttle_time_ms=0,
-        topics=[R.ListOffsetsTopicResponse(name="t", partitions=[
-            P(partition_index=0, error_code=0, old_style_offsets=[42], timestamp=-1, offset=42, leader_epoch=1)])],
+        version=v,
+        throttle_time_ms=0,
+        topics=[
+            R.ListOffsetsTopicResponse(
+                name="t",
+                partitions=[
+                    P(partition_index=0, error_code=0, old_style_offsets=[42], timestamp=-1, offset=42, leader_epoch=1)
+                ],
+            )
+        ],
     )
 
 
@@ -99,12 +125,29 @@ def fetch_response(v: int, records: bytes | None = None) -> FetchResponse:
     T = R.FetchableTopicResponse
     P = T.PartitionData
     return R(
-        version=v, throttle_time_ms=0, error_code=0, session_id=9,
-        responses=[T(topic="t", topic_id=TOPIC_ID, partitions=[P(
-            partition_index=0, error_code=0, high_watermark=3, last_stable_offset=3,
-            log_start_offset=0, aborted_transactions=[], preferred_read_replica=-1,
-            current_leader=P.LeaderIdAndEpoch(leader_id=1, leader_epoch=4),  # tagged (v12+)
-            records=record_batch() if records is None else records)])],
+        version=v,
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=9,
+        responses=[
+            T(
+                topic="t",
+                topic_id=TOPIC_ID,
+                partitions=[
+                    P(
+                        partition_index=0,
+                        error_code=0,
+                        high_watermark=3,
+                        last_stable_offset=3,
+                        log_start_offset=0,
+                        aborted_transactions=[],
+                        preferred_read_replica=-1,
+                        current_leader=P.LeaderIdAndEpoch(leader_id=1, leader_epoch=4),  # tagged (v12+)
+                        records=record_batch() if records is None else records,
+                    )
+                ],
+            )
+        ],
     )
 
 
@@ -125,8 +168,12 @@ def essentials(response):
         return [(k.api_key, k.min_version, k.max_version) for k in response.api_keys]
     if isinstance(response, MetadataResponse):
         topic = response.topics[0]
-        return (response.brokers[0].host, topic.name, topic.partitions[0].isr_nodes,
-                topic.topic_id if v >= 10 else None)
+        return (
+            response.brokers[0].host,
+            topic.name,
+            topic.partitions[0].isr_nodes,
+            topic.topic_id if v >= 10 else None,
+        )
     if isinstance(response, FindCoordinatorResponse):
         return response.coordinators[0].host if v >= 4 else response.host
     if isinstance(response, ListOffsetsResponse):
@@ -173,7 +220,7 @@ def test_fetch_records_survive_byte_at_a_time_delivery(version):
     correlation_id, _ = send(codec, FetchResponse, version)
     reader = FrameReader()
     stream = wire(fetch_response(version), correlation_id)
-    frames = [f for i in range(len(stream)) for f in reader.feed(stream[i:i + 1])]
+    frames = [f for i in range(len(stream)) for f in reader.feed(stream[i : i + 1])]
     [frame] = frames
     partition = codec.decode(frame).response.responses[0].partitions[0]
     records = list(MemoryRecords(partition.records).next_batch())
@@ -279,8 +326,9 @@ def test_api_versions_v3_plus_uses_header_v0():
 def test_rejected_api_versions_is_answered_in_v0():
     codec = RequestCodec()
     correlation_id, _ = codec.encode(ApiVersionsRequest(version=4), "c")
-    rejection = ApiVersionsResponse(version=0, error_code=35, api_keys=[
-        ApiVersionsResponse.ApiVersion(api_key=18, min_version=0, max_version=2)])
+    rejection = ApiVersionsResponse(
+        version=0, error_code=35, api_keys=[ApiVersionsResponse.ApiVersion(api_key=18, min_version=0, max_version=2)]
+    )
     decoded = codec.decode(wire(rejection, correlation_id)[4:])
     assert decoded.response.version == 0 and decoded.response.error_code == 35
     with pytest.raises(UnsupportedVersion) as info:
@@ -328,8 +376,11 @@ def test_transport_errors_pickle_with_their_fields():
 
     from fsm_consumer.transport import FrameTooLarge, TransportError
 
-    for error in (CorrelationIdMismatch(1, 2, node_id=4), FrameTooLarge(-1, 10, node_id=4),
-                  UnsupportedVersion("v", api_key=18, node_id=4, retry_version=2)):
+    for error in (
+        CorrelationIdMismatch(1, 2, node_id=4),
+        FrameTooLarge(-1, 10, node_id=4),
+        UnsupportedVersion("v", api_key=18, node_id=4, retry_version=2),
+    ):
         restored = pickle.loads(pickle.dumps(error))
         assert isinstance(restored, TransportError) and type(restored) is type(error)
         assert restored.__dict__ == error.__dict__ and str(restored) == str(error)

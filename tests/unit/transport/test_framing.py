@@ -30,7 +30,7 @@ def test_any_chunking_yields_the_same_frames(chunk):
     reader = FrameReader()
     frames = []
     for i in range(0, len(stream), chunk):
-        frames.extend(reader.feed(stream[i:i + chunk]))
+        frames.extend(reader.feed(stream[i : i + chunk]))
     assert [bytes(f) for f in frames] == payloads
     assert not reader.partial
 
@@ -112,7 +112,7 @@ def test_large_frame_in_many_chunks_is_filled_in_place():
     chunk = 65536
     frames = []
     for i in range(0, len(stream), chunk):
-        frames.extend(reader.feed(memoryview(stream)[i:i + chunk]))
+        frames.extend(reader.feed(memoryview(stream)[i : i + chunk]))
     assert len(frames) == 1
     assert frames[0] == payload
 
@@ -132,11 +132,11 @@ def test_receiving_into_room_gives_the_same_frames_as_feeding(payloads, chunk, d
         room = reader.room()
         if room is not None and len(room) > 0:
             n = min(direct, len(room), len(stream) - pos)
-            room[:n] = stream[pos:pos + n]
+            room[:n] = stream[pos : pos + n]
             got += reader.received(n)
         else:
             n = min(chunk, len(stream) - pos)
-            got += reader.feed(stream[pos:pos + n])
+            got += reader.feed(stream[pos : pos + n])
         pos += n
     assert [bytes(f) for f in got] == payloads
     assert reader.room() is None and not reader.partial

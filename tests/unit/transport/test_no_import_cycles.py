@@ -60,7 +60,7 @@ def imports_of(name: str, modules: dict[str, tuple[Path, bool]]) -> dict[str, in
                 base = here.split(".")
                 if node.level - 1 > len(base) - 1:
                     raise AssertionError(f"{path}:{node.lineno}: relative import beyond the top package")
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
                 source = ".".join(base + ([node.module] if node.module else []))
             else:
                 source = node.module or ""
@@ -143,10 +143,11 @@ def _one_cycle(graph: Graph, members: set[str], first: str) -> list[str]:
 
 
 def describe(graph: Graph, cycle: list[str]) -> str:
-    return " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:])) + f" -> {cycle[-1]}"
+    return " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:], strict=False)) + f" -> {cycle[-1]}"
 
 
 # -- tests ---------------------------------------------------------------------------------------
+
 
 def test_fsm_consumer_has_no_import_cycles():
     root = Path(fsm_consumer.__file__).parent
@@ -168,19 +169,22 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 
 def test_the_detector_sees_type_checking_lazy_and_relative_imports(tmp_path):
-    _write(tmp_path, {
-        # Re-exporting submodules is not a cycle with them.
-        "__init__.py": "from .a import A\nfrom . import b\nHELPER = 1\n",
-        # a <-> b, one side only under TYPE_CHECKING
-        "a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\nA = 1\n",
-        "b.py": "from . import a\nB = 2\n",
-        # a name from the package's __init__: an edge to the package, which does not import c
-        "c.py": "from . import HELPER\nimport os.path\n",
-        # e <-> g: a lazy import in a function, and an absolute import
-        "e.py": "def f():\n    from .sub import g\n    return g\n",
-        "sub/__init__.py": "",
-        "sub/g.py": "import pkg.e\nfrom .. import c\n",
-    })
+    _write(
+        tmp_path,
+        {
+            # Re-exporting submodules is not a cycle with them.
+            "__init__.py": "from .a import A\nfrom . import b\nHELPER = 1\n",
+            # a <-> b, one side only under TYPE_CHECKING
+            "a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\nA = 1\n",
+            "b.py": "from . import a\nB = 2\n",
+            # a name from the package's __init__: an edge to the package, which does not import c
+            "c.py": "from . import HELPER\nimport os.path\n",
+            # e <-> g: a lazy import in a function, and an absolute import
+            "e.py": "def f():\n    from .sub import g\n    return g\n",
+            "sub/__init__.py": "",
+            "sub/g.py": "import pkg.e\nfrom .. import c\n",
+        },
+    )
     graph = import_graph(tmp_path, "pkg")
     assert graph["pkg.c"] == {"pkg": 1}
     assert graph["pkg.b"] == {"pkg.a": 1}
@@ -192,7 +196,15 @@ def test_the_detector_sees_type_checking_lazy_and_relative_imports(tmp_path):
 
 
 def test_a_longer_cycle_is_reported_whole(tmp_path):
-    _write(tmp_path, {"__init__.py": "", "x.py": "from . import y\n", "y.py": "from .z import Z\n",
-                      "z.py": "from .x import *\nZ = 0\n", "w.py": "from . import x\n"})
+    _write(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "x.py": "from . import y\n",
+            "y.py": "from .z import Z\n",
+            "z.py": "from .x import *\nZ = 0\n",
+            "w.py": "from . import x\n",
+        },
+    )
     graph = import_graph(tmp_path, "pkg")
     assert cycles(graph) == [["pkg.x", "pkg.y", "pkg.z", "pkg.x"]]

@@ -20,7 +20,8 @@ def test_one_warning_then_one_per_interval_counting_the_rest():
     # The interval runs from the last warning, not from the first failure.
     assert h.failed(WHERE, "x", 1000.0 + WARN_INTERVAL_MS + 2000) is None
     assert h.failed(WHERE, "y", 1000.0 + 2 * WARN_INTERVAL_MS + 1999) == (
-        f"connection to {WHERE} failed: y (failed 1 more time since the last warning)")
+        f"connection to {WHERE} failed: y (failed 1 more time since the last warning)"
+    )
 
 
 def test_recovery_after_a_warning_is_one_info_and_resets_the_count():
@@ -44,7 +45,8 @@ def test_a_flapping_node_logs_at_most_a_warning_and_an_info_per_interval():
         assert h.failures == 1 and h.last_error == "reset"
         assert h.ready(WHERE) is None
     assert h.failed(WHERE, "reset", WARN_INTERVAL_MS) == (
-        f"connection to {WHERE} failed: reset (failed 9 more times since the last warning)")
+        f"connection to {WHERE} failed: reset (failed 9 more times since the last warning)"
+    )
     assert h.ready(WHERE) == f"{WHERE} is reachable again after 1 failure"
 
 

@@ -15,12 +15,9 @@ from fsm_consumer.transport import AuthenticationError, PlainMechanism, ScramMec
 # ending "dOoBb/mK3AhCKBQ=" that circulates is corrupt (see test_forged_...).
 RFC_NONCE = "rOprNGfwEbeRWgbNEkqO"
 RFC_CLIENT_FIRST = b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
-RFC_SERVER_FIRST = (
-    b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
-)
+RFC_SERVER_FIRST = b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
 RFC_CLIENT_FINAL = (
-    b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
-    b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+    b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
 )
 RFC_SERVER_FINAL = b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
 
@@ -71,9 +68,7 @@ class ScramServer:
         attrs = dict(part.split(b"=", 1) for part in self.client_first_bare.split(b","))
         assert attrs[b"n"].decode() == self.username
         self.nonce = attrs[b"r"] + base64.b64encode(os.urandom(12))
-        self.server_first = (
-            b"r=" + self.nonce + b",s=" + base64.b64encode(self.salt) + b",i=%d" % self.iterations
-        )
+        self.server_first = b"r=" + self.nonce + b",s=" + base64.b64encode(self.salt) + b",i=%d" % self.iterations
         return self.server_first
 
     def final(self, client_final: bytes) -> bytes:
@@ -82,7 +77,7 @@ class ScramServer:
         proof = base64.b64decode(proof_attr.removeprefix(b"p="))
         auth_message = self.client_first_bare + b"," + self.server_first + b"," + without_proof
         client_signature = self._hmac(self.stored_key, auth_message)
-        client_key = bytes(a ^ b for a, b in zip(proof, client_signature))
+        client_key = bytes(a ^ b for a, b in zip(proof, client_signature, strict=False))
         if hashlib.new(self.hash_name, client_key).digest() != self.stored_key:
             return b"e=invalid-proof"
         return b"v=" + base64.b64encode(self._hmac(self.server_key, auth_message))
@@ -115,7 +110,10 @@ def test_scram_rejects_server_that_does_not_know_the_password():
     mech = ScramMechanism("alice", "pw", "SCRAM-SHA-256")
     client_final = mech.step(real.first(mech.initial()))
     impostor.client_first_bare, impostor.server_first, impostor.nonce = (
-        real.client_first_bare, real.server_first, real.nonce)
+        real.client_first_bare,
+        real.server_first,
+        real.nonce,
+    )
     impostor.stored_key = real.stored_key  # accepts the proof, but signs with its own key
     with pytest.raises(AuthenticationError, match="signature mismatch"):
         mech.step(impostor.final(client_final))

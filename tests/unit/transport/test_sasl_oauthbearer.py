@@ -8,11 +8,7 @@ from typing import Any
 import pytest
 
 from fsm_consumer._config import ConsumerConfig
-from fsm_consumer.transport import (
-    AuthenticationError,
-    KafkaSettings,
-    OAuthBearerMechanism,
-)
+from fsm_consumer.transport import AuthenticationError, KafkaSettings, OAuthBearerMechanism
 
 TOKEN = "eyJhbGciOiJub25lIn0.eyJzdWIiOiJhbGljZSJ9.SeCrEt-SiGnAtUrE"
 ERROR_DOC = b'{"status":"invalid_token","scope":"kafka","openid-configuration":"https://idp/.well-known"}'
@@ -45,6 +41,7 @@ def secret_free(*texts: str) -> bool:
 
 # -- the mechanism ------------------------------------------------------------------------------------
 
+
 def test_initial_message_bytes_exactly():
     mech = OAuthBearerMechanism(TokenOnly())
     assert mech.name == "OAUTHBEARER"
@@ -55,14 +52,16 @@ def test_initial_message_bytes_exactly():
 
 def test_extensions_are_sorted_key_value_pairs():
     mech = OAuthBearerMechanism(Provider(extensions={"traceId": "x y", "logicalCluster": "lkc-1"}))
-    assert mech.initial() == (b"n,,\x01auth=Bearer " + TOKEN.encode()
-                              + b"\x01logicalCluster=lkc-1\x01traceId=x y\x01\x01")
+    assert mech.initial() == (
+        b"n,,\x01auth=Bearer " + TOKEN.encode() + b"\x01logicalCluster=lkc-1\x01traceId=x y\x01\x01"
+    )
 
 
 def test_the_token_is_fetched_per_exchange_not_at_construction():
     provider = Provider()
-    settings = KafkaSettings.from_config({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "OAUTHBEARER",
-                                          "sasl_oauth_token_provider": provider})
+    settings = KafkaSettings.from_config(
+        {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": provider}
+    )
     first, second = settings.new_sasl_mechanism(), settings.new_sasl_mechanism()
     assert isinstance(first, OAuthBearerMechanism) and provider.calls == 0
     first.initial()
@@ -70,16 +69,19 @@ def test_the_token_is_fetched_per_exchange_not_at_construction():
     assert provider.calls == 2  # one per connection: a reconnect picks up a refreshed token
 
 
-@pytest.mark.parametrize("extensions,match", [
-    ({"auth": "x"}, "'auth'"),
-    ({"bad-key": "x"}, "'bad-key'"),
-    ({"": "x"}, "''"),
-    ({"ok": "caf\u00e9"}, "'ok'"),
-    ({"ok": ""}, "'ok'"),
-    ({"ok": "a\x01b"}, "'ok'"),
-    ({"ok": 5}, "'ok'"),
-    (["ok"], "list"),
-])
+@pytest.mark.parametrize(
+    "extensions,match",
+    [
+        ({"auth": "x"}, "'auth'"),
+        ({"bad-key": "x"}, "'bad-key'"),
+        ({"": "x"}, "''"),
+        ({"ok": "caf\u00e9"}, "'ok'"),
+        ({"ok": ""}, "'ok'"),
+        ({"ok": "a\x01b"}, "'ok'"),
+        ({"ok": 5}, "'ok'"),
+        (["ok"], "list"),
+    ],
+)
 def test_bad_extensions_are_refused(extensions, match):
     mech = OAuthBearerMechanism(Provider(extensions=extensions))
     with pytest.raises(AuthenticationError, match=match) as err:
@@ -142,12 +144,20 @@ def test_repr_never_shows_the_token():
 
 # -- settings -----------------------------------------------------------------------------------------
 
+
 def test_settings_accept_oauthbearer_without_username_and_hide_the_provider():
     provider = Provider()
-    for config in ({"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER",
-                    "sasl_oauth_token_provider": provider, "ssl_check_hostname": False},
-                   ConsumerConfig.from_kwargs(security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER",
-                                              sasl_oauth_token_provider=provider)):
+    for config in (
+        {
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "OAUTHBEARER",
+            "sasl_oauth_token_provider": provider,
+            "ssl_check_hostname": False,
+        },
+        ConsumerConfig.from_kwargs(
+            security_protocol="SASL_PLAINTEXT", sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=provider
+        ),
+    ):
         s = KafkaSettings.from_config(config)
         assert s.sasl_mechanism == "OAUTHBEARER" and s.sasl_oauth_token_provider is provider
         assert s.sasl_plain_username is None and "Provider" not in repr(s)
@@ -155,5 +165,10 @@ def test_settings_accept_oauthbearer_without_username_and_hide_the_provider():
     with pytest.raises(ValueError, match="sasl_oauth_token_provider"):
         KafkaSettings.from_config({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "OAUTHBEARER"})
     with pytest.raises(ValueError, match="sasl_oauth_token_provider"):
-        KafkaSettings.from_config({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "OAUTHBEARER",
-                                   "sasl_oauth_token_provider": object()})
+        KafkaSettings.from_config(
+            {
+                "security_protocol": "SASL_PLAINTEXT",
+                "sasl_mechanism": "OAUTHBEARER",
+                "sasl_oauth_token_provider": object(),
+            }
+        )

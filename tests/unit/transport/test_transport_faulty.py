@@ -47,19 +47,40 @@ class ScriptedTransport(Transport):
 
     def wakeup(self) -> None: ...
     def update_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None: ...
-    def ready(self, node: int) -> bool: return True
-    def least_loaded_node(self) -> int | None: return 1
-    def disconnect(self, node: int) -> None: self.disconnected.append(node)
-    def next_wakeup_ms(self) -> float | None: return None
-    def close(self) -> None: self.closed = True
+    def ready(self, node: int) -> bool:
+        return True
+
+    def least_loaded_node(self) -> int | None:
+        return 1
+
+    def disconnect(self, node: int) -> None:
+        self.disconnected.append(node)
+
+    def next_wakeup_ms(self) -> float | None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def metadata_answer(request: Any) -> MetadataResponse:
     topic = MetadataResponse.MetadataResponseTopic
-    part = topic.MetadataResponsePartition(error_code=0, partition_index=0, leader_id=1, leader_epoch=0,
-                                           replica_nodes=[1], isr_nodes=[1], offline_replicas=[])
-    return MetadataResponse[12](throttle_time_ms=0, brokers=[], cluster_id="c", controller_id=1,
-                                topics=[topic(error_code=0, name="t", partitions=[part, part])])
+    part = topic.MetadataResponsePartition(
+        error_code=0,
+        partition_index=0,
+        leader_id=1,
+        leader_epoch=0,
+        replica_nodes=[1],
+        isr_nodes=[1],
+        offline_replicas=[],
+    )
+    return MetadataResponse[12](
+        throttle_time_ms=0,
+        brokers=[],
+        cluster_id="c",
+        controller_id=1,
+        topics=[topic(error_code=0, name="t", partitions=[part, part])],
+    )
 
 
 @pytest.fixture

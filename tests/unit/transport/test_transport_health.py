@@ -7,13 +7,13 @@ import logging
 import time
 
 import pytest
+from fake_broker import SILENT, free_port, metadata, triggers, wait_done
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from fsm_consumer.machines import FakeClock
 from fsm_consumer.transport import AuthenticationError, FaultyTransport, KafkaTransport, RequestTimedOut
-from fake_broker import SILENT, free_port, metadata, triggers, wait_done
 
 LOGGER = "fsm_consumer.transport"
 
@@ -42,15 +42,19 @@ def test_a_failing_node_warns_once_per_30s_and_says_when_it_is_back(fake_broker,
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     port = free_port()  # nothing listens there yet
     clock = FakeClock(5_000.0)
-    t = transports({"bootstrap_servers": f"127.0.0.1:{port}", "reconnect_backoff_ms": 10,
-                    "reconnect_backoff_max_ms": 10}, clock=clock)
-    assert t.node_states() == {-1: {"address": f"127.0.0.1:{port}", "state": "disconnected", "failures": 0,
-                                    "last_error": None}}
+    t = transports(
+        {"bootstrap_servers": f"127.0.0.1:{port}", "reconnect_backoff_ms": 10, "reconnect_backoff_max_ms": 10},
+        clock=clock,
+    )
+    assert t.node_states() == {
+        -1: {"address": f"127.0.0.1:{port}", "state": "disconnected", "failures": 0, "last_error": None}
+    }
     p = t.send(metadata("a"), timeout_ms=10 * 60_000)  # waits for the node, on the fake clock
     until(t, lambda: t.connection_state(-1) == "backoff", "the first failure")
     [warning] = records(caplog, logging.WARNING)
-    assert warning == (f"connection to node -1 (127.0.0.1:{port}) failed: "
-                       f"connect to 127.0.0.1:{port} failed: Connection refused")
+    assert warning == (
+        f"connection to node -1 (127.0.0.1:{port}) failed: connect to 127.0.0.1:{port} failed: Connection refused"
+    )
     state = t.node_states()[-1]
     assert state["state"] == "backoff" and state["failures"] == 1
     assert state["last_error"] == f"connect to 127.0.0.1:{port} failed: Connection refused"
@@ -65,15 +69,17 @@ def test_a_failing_node_warns_once_per_30s_and_says_when_it_is_back(fake_broker,
     fail_once_more(t, clock)
     assert records(caplog, logging.WARNING)[1] == (
         f"connection to node -1 (127.0.0.1:{port}) failed: connect to 127.0.0.1:{port} failed: "
-        f"Connection refused (failed 12 more times since the last warning)")
+        f"Connection refused (failed 12 more times since the last warning)"
+    )
 
     fake_broker(port=port)  # the broker comes up
     clock.advance(11)
     wait_done(t, p)
     assert p.error is None and p.response.topics[0].name == "a"
     assert records(caplog, logging.INFO) == [f"node -1 (127.0.0.1:{port}) is reachable again after 14 failures"]
-    assert t.node_states() == {-1: {"address": f"127.0.0.1:{port}", "state": "ready", "failures": 0,
-                                    "last_error": None}}
+    assert t.node_states() == {
+        -1: {"address": f"127.0.0.1:{port}", "state": "ready", "failures": 0, "last_error": None}
+    }
     assert len(records(caplog, logging.WARNING)) == 2
 
 
@@ -90,8 +96,7 @@ def test_closes_that_are_not_failures_do_not_warn(fake_broker, transports, caplo
     assert records(caplog, logging.WARNING) == [] and t.node_states()[-1]["failures"] == 0
     # With a request on it, the same close is a failure.
     wait_done(t, t.send(metadata("c")))
-    fetch = FetchRequest(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-                         topics=[])
+    fetch = FetchRequest(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, isolation_level=0, topics=[])
     stuck = t.send(fetch)
     until(t, lambda: any(k == ApiKey.Fetch for k, _, _ in broker.requests), "the Fetch to arrive")
     broker.drop_clients()
@@ -113,7 +118,8 @@ def test_a_timeout_says_which_step_timed_out(fake_broker, transports, caplog):
     assert triggers(t, -1)[-1] == "handshake_timed_out" and not p.done  # retriable: the request waits
     assert records(caplog, logging.WARNING) == [
         f"connection to node -1 ({broker.address}) failed: {broker.address} did not finish the ApiVersions "
-        f"handshake within 300 ms"]
+        f"handshake within 300 ms"
+    ]
     assert t.auth_failure is None
     clock.advance(700)
     t.poll(0)
@@ -122,23 +128,34 @@ def test_a_timeout_says_which_step_timed_out(fake_broker, transports, caplog):
 
 # -- auth_failure ----------------------------------------------------------------------------------
 
+
 def sasl_broker(fake_broker, verdicts: dict[str, bool], key: str, *, node_id: int = 0):
     """A SASL PLAIN broker that accepts the password while ``verdicts[key]`` is True."""
+
     def handler(api_key, version, request):
         if api_key == ApiKey.SaslHandshake:
             return SaslHandshakeResponse[version](error_code=0, mechanisms=["PLAIN"])
         if api_key == ApiKey.SaslAuthenticate:
             ok = verdicts[key]
             return SaslAuthenticateResponse[version](
-                error_code=0 if ok else 58, auth_bytes=b"", session_lifetime_ms=0,
-                error_message=None if ok else "Authentication failed: Invalid username or password")
+                error_code=0 if ok else 58,
+                auth_bytes=b"",
+                session_lifetime_ms=0,
+                error_message=None if ok else "Authentication failed: Invalid username or password",
+            )
         return None
 
     return fake_broker(handler, node_id=node_id)
 
 
-SASL = {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
-        "sasl_plain_password": "pw-SECRET", "reconnect_backoff_ms": 20, "reconnect_backoff_max_ms": 50}
+SASL = {
+    "security_protocol": "SASL_PLAINTEXT",
+    "sasl_mechanism": "PLAIN",
+    "sasl_plain_username": "alice",
+    "sasl_plain_password": "pw-SECRET",
+    "reconnect_backoff_ms": 20,
+    "reconnect_backoff_max_ms": 50,
+}
 
 
 def test_auth_failure_is_set_per_node_and_cleared_when_that_node_is_ready(fake_broker, transports, caplog):
@@ -156,9 +173,11 @@ def test_auth_failure_is_set_per_node_and_cleared_when_that_node_is_ready(fake_b
     first = t.send(metadata("x"), node=1)
     wait_done(t, first)
     assert isinstance(first.error, AuthenticationError)
-    assert str(first.error) == ("[node 1] SASL PLAIN authentication failed (SaslAuthenticationFailedError): "
-                                "Authentication failed: Invalid username or password: "
-                                "check sasl_plain_username / sasl_plain_password")
+    assert str(first.error) == (
+        "[node 1] SASL PLAIN authentication failed (SaslAuthenticationFailedError): "
+        "Authentication failed: Invalid username or password: "
+        "check sasl_plain_username / sasl_plain_password"
+    )
     assert isinstance(t.auth_failure, AuthenticationError) and t.auth_failure.node_id == 1
     second = t.send(metadata("y"), node=2)
     wait_done(t, second)
@@ -188,7 +207,9 @@ def test_auth_failure_is_set_per_node_and_cleared_when_that_node_is_ready(fake_b
     wait_done(t, t.send(metadata("v"), node=1))
     assert t.auth_failure is None and faulty.auth_failure is None
     assert {n: (s["state"], s["failures"], s["last_error"]) for n, s in faulty.node_states().items()} == {
-        1: ("ready", 0, None), 2: ("ready", 0, None)}
+        1: ("ready", 0, None),
+        2: ("ready", 0, None),
+    }
 
 
 def test_a_node_that_leaves_the_cluster_takes_its_auth_failure_along(fake_broker, transports):
@@ -205,17 +226,33 @@ def test_a_node_that_leaves_the_cluster_takes_its_auth_failure_along(fake_broker
     assert t.auth_failure is None and 1 not in t.node_states()
 
 
-@pytest.mark.parametrize("listed,expected,not_expected", [
-    (["SCRAM-SHA-512", "PLAIN"], "the broker answered SaslHandshake for PLAIN with IllegalSaslStateError although "
-                                 "it lists PLAIN: check that SASL is enabled on this listener "
-                                 "(security_protocol='PLAINTEXT' if it is not)", "does not enable"),
-    (["SCRAM-SHA-512"], "the broker does not enable SASL mechanism PLAIN (IllegalSaslStateError; it lists: "
-                        "SCRAM-SHA-512): set sasl_mechanism to one it lists", "although"),
-    ([], "the broker answered SaslHandshake for PLAIN with IllegalSaslStateError: check that SASL is enabled on "
-         "this listener (security_protocol='PLAINTEXT' if it is not)", "does not enable"),  # Kafka's PLAINTEXT listener
-])
-def test_the_sasl_handshake_error_claims_only_what_the_broker_said(fake_broker, transports, caplog, listed,
-                                                                   expected, not_expected):
+@pytest.mark.parametrize(
+    "listed,expected,not_expected",
+    [
+        (
+            ["SCRAM-SHA-512", "PLAIN"],
+            "the broker answered SaslHandshake for PLAIN with IllegalSaslStateError although "
+            "it lists PLAIN: check that SASL is enabled on this listener "
+            "(security_protocol='PLAINTEXT' if it is not)",
+            "does not enable",
+        ),
+        (
+            ["SCRAM-SHA-512"],
+            "the broker does not enable SASL mechanism PLAIN (IllegalSaslStateError; it lists: "
+            "SCRAM-SHA-512): set sasl_mechanism to one it lists",
+            "although",
+        ),
+        (
+            [],
+            "the broker answered SaslHandshake for PLAIN with IllegalSaslStateError: check that SASL is enabled on "
+            "this listener (security_protocol='PLAINTEXT' if it is not)",
+            "does not enable",
+        ),  # Kafka's PLAINTEXT listener
+    ],
+)
+def test_the_sasl_handshake_error_claims_only_what_the_broker_said(
+    fake_broker, transports, caplog, listed, expected, not_expected
+):
     caplog.set_level(logging.WARNING, logger=LOGGER)
 
     def handler(api_key, version, request):

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from fsm_consumer.machines import FakeClock
 from fake_broker import metadata, triggers, wait_done
+
+from fsm_consumer.machines import FakeClock
 
 LOGGER = "fsm_consumer.transport"
 
@@ -20,8 +21,15 @@ def test_disconnect_without_a_socket_is_ignored_and_hides_no_later_failure(fake_
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     broker = fake_broker()
     clock = FakeClock(1000.0)
-    t = transports({"bootstrap_servers": broker.address, "reconnect_backoff_ms": 10, "reconnect_backoff_max_ms": 10,
-                    "socket_connection_setup_timeout_ms": 500}, clock=clock)
+    t = transports(
+        {
+            "bootstrap_servers": broker.address,
+            "reconnect_backoff_ms": 10,
+            "reconnect_backoff_max_ms": 10,
+            "socket_connection_setup_timeout_ms": 500,
+        },
+        clock=clock,
+    )
     wait_done(t, t.send(metadata("a")))
     t.disconnect(-1)  # the client's choice: backoff, no warning, not counted
     assert t.connection_state(-1) == "backoff"
@@ -42,8 +50,9 @@ def test_disconnect_without_a_socket_is_ignored_and_hides_no_later_failure(fake_
     clock.advance(501)
     t.poll(0)
     assert triggers(t, -1)[-1] == "connect_timed_out" and not p.done
-    assert warnings(caplog) == [f"connection to node -1 ({broker.address}) failed: connect to {broker.address} "
-                                f"timed out after 500 ms"]
+    assert warnings(caplog) == [
+        f"connection to node -1 ({broker.address}) failed: connect to {broker.address} timed out after 500 ms"
+    ]
     assert t.node_states()[-1]["failures"] == 1
 
 

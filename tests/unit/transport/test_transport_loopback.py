@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from fake_broker import SILENT, default_versions, free_port, metadata, triggers, wait_done
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest, MetadataResponse
@@ -29,10 +30,9 @@ from fsm_consumer.transport import (
     UnsupportedVersion,
     parse_servers,
 )
-from fake_broker import SILENT, default_versions, free_port, metadata, triggers, wait_done
-
 
 # -- versions and round trips -----------------------------------------------------------------------
+
 
 def test_request_goes_out_at_the_highest_version_both_sides_speak(fake_broker, transports):
     versions = default_versions() | {int(ApiKey.Metadata): (0, 9)}
@@ -113,9 +113,14 @@ def test_large_response_is_reassembled(fake_broker, transports):
     def handler(api_key, version, request):
         if api_key == ApiKey.Fetch:
             part = FetchResponse.FetchableTopicResponse.PartitionData(
-                partition_index=0, error_code=0, high_watermark=1, records=records)
-            return FetchResponse[version](throttle_time_ms=0, error_code=0, session_id=0, responses=[
-                FetchResponse.FetchableTopicResponse(topic="t", partitions=[part])])
+                partition_index=0, error_code=0, high_watermark=1, records=records
+            )
+            return FetchResponse[version](
+                throttle_time_ms=0,
+                error_code=0,
+                session_id=0,
+                responses=[FetchResponse.FetchableTopicResponse(topic="t", partitions=[part])],
+            )
         return None
 
     broker = fake_broker(handler, versions=default_versions() | {int(ApiKey.Fetch): (4, 12)})
@@ -128,11 +133,18 @@ def test_large_response_is_reassembled(fake_broker, transports):
 
 def fetch_request() -> FetchRequest:
     part = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
-    return FetchRequest(replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 24, isolation_level=0,
-                        topics=[FetchRequest.FetchTopic(topic="t", partitions=[part])])
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=100,
+        min_bytes=1,
+        max_bytes=1 << 24,
+        isolation_level=0,
+        topics=[FetchRequest.FetchTopic(topic="t", partitions=[part])],
+    )
 
 
 # -- broken streams -----------------------------------------------------------------------------------
+
 
 def test_bad_frame_closes_only_that_connection(fake_broker, transports):
     good = fake_broker(node_id=0)
@@ -155,8 +167,9 @@ def test_bad_frame_closes_only_that_connection(fake_broker, transports):
 def test_wrong_correlation_id_fails_the_request(fake_broker, transports):
     def handler(api_key, version, request):
         if api_key == ApiKey.Metadata:
-            response = MetadataResponse[version](throttle_time_ms=0, brokers=[], cluster_id=None,
-                                                 controller_id=-1, topics=[])
+            response = MetadataResponse[version](
+                throttle_time_ms=0, brokers=[], cluster_id=None, controller_id=-1, topics=[]
+            )
             response.with_header(correlation_id=999_999)
             return bytes(response.encode(header=True, framed=True))
         return None
@@ -190,6 +203,7 @@ def test_broker_closing_mid_response_is_connection_lost(fake_broker, transports)
 
 # -- deadlines ----------------------------------------------------------------------------------------
 
+
 def test_request_timeout_fails_it_and_recycles_the_connection(fake_broker, transports):
     broker = fake_broker()  # Fetch is never answered
     t = transports({"bootstrap_servers": broker.address, "reconnect_backoff_ms": 10})
@@ -217,8 +231,9 @@ def test_poll_wakes_for_a_deadline_instead_of_sleeping_its_timeout(fake_broker, 
 
 
 def test_queued_request_waits_for_the_node_until_its_deadline(transports):
-    t = transports({"bootstrap_servers": f"127.0.0.1:{free_port()}", "reconnect_backoff_ms": 20,
-                    "reconnect_backoff_max_ms": 50})
+    t = transports(
+        {"bootstrap_servers": f"127.0.0.1:{free_port()}", "reconnect_backoff_ms": 20, "reconnect_backoff_max_ms": 50}
+    )
     p = t.send(metadata("a"), timeout_ms=400)
     started = time.monotonic()
     wait_done(t, p)
@@ -230,8 +245,9 @@ def test_queued_request_waits_for_the_node_until_its_deadline(transports):
 
 def test_queued_request_is_sent_once_the_broker_comes_up(fake_broker, transports):
     port = free_port()
-    t = transports({"bootstrap_servers": f"127.0.0.1:{port}", "reconnect_backoff_ms": 20,
-                    "reconnect_backoff_max_ms": 100})
+    t = transports(
+        {"bootstrap_servers": f"127.0.0.1:{port}", "reconnect_backoff_ms": 20, "reconnect_backoff_max_ms": 100}
+    )
     p = t.send(metadata("late"), timeout_ms=5000)
     end = time.monotonic() + 0.3
     while time.monotonic() < end:
@@ -245,8 +261,7 @@ def test_queued_request_is_sent_once_the_broker_comes_up(fake_broker, transports
 def test_connect_timeout_with_a_fake_clock(fake_broker, transports):
     broker = fake_broker()
     clock = FakeClock(1000.0)
-    t = transports({"bootstrap_servers": broker.address, "socket_connection_setup_timeout_ms": 500},
-                   clock=clock)
+    t = transports({"bootstrap_servers": broker.address, "socket_connection_setup_timeout_ms": 500}, clock=clock)
     p = t.send(metadata("a"), timeout_ms=10_000)
     assert t.connection_state(-1) == "connecting"
     assert t.next_wakeup_ms() == 1500.0
@@ -273,18 +288,27 @@ def test_handshake_timeout_with_a_fake_clock(fake_broker, transports):
 
 # -- SASL verdicts -------------------------------------------------------------------------------------
 
+
 def test_sasl_plain_exchange(fake_broker, transports):
     def handler(api_key, version, request):
         if api_key == ApiKey.SaslHandshake:
             return SaslHandshakeResponse[version](error_code=0, mechanisms=["PLAIN"])
         if api_key == ApiKey.SaslAuthenticate:
-            return SaslAuthenticateResponse[version](error_code=0, error_message=None, auth_bytes=b"",
-                                                     session_lifetime_ms=0)
+            return SaslAuthenticateResponse[version](
+                error_code=0, error_message=None, auth_bytes=b"", session_lifetime_ms=0
+            )
         return None
 
     broker = fake_broker(handler)
-    t = transports({"bootstrap_servers": broker.address, "security_protocol": "SASL_PLAINTEXT",
-                    "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice", "sasl_plain_password": "s3cret"})
+    t = transports(
+        {
+            "bootstrap_servers": broker.address,
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "PLAIN",
+            "sasl_plain_username": "alice",
+            "sasl_plain_password": "s3cret",
+        }
+    )
     p = t.send(metadata("a"))
     wait_done(t, p)
     assert p.error is None
@@ -302,9 +326,17 @@ def test_rejected_mechanism_fails_waiting_requests_at_once_and_backs_off_the_max
 
     broker = fake_broker(handler)
     clock = FakeClock()
-    t = transports({"bootstrap_servers": broker.address, "security_protocol": "SASL_PLAINTEXT",
-                    "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": "bob",
-                    "sasl_plain_password": "hunter2", "reconnect_backoff_max_ms": 7000}, clock=clock)
+    t = transports(
+        {
+            "bootstrap_servers": broker.address,
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "SCRAM-SHA-256",
+            "sasl_plain_username": "bob",
+            "sasl_plain_password": "hunter2",
+            "reconnect_backoff_max_ms": 7000,
+        },
+        clock=clock,
+    )
     p = t.send(metadata("a"))
     end = time.monotonic() + 3
     while not p.done:
@@ -324,6 +356,7 @@ def test_rejected_mechanism_fails_waiting_requests_at_once_and_backs_off_the_max
 
 # -- routing, threads, lifecycle --------------------------------------------------------------------
 
+
 def test_unknown_node_fails_with_node_not_ready(transports):
     t = transports({"bootstrap_servers": "127.0.0.1:1"})
     p = t.send(metadata("a"), node=42)
@@ -333,8 +366,7 @@ def test_unknown_node_fails_with_node_not_ready(transports):
 
 def test_unrouted_requests_use_whichever_bootstrap_server_answers(fake_broker, transports):
     broker = fake_broker()
-    t = transports({"bootstrap_servers": f"127.0.0.1:{free_port()},{broker.address}",
-                    "reconnect_backoff_ms": 10})
+    t = transports({"bootstrap_servers": f"127.0.0.1:{free_port()},{broker.address}", "reconnect_backoff_ms": 10})
     pendings = [t.send(metadata(f"t{i}")) for i in range(3)]
     wait_done(t, *pendings)
     assert all(p.error is None and p.sent_to == -2 for p in pendings)
@@ -415,10 +447,18 @@ def test_close_fails_everything_outstanding(fake_broker, transports):
 
 # -- configuration ---------------------------------------------------------------------------------
 
+
 def test_settings_read_kafka_python_and_dotted_keys_and_hide_secrets():
-    s = KafkaSettings.from_config({"bootstrap.servers": "[::1]:9093,broker", "request_timeout_ms": 1234,
-                                   "security_protocol": "sasl_plaintext", "sasl_mechanism": "SCRAM-SHA-512",
-                                   "sasl_plain_username": "u", "sasl_plain_password": "pw-SECRET"})
+    s = KafkaSettings.from_config(
+        {
+            "bootstrap.servers": "[::1]:9093,broker",
+            "request_timeout_ms": 1234,
+            "security_protocol": "sasl_plaintext",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": "u",
+            "sasl_plain_password": "pw-SECRET",
+        }
+    )
     assert s.bootstrap_servers == (("::1", 9093), ("broker", 9092))
     assert s.request_timeout_ms == 1234 and s.security_protocol == "SASL_PLAINTEXT"
     assert "pw-SECRET" not in repr(s)

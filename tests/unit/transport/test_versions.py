@@ -19,9 +19,7 @@ from fsm_consumer.transport import (
 BROKER = {0: (0, 12), 1: (4, 17), 2: (1, 10), 3: (0, 13), 10: (0, 6), 18: (0, 4)}
 
 
-@pytest.mark.parametrize(
-    "api", ["Fetch", "FetchRequest", ApiKey.Fetch, 1, FetchRequest, FetchRequest[7]]
-)
+@pytest.mark.parametrize("api", ["Fetch", "FetchRequest", ApiKey.Fetch, 1, FetchRequest, FetchRequest[7]])
 def test_api_spellings_resolve_to_the_same_class(api):
     assert request_class(api) is FetchRequest
 
@@ -92,8 +90,11 @@ def test_build_uses_picked_version_and_fields():
 
 def test_from_api_versions_response():
     R = ApiVersionsResponse
-    response = R(version=3, error_code=0, api_keys=[
-        R.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in BROKER.items()])
+    response = R(
+        version=3,
+        error_code=0,
+        api_keys=[R.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in BROKER.items()],
+    )
     table = ApiVersionTable.from_response(response, node_id=2)
     assert dict(table.broker_versions) == BROKER
     assert table.broker_release >= (3, 0)

@@ -32,54 +32,103 @@ FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCh
 
 def _api_versions(v):
     R = ApiVersionsResponse
-    return R(version=v, error_code=0, throttle_time_ms=1,
-             api_keys=[R.ApiVersion(api_key=1, min_version=4, max_version=17)],
-             supported_features=[R.SupportedFeatureKey(name="f", min_version=1, max_version=2)])
+    return R(
+        version=v,
+        error_code=0,
+        throttle_time_ms=1,
+        api_keys=[R.ApiVersion(api_key=1, min_version=4, max_version=17)],
+        supported_features=[R.SupportedFeatureKey(name="f", min_version=1, max_version=2)],
+    )
 
 
 def _metadata(v):
     R = MetadataResponse
     P = R.MetadataResponseTopic.MetadataResponsePartition
-    return R(version=v, throttle_time_ms=0, cluster_id="c", controller_id=1,
-             brokers=[R.MetadataResponseBroker(node_id=1, host="h", port=1, rack=None)],
-             topics=[R.MetadataResponseTopic(error_code=0, name="t", topic_id=uuid.uuid4(), is_internal=False,
-                                             partitions=[P(error_code=0, partition_index=0, leader_id=1,
-                                                           replica_nodes=[1], isr_nodes=[1], offline_replicas=[])])])
+    return R(
+        version=v,
+        throttle_time_ms=0,
+        cluster_id="c",
+        controller_id=1,
+        brokers=[R.MetadataResponseBroker(node_id=1, host="h", port=1, rack=None)],
+        topics=[
+            R.MetadataResponseTopic(
+                error_code=0,
+                name="t",
+                topic_id=uuid.uuid4(),
+                is_internal=False,
+                partitions=[
+                    P(
+                        error_code=0,
+                        partition_index=0,
+                        leader_id=1,
+                        replica_nodes=[1],
+                        isr_nodes=[1],
+                        offline_replicas=[],
+                    )
+                ],
+            )
+        ],
+    )
 
 
 def _find_coordinator(v):
     R = FindCoordinatorResponse
-    return R(version=v, error_code=0, node_id=1, host="h", port=1,
-             coordinators=[R.Coordinator(key="g", node_id=1, host="h", port=1, error_code=0)])
+    return R(
+        version=v,
+        error_code=0,
+        node_id=1,
+        host="h",
+        port=1,
+        coordinators=[R.Coordinator(key="g", node_id=1, host="h", port=1, error_code=0)],
+    )
 
 
 def _list_offsets(v):
     R = ListOffsetsResponse
     P = R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
-    return R(version=v, topics=[R.ListOffsetsTopicResponse(name="t", partitions=[
-        P(partition_index=0, error_code=0, old_style_offsets=[1], timestamp=-1, offset=1)])])
+    return R(
+        version=v,
+        topics=[
+            R.ListOffsetsTopicResponse(
+                name="t", partitions=[P(partition_index=0, error_code=0, old_style_offsets=[1], timestamp=-1, offset=1)]
+            )
+        ],
+    )
 
 
 def _fetch(v):
     R = FetchResponse
     P = R.FetchableTopicResponse.PartitionData
-    return R(version=v, session_id=1, responses=[R.FetchableTopicResponse(topic="t", topic_id=uuid.uuid4(), partitions=[
-        P(partition_index=0, error_code=0, high_watermark=5, aborted_transactions=None,
-          current_leader=P.LeaderIdAndEpoch(leader_id=1, leader_epoch=2), records=b"\x00" * 61)])])
+    return R(
+        version=v,
+        session_id=1,
+        responses=[
+            R.FetchableTopicResponse(
+                topic="t",
+                topic_id=uuid.uuid4(),
+                partitions=[
+                    P(
+                        partition_index=0,
+                        error_code=0,
+                        high_watermark=5,
+                        aborted_transactions=None,
+                        current_leader=P.LeaderIdAndEpoch(leader_id=1, leader_epoch=2),
+                        records=b"\x00" * 61,
+                    )
+                ],
+            )
+        ],
+    )
 
 
 # (request class, response builder, version): flexible and non-flexible versions of each
-CASES = [
-    (ApiVersionsRequest, _api_versions, v) for v in (0, 2, 3, 4)
-] + [
-    (MetadataRequest, _metadata, v) for v in (1, 8, 9, 12)
-] + [
-    (FindCoordinatorRequest, _find_coordinator, v) for v in (0, 3, 4)
-] + [
-    (ListOffsetsRequest, _list_offsets, v) for v in (0, 5, 6)
-] + [
-    (FetchRequest, _fetch, v) for v in (4, 11, 12, 16)
-]
+CASES = (
+    [(ApiVersionsRequest, _api_versions, v) for v in (0, 2, 3, 4)]
+    + [(MetadataRequest, _metadata, v) for v in (1, 8, 9, 12)]
+    + [(FindCoordinatorRequest, _find_coordinator, v) for v in (0, 3, 4)]
+    + [(ListOffsetsRequest, _list_offsets, v) for v in (0, 5, 6)]
+    + [(FetchRequest, _fetch, v) for v in (4, 11, 12, 16)]
+)
 
 
 def in_flight(case, codec: RequestCodec) -> tuple[int, bytes]:
@@ -94,14 +143,13 @@ def in_flight(case, codec: RequestCodec) -> tuple[int, bytes]:
 def feed_in_chunks(reader: FrameReader, stream: bytes, cuts: list[int]) -> list[memoryview]:
     frames = []
     bounds = sorted({0, len(stream), *(c % (len(stream) + 1) for c in cuts)})
-    for start, end in zip(bounds, bounds[1:]):
+    for start, end in zip(bounds, bounds[1:], strict=False):
         frames.extend(reader.feed(stream[start:end]))
     return frames
 
 
 @FUZZ
-@given(chunks=st.lists(st.binary(max_size=80), max_size=12),
-       cases=st.lists(st.sampled_from(CASES), max_size=4))
+@given(chunks=st.lists(st.binary(max_size=80), max_size=12), cases=st.lists(st.sampled_from(CASES), max_size=4))
 def test_random_bytes_raise_only_transport_errors(chunks, cases):
     reader, codec = FrameReader(LIMIT), RequestCodec()
     for case in cases:
@@ -154,8 +202,9 @@ def test_flipped_bytes_raise_only_transport_errors(case, data):
     codec = RequestCodec()
     correlation_id, stream = in_flight(case, codec)
     payload = bytearray(stream[4:])
-    flips = data.draw(st.lists(st.tuples(st.integers(0, len(payload) - 1), st.integers(1, 255)),
-                               min_size=1, max_size=6))
+    flips = data.draw(
+        st.lists(st.tuples(st.integers(0, len(payload) - 1), st.integers(1, 255)), min_size=1, max_size=6)
+    )
     for index, mask in flips:
         payload[index] ^= mask
     [frame] = FrameReader(LIMIT).feed(struct.pack(">i", len(payload)) + bytes(payload))
@@ -186,9 +235,11 @@ def test_wrong_correlation_id_is_a_mismatch(case, other):
 
 
 @FUZZ
-@given(case=st.sampled_from(CASES),
-       size=st.one_of(st.integers(LIMIT + 1, 2**31 - 1), st.integers(-(2**31), -1)),
-       cuts=st.lists(st.integers(0, 10_000), max_size=4))
+@given(
+    case=st.sampled_from(CASES),
+    size=st.one_of(st.integers(LIMIT + 1, 2**31 - 1), st.integers(-(2**31), -1)),
+    cuts=st.lists(st.integers(0, 10_000), max_size=4),
+)
 def test_bad_size_prefix_is_frame_too_large(case, size, cuts):
     _, stream = in_flight(case, RequestCodec())
     reader = FrameReader(LIMIT)
@@ -201,8 +252,11 @@ def test_bad_size_prefix_is_frame_too_large(case, size, cuts):
 
 
 @FUZZ
-@given(cases=st.lists(st.sampled_from(CASES), min_size=1, max_size=5),
-       cuts=st.lists(st.integers(0, 10_000), max_size=12), data=st.data())
+@given(
+    cases=st.lists(st.sampled_from(CASES), min_size=1, max_size=5),
+    cuts=st.lists(st.integers(0, 10_000), max_size=12),
+    data=st.data(),
+)
 def test_valid_streams_decode_in_order_under_any_chunking(cases, cuts, data):
     codec = RequestCodec()
     sent = [in_flight(case, codec) for case in cases]
