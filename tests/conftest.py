@@ -18,7 +18,7 @@ from typing import Protocol
 
 import pytest
 
-from fsm_consumer.broker import EmbeddedBroker, KafkaBroker, KafkaNotFoundError
+from fsm_consumer.broker import KafkaNotFoundError, start_broker
 from fsm_consumer.broker._admin import LoopbackBroker
 
 Payload = bytes | str | None
@@ -75,10 +75,8 @@ class BrokerPool:
         return self._brokers[kind]
 
     def _start(self, kind: str) -> LoopbackBroker:
-        if kind == "tansu":
-            return EmbeddedBroker(storage="memory")
         try:
-            return KafkaBroker()
+            return start_broker(kind, **({"storage": "memory"} if kind == "tansu" else {}))
         except KafkaNotFoundError as exc:
             if os.environ.get("FSM_REQUIRE_KAFKA") == "1":
                 pytest.fail(f"Apache Kafka is required here (FSM_REQUIRE_KAFKA=1) but: {exc}")

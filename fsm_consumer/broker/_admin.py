@@ -3,8 +3,11 @@ and topic administration over the wire."""
 
 from __future__ import annotations
 
+import subprocess
+import tempfile
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -12,7 +15,7 @@ from kafka.errors import for_code
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from ._errors import BrokerNotRunningError, TopicCreateError
+from ._errors import BrokerNotRunningError, BrokerStartError, TopicCreateError
 from ._ports import LOOPBACK
 from ._process import GuardedProcess
 from ._wire import pick_version, send_request
@@ -23,18 +26,71 @@ def _error_name(code: int) -> str:
 
 
 class LoopbackBroker:
-    """A broker child process on 127.0.0.1; subclasses define ``start`` and ``stop``."""
+    """A broker child process on 127.0.0.1 and a temporary directory that lives from the first start to
+    ``stop()``. Subclasses say how to launch it the first time (``_launch``: make the directory, pick
+    ports, spawn) and again on the same directory and ports (``_relaunch``); the lifecycle is here."""
 
     #: Which broker this is: "tansu" or "kafka" (what ``--broker`` of the CLI takes).
     kind: str = ""
     _port: int
     _api_versions: dict[int, tuple[int, int]]
     _process: GuardedProcess | None
+    _workdir: tempfile.TemporaryDirectory[str] | None
 
-    def start(self) -> None:
+    def _launch(self) -> None:
         raise NotImplementedError
 
+    def _relaunch(self) -> None:
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        """What besides the process and the directory a stop gives back (Tansu's S3 server)."""
+
+    def start(self) -> None:
+        """Start the broker if it is not running; blocks until it answers. A failed start leaves nothing
+        behind."""
+        if self.running:
+            return
+        try:
+            self._launch() if self._workdir is None else self._relaunch()
+        except BaseException:
+            self.stop()
+            raise
+
     def stop(self) -> None:
+        """Stop the broker and remove its data. Idempotent."""
+        self._stop_process()
+        self._release()
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
+
+    def restart(self) -> None:
+        """Stop and start the broker on the same port(s) and data."""
+        if self._workdir is None:
+            raise BrokerNotRunningError("restart() after stop(): use start() instead")
+        self._stop_process()
+        try:
+            self._relaunch()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _spawn(self, argv: list[str], **options: Any) -> GuardedProcess:
+        """The broker's process, logging to ``log_path``; a failure to spawn is a ``BrokerStartError``."""
+        try:
+            self._process = GuardedProcess(argv, log_path=self.log_path, **options)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise BrokerStartError(f"could not spawn {argv[0]}: {exc}") from exc
+        return self._process
+
+    def _stop_process(self) -> None:
+        if self._process is not None:
+            self._process.stop()
+            self._process = None
+
+    @property
+    def log_path(self) -> Path | None:
         raise NotImplementedError
 
     @property

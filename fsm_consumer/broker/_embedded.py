@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -12,7 +11,7 @@ from typing import Literal, TypeVar
 
 from ._admin import LoopbackBroker
 from ._binary import locate_tansu
-from ._errors import BrokerNotRunningError, BrokerRequestError, BrokerStartError
+from ._errors import BrokerRequestError, BrokerStartError
 from ._logtail import tail
 from ._moto import LocalS3
 from ._ports import LOOPBACK, free_loopback_port
@@ -89,40 +88,19 @@ class EmbeddedBroker(LoopbackBroker):
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the broker (and its S3 server) if it is not running. Blocks until ready."""
-        if self.running:
-            return
-        try:
-            if self._workdir is None:
-                self._workdir = tempfile.TemporaryDirectory(prefix="fsm-consumer-tansu-", ignore_cleanup_errors=True)
-            if self.storage == "s3" and self._s3 is None:
-                self._s3 = LocalS3(self.bucket, log_dir=Path(self._workdir.name))
-            self._start_tansu()
-        except BaseException:
-            self.stop()
-            raise
+    def _launch(self) -> None:
+        self._workdir = tempfile.TemporaryDirectory(prefix="fsm-consumer-tansu-", ignore_cleanup_errors=True)
+        if self.storage == "s3" and self._s3 is None:
+            self._s3 = LocalS3(self.bucket, log_dir=Path(self._workdir.name))
+        self._start_tansu()
 
-    def stop(self) -> None:
-        """Stop Tansu and the S3 server, and remove the temp dir. Idempotent."""
-        self._stop_tansu()
+    def _relaunch(self) -> None:  # the same port and storage (the S3 bucket stays)
+        self._start_tansu(allow_new_port=False)
+
+    def _release(self) -> None:
         if self._s3 is not None:
             self._s3.stop()
             self._s3 = None
-        if self._workdir is not None:
-            self._workdir.cleanup()
-            self._workdir = None
-
-    def restart(self) -> None:
-        """Stop and start Tansu on the same port and storage (the S3 bucket stays)."""
-        if self._workdir is None:
-            raise BrokerNotRunningError("restart() after stop(): use start() instead")
-        self._stop_tansu()
-        try:
-            self._start_tansu(allow_new_port=False)
-        except BaseException:
-            self.stop()
-            raise
 
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.running else "stopped"
@@ -166,14 +144,7 @@ class EmbeddedBroker(LoopbackBroker):
     def _spawn_and_wait(self) -> None:
         assert self.log_path is not None
         started = time.monotonic()
-        try:
-            process = GuardedProcess(
-                self._tansu_argv(), log_path=self.log_path, env=self._tansu_env(),
-                stop_grace=self.stop_grace,
-            )  # fmt: skip
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise BrokerStartError(f"could not spawn {self.binary}: {exc}") from exc
-        self._process = process
+        self._spawn(self._tansu_argv(), env=self._tansu_env(), stop_grace=self.stop_grace)
         deadline = started + self.start_timeout
         try:
             self._api_versions = self._wait_until(
@@ -184,7 +155,7 @@ class EmbeddedBroker(LoopbackBroker):
             # (not a missing bucket: Tansu reads that 404 as "no metadata yet").
             self._wait_until(deadline, lambda: self._metadata(None, timeout=1.0), "answer Metadata (storage check)")
         except BrokerStartError:
-            self._stop_tansu()
+            self._stop_process()
             raise
         self.startup_seconds = time.monotonic() - started
 
@@ -208,8 +179,3 @@ class EmbeddedBroker(LoopbackBroker):
                     f"end of its log:\n{tail(self.log_path)}"
                 )
             time.sleep(0.01)
-
-    def _stop_tansu(self) -> None:
-        if self._process is not None:
-            self._process.stop()
-            self._process = None

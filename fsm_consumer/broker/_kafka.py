@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._admin import LoopbackBroker
-from ._errors import BrokerNotRunningError, BrokerRequestError, BrokerStartError
+from ._errors import BrokerRequestError, BrokerStartError
 from ._kafka_jars import KAFKA_VERSION, find_java, kafka_libs
 from ._logtail import tail
 from ._ports import LOOPBACK, free_loopback_port, port_in_use
@@ -140,37 +140,8 @@ class KafkaBroker(LoopbackBroker):
         return Path(self._workdir.name) / "kafka.log" if self._workdir is not None else None
 
     # -- lifecycle ----------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Format the storage (first start) and start the server; blocks until it answers Metadata. A first
-        start whose auto-picked ports were taken meanwhile is retried on fresh ports."""
-        if self.running:
-            return
-        try:
-            if self._workdir is None:
-                self._first_start()
-            else:
-                self._spawn_and_wait()
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        """Stop the server and remove its data. Idempotent."""
-        self._stop_server()
-        if self._workdir is not None:
-            self._workdir.cleanup()
-            self._workdir = None
-
-    def restart(self) -> None:
-        """Stop and start the server on the same ports and data."""
-        if self._workdir is None:
-            raise BrokerNotRunningError("restart() after stop(): use start() instead")
-        self._stop_server()
-        try:
-            self._spawn_and_wait()
-        except BaseException:
-            self.stop()
-            raise
+    def _relaunch(self) -> None:  # the same ports and data
+        self._spawn_and_wait()
 
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.running else "stopped"
@@ -194,9 +165,10 @@ class KafkaBroker(LoopbackBroker):
         }
         return {port: name for port, name in named.items() if port is not None}
 
-    def _first_start(self) -> None:
-        """Format and start; on a port conflict, again on fresh ports (a fresh storage too: nothing of the
-        failed attempt, which may have written its quorum state, is kept)."""
+    def _launch(self) -> None:
+        """Format the storage and start the server (blocks until it answers Metadata); on a port conflict,
+        again on fresh ports (a fresh storage too: nothing of the failed attempt, which may have written its
+        quorum state, is kept)."""
         for attempt in range(1, _PORT_ATTEMPTS + 1):
             self._workdir = tempfile.TemporaryDirectory(prefix="fsm-consumer-kafka-", ignore_cleanup_errors=True)
             self._write_properties()
@@ -329,14 +301,7 @@ class KafkaBroker(LoopbackBroker):
     def _spawn_and_wait(self) -> None:
         assert self.log_path is not None
         started = time.monotonic()
-        try:
-            self._process = GuardedProcess(
-                self._java("kafka.Kafka", str(self._properties_path)),
-                log_path=self.log_path,
-                stop_grace=self.stop_grace,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise BrokerStartError(f"could not spawn {self.java}: {exc}") from exc
+        process = self._spawn(self._java("kafka.Kafka", str(self._properties_path)), stop_grace=self.stop_grace)
         deadline = started + self.start_timeout
         last: Exception | None = None
         while True:
@@ -349,16 +314,16 @@ class KafkaBroker(LoopbackBroker):
                 if cluster == self.cluster_id:
                     break
                 if cluster is not None:  # not ours, which cannot bind the port: it exits, or is stopped here
-                    self._stop_server()
+                    self._stop_process()
                     self._api_versions = {}
                     raise _PortTaken(
                         f"another broker (cluster id {cluster!r}) answers on {self.bootstrap_servers}: "
                         f"the port was taken before Apache Kafka could bind it",
                         [self._port],
                     )
-            if not self._process.alive():
-                code = self._process.returncode
-                self._stop_server()
+            if not process.alive():
+                code = process.returncode
+                self._stop_process()
                 taken = [port for port in self._ports() if port_in_use(port)]  # ours is gone: someone else's
                 if taken:
                     raise _PortTaken(
@@ -373,15 +338,10 @@ class KafkaBroker(LoopbackBroker):
                     f"{self.bootstrap_servers}; end of its log:\n{tail(self.log_path)}"
                 )
             if time.monotonic() > deadline:
-                self._stop_server()
+                self._stop_process()
                 raise BrokerStartError(
                     f"Apache Kafka on {self.bootstrap_servers} did not answer within "
                     f"{self.start_timeout:.0f} s: {last}; end of its log:\n{tail(self.log_path)}"
                 )
             time.sleep(0.1)
         self.startup_seconds = time.monotonic() - started
-
-    def _stop_server(self) -> None:
-        if self._process is not None:
-            self._process.stop()
-            self._process = None

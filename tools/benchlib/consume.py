@@ -125,13 +125,6 @@ SCENARIOS = {  # name: (records, size, compression); --quick divides records by 
 }
 
 
-def start_broker(kind: str):
-    """A fresh broker of ``kind`` (tansu, kafka) for one benchmark."""
-    from fsm_consumer.broker import EmbeddedBroker, KafkaBroker
-
-    return EmbeddedBroker() if kind == "tansu" else KafkaBroker()
-
-
 def bench_scenarios(args) -> list[dict]:
     names = list(SCENARIOS) if args.scenario == "all" else args.scenario.split(",")
     rows = []
@@ -156,6 +149,8 @@ def bench_consume(args, kind: str = "tansu") -> list[dict]:
     if missing and any(CLIENTS[c][0] is None for c in clients):
         print(f"# Kafka's Java consumer left out: {missing}", file=sys.stderr)
         clients = [c for c in clients if CLIENTS[c][0] is not None]
+    from fsm_consumer.broker import start_broker
+
     rows = []
     with start_broker(kind) as broker:
         topic = f"bench-{args.records}x{args.size}-{args.compression}"

@@ -69,7 +69,7 @@ def _consume(kind, bootstrap, topic, seconds):
 
 
 def bench_latency(args) -> list[dict]:
-    from .consume import start_broker
+    from fsm_consumer.broker import start_broker
 
     rows = []
     for broker_kind in args.brokers:

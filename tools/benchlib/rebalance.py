@@ -283,7 +283,7 @@ def bench_rebalance(args) -> list[dict]:
 def _rebalance_on(broker_kind, kinds, args) -> list[dict]:
     from confluent_kafka import Producer
 
-    from .consume import start_broker
+    from fsm_consumer.broker import start_broker
 
     rows = []
     with start_broker(broker_kind) as broker:
