@@ -2,8 +2,8 @@
 
 An unknown key names itself and the closest valid key; a bad value names the key, the value and
 what is allowed. Keys that kafka-python accepts but that mean nothing here (``selector``,
-``metric_reporters``...) are accepted and ignored so existing code keeps working; the README's
-"Coming from kafka-python" lists them. ``config["key"]`` reads a setting as kafka-python's dict does.
+``metric_reporters``...) are accepted and ignored so existing code keeps working; docs/kafka-python.md
+lists them. ``config["key"]`` reads a setting as kafka-python's dict does.
 """
 
 from __future__ import annotations
