@@ -42,6 +42,13 @@ class Pending:
     # consumer's engine): an answer read after the process was stopped may have waited unread meanwhile
     heard_after: float | None = None
 
+    def settle(self, response: ApiMessage | None = None, error: Exception | None = None) -> bool:
+        """Done with ``response`` or ``error``; False (nothing changed) if it was done already."""
+        if self.done:
+            return False
+        self.response, self.error, self.done = response, error, True
+        return True
+
     def __repr__(self) -> str:
         state = "done" if self.done else ("in flight" if self.sent_to is not None else "queued")
         outcome = f" error={type(self.error).__name__}" if self.error is not None else ""

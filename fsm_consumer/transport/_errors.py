@@ -8,6 +8,9 @@ the pure SASL mechanisms do not, so the transport may set it afterwards.
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 
 class TransportError(Exception):
     """Base of every transport failure; the connection is unusable afterwards."""
@@ -94,3 +97,33 @@ class RequestTimedOut(TransportError):
 
 class NodeNotReady(TransportError):
     """A request was issued to a node that is not connected and ready."""
+
+
+def clone_error(exc: Exception) -> Exception:
+    """A copy of ``exc`` (its cause kept) for one request: raising one shared instance in
+    several places would chain unrelated tracebacks onto it."""
+    error = copy.copy(exc)
+    error.__cause__ = exc.__cause__
+    return error
+
+
+# What a handshake_timed_out interrupted, for its message.
+_HANDSHAKE_STEPS = {
+    "tls_handshake": "the TLS handshake",
+    "api_versions": "the ApiVersions handshake",
+    "authenticating": "SASL authentication",
+}
+
+
+def timeout_cause(machine: Any, peer: str) -> TransportError:
+    """Why a connection machine entered backoff when no I/O outcome said why: one of its timeouts (the
+    transition just taken says which)."""
+    record = machine.log[-1] if machine.log else None
+    if record is not None and record.trigger == "connect_timed_out":
+        waited = machine.durations["connect_timeout"]
+        return ConnectionLost(f"connect to {peer} timed out after {waited:g} ms")
+    if record is not None and record.trigger == "handshake_timed_out":
+        waited = machine.durations["handshake_timeout"]
+        step = _HANDSHAKE_STEPS.get(record.source, record.source)
+        return ConnectionLost(f"{peer} did not finish {step} within {waited:g} ms")
+    return ConnectionLost("connection closed")

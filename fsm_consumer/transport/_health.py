@@ -9,9 +9,13 @@ WARNING, one INFO says so: the last line about a node is always true.
 
 from __future__ import annotations
 
+import logging
+
 __all__ = ["WARN_INTERVAL_MS", "NodeHealth"]
 
 WARN_INTERVAL_MS = 30_000.0
+
+logger = logging.getLogger("fsm_consumer.transport")
 
 
 def _times(n: int, word: str) -> str:
@@ -29,6 +33,18 @@ class NodeHealth:
         self._warned_at: float | None = None  # clock ms of the last WARNING
         self._unreported = 0  # failures since then that got no WARNING of their own
         self._warned = False  # a WARNING since the last INFO: the recovery deserves one
+
+    def report(self, where: str, reason: str, now_ms: float, *, quiet: bool = False) -> None:
+        """Log a failure: at DEBUG when ``quiet`` (the client's own doing, not counted), else counted and
+        logged as ``failed`` decides."""
+        if quiet:
+            logger.debug("%s: %s", where, reason)
+            return
+        warning = self.failed(where, reason, now_ms)
+        if warning is not None:
+            logger.warning("%s", warning)
+        else:
+            logger.debug("connection to %s failed: %s", where, reason)
 
     def failed(self, where: str, reason: str, now_ms: float) -> str | None:
         """Count a failure; return the WARNING to log now, or None while the last one is recent."""

@@ -15,8 +15,8 @@ from kafka.protocol.api_message import ApiMessage
 
 from ..machines import Clock, MonotonicClock
 from ._base import Pending, Transport
-from ._connection import _HANDSHAKE_STATES, Connection, clone_error
-from ._errors import AuthenticationError, ConnectionLost, NodeNotReady, RequestTimedOut
+from ._connection import _HANDSHAKE_STATES, Connection
+from ._errors import AuthenticationError, ConnectionLost, NodeNotReady, RequestTimedOut, clone_error
 from ._settings import KafkaSettings
 from ._waker import Waker
 

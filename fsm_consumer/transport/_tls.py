@@ -3,12 +3,13 @@ failed handshake means for the user (what failed, and which setting fixes it).""
 
 from __future__ import annotations
 
+import socket
 import ssl
 from typing import Literal
 
 from ._errors import AuthenticationError, ConnectionLost
 
-__all__ = ["SslHandshakeError", "build_ssl_context", "handshake_failure", "handshake_step", "silent_listener"]
+__all__ = ["SslHandshakeError", "build_ssl_context", "handshake_failure", "handshake_step", "silent_listener", "wrap"]
 
 # OpenSSL's reasons when the peer's bytes are not TLS records at all (a plaintext listener).
 _NOT_TLS = frozenset(
@@ -90,6 +91,18 @@ def build_ssl_context(
         context.load_cert_chain(ssl_certfile, ssl_keyfile, password=ssl_password)
     context.check_hostname = ssl_check_hostname
     return context
+
+
+def wrap(raw: socket.socket, context: ssl.SSLContext, host: str, port: int, *, node_id: int) -> ssl.SSLSocket:
+    """``raw`` wrapped for a client handshake with ``host`` (run step by step by ``handshake_step``). Raises
+    ``SslHandshakeError`` when the context refuses (bad settings) and ``OSError`` for the socket."""
+    try:
+        return context.wrap_socket(raw, server_hostname=host, do_handshake_on_connect=False)
+    except (ssl.SSLError, ValueError) as exc:
+        error = SslHandshakeError(
+            f"cannot start TLS with {host}:{port}: {exc}: check the ssl_* settings or the ssl_context", node_id=node_id
+        )
+        raise error from exc
 
 
 def handshake_step(

@@ -68,7 +68,7 @@ def test_api_version_caps_every_request(make_transport, broker, make_topic):
     conn = t.connection(-1)
     assert conn is not None
     assert all(hi <= cap[key][1] for key, (_, hi) in conn.versions.broker_versions.items())
-    assert conn._api_versions_version <= cap[ApiKey.ApiVersions][1]  # the handshake was capped too
+    assert conn._handshake.api_versions_version <= cap[ApiKey.ApiVersions][1]  # the handshake was capped too
     # the release published is the broker's own, not the cap's
     assert t.broker_release == ApiVersionTable(broker.api_versions).broker_release
 

@@ -127,10 +127,20 @@ def test_latency_delays_answers_and_turns_into_timeouts_past_the_deadline(faulty
 
 def test_fail_patches_error_codes_into_real_responses(faulty, make_topic):
     node, meta = setup_topic(faulty, make_topic)
+    group = "faulty-group"
+    # a broker answers COORDINATOR_NOT_AVAILABLE itself until its offsets topic exists (Apache Kafka makes
+    # it on the first FindCoordinator): wait for a real answer before patching any
+    deadline = time.monotonic() + 30
+    while True:
+        ready = faulty.send(FindCoordinatorRequest(key=group, key_type=0, coordinator_keys=[group]), node)
+        wait(faulty, ready)
+        if ready.error is None and ready.response.coordinators[0].error_code == 0:
+            break
+        assert time.monotonic() < deadline, "the broker never found a coordinator for the group"
+        time.sleep(0.2)
     faulty.fail("Metadata", LEADER_NOT_AVAILABLE, times=1)
     faulty.fail("FindCoordinator", COORDINATOR_NOT_AVAILABLE, times=2, node=node)
     patched, normal = faulty.send(metadata(meta.name)), faulty.send(metadata(meta.name))
-    group = "faulty-group"
     coordinators = [
         faulty.send(FindCoordinatorRequest(key=group, key_type=0, coordinator_keys=[group]), node) for _ in range(3)
     ]
