@@ -12,17 +12,11 @@ from __future__ import annotations
 import logging
 
 import kafka.errors as ke
-from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
 
 from ..assignors import (
     Assignment,
-    ConsumerProtocolError,
     RebalanceProtocol,
-    Subscription,
     decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
     resolve,
 )
 from ..events import CallbackAckEvent, CallbackEvent
@@ -30,27 +24,23 @@ from ..machines import SpecMachine, shipped_spec
 from ..policy import public_error
 from ..structs import TopicPartition
 from ._base import FOREVER, Outgoing
+from ._group_requests import (
+    COORDINATOR_ERRORS,
+    FATAL,
+    FENCED,
+    MEMBER_ID_REQUIRED,
+    REBALANCE_IN_PROGRESS,
+    heard,
+    heartbeat_request,
+    join_group_request,
+    leave_group_request,
+    sync_group_request,
+)
 from ._heartbeat import HeartbeatTimer
 from ._history import MemberHistory
+from ._leader import LeaderRound, partition_counts, subscribed_topics
 
 log = logging.getLogger("fsm_consumer.membership")
-
-_COORDINATOR_ERRORS = {14, 15, 16}  # load in progress, not available, not coordinator
-_FENCED = {22, 25}  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID
-_REBALANCE_IN_PROGRESS = 27
-_MEMBER_ID_REQUIRED = 79
-_FATAL = {23, 24, 26, 30, 81, 82}  # inconsistent protocol, invalid group id, invalid session timeout,
-
-
-# group authorization, group max size, fenced instance id
-def _heard(pending, sent_at: float) -> float:
-    """When the coordinator at the earliest renewed this member's session by answering: not before the
-    request went out, nor before the engine's bound on the answer's arrival (Pending.heard_after). An
-    answer read after this process was frozen may have waited in the socket for the whole freeze: its
-    reading time would extend a lease the coordinator let run out."""
-    heard = getattr(pending, "heard_after", None)
-    return sent_at if heard is None else max(sent_at, heard)
-
 
 _ACK_TRIGGER = {"revoke": "revoke_acked", "assign": "assign_acked", "lost": "lost_acked"}
 # Which states heartbeat, which request a state sends, which acknowledgement it waits for and what a
@@ -79,7 +69,6 @@ class MembershipManager:
         self.generation = -1
         self.group_protocol: str | None = None
         self.leader_id: str | None = None
-        self._members: list = []
         self.owned: frozenset[TopicPartition] = frozenset()
         self._new: frozenset[TopicPartition] = frozenset()
         self._to_revoke: frozenset[TopicPartition] = frozenset()
@@ -88,8 +77,7 @@ class MembershipManager:
         self._revoked_this_round = False
         self._commit_on_revoke = True  # False once close(autocommit=False) began
         self._closing = False  # close() began: a completed leave does not rejoin
-        self._sync_metadata_asked: float | None = None  # when the leader asked for topics it lacked
-        self._assigned_counts: dict[str, int] | None = None  # the leader's: partitions it assigned by
+        self._round = LeaderRound(config.group_id, metadata, config.request_timeout_ms)
         self._request_in_flight = False  # a JoinGroup or SyncGroup
         self._leave_in_flight = False
         self._sent_visit = -1  # the machine visit whose request went out
@@ -266,7 +254,7 @@ class MembershipManager:
             self.rebalance_total_ms += took
             self.rebalance_started = None
         self._revoked_this_round = False
-        self._joined_counts = self._partition_counts(self._joined_topics)
+        self._joined_counts = partition_counts(self._metadata, self._joined_topics)
         # a subscription change or a new matching topic during the round is seen here, from data
         # (the topics this round joined with), not from a remembered request
         if self._subscribed_topics() != self._joined_topics:
@@ -409,12 +397,7 @@ class MembershipManager:
                 self.heartbeat.sent(now)
                 out.append(
                     Outgoing(
-                        HeartbeatRequest(
-                            group_id=self._config.group_id,
-                            generation_id=self.generation,
-                            member_id=self.member_id,
-                            group_instance_id=self._config.group_instance_id,
-                        ),
+                        heartbeat_request(self._config, self.generation, self.member_id),
                         node,
                         lambda pending, answered, sent=(self.member_id, self.generation), at=now: self._on_heartbeat(
                             pending, answered, sent, at
@@ -425,19 +408,7 @@ class MembershipManager:
         return wait, out
 
     def _subscribed_topics(self) -> tuple[str, ...]:
-        if self._subs.pattern is not None:
-            internal = self._config.exclude_internal_topics
-            return tuple(
-                sorted(
-                    t
-                    for t, info in self._metadata.topics.items()
-                    if self._subs.pattern.fullmatch(t) and not (internal and info.internal)
-                )
-            )
-        return tuple(sorted(self._subs.topics))
-
-    def _partition_counts(self, topics) -> dict[str, int]:
-        return {t: len(self._metadata.topics[t].leaders) for t in topics if t in self._metadata.topics}
+        return subscribed_topics(self._subs, self._metadata, self._config.exclude_internal_topics)
 
     def _watch_metadata(self) -> None:
         """A new topic matching the pattern, or a partition count change, means a new assignment."""
@@ -451,7 +422,7 @@ class MembershipManager:
         topics = self._subscribed_topics()
         if (
             topics != self._joined_topics
-            or self._partition_counts(topics) != self._joined_counts
+            or partition_counts(self._metadata, topics) != self._joined_counts
             or self._assignment_outdated()
         ):
             self._request_rejoin("subscribed topics or their partitions changed")
@@ -460,26 +431,7 @@ class MembershipManager:
         topics = self._subscribed_topics()
         self._joined_topics = topics
         owned = tuple(sorted(self.owned)) if self.protocol is RebalanceProtocol.COOPERATIVE else ()
-        protocols = []
-        for a in self.assignors:
-            sub = Subscription(
-                topics=topics,
-                owned_partitions=owned,
-                generation=self.generation,
-                user_data=a.subscription_user_data(topics, owned, self.generation),
-                rack=self._config.client_rack or None,
-            )
-            protocols.append(JoinGroupRequest.JoinGroupRequestProtocol(name=a.name, metadata=encode_subscription(sub)))
-        request = JoinGroupRequest(
-            group_id=self._config.group_id,
-            session_timeout_ms=self._config.session_timeout_ms,
-            rebalance_timeout_ms=self._config.max_poll_interval_ms,
-            member_id=self.member_id,
-            group_instance_id=self._config.group_instance_id,
-            protocol_type="consumer",
-            protocols=protocols,
-            reason=None,
-        )
+        request = join_group_request(self._config, self.member_id, self.generation, topics, owned, self.assignors)
         self._request_in_flight = True
         log.info(
             "group %s: JoinGroup (generation %d, owned %s)",
@@ -517,47 +469,34 @@ class MembershipManager:
             self.generation = r.generation_id
             self.group_protocol = r.protocol_name
             self.leader_id = r.leader
-            self._members = list(r.members)
-            self._assigned_counts = None  # set again by _assign if this member leads
+            self._round.joined(r.members)
             self._joined_at = now
             self.heartbeat.reset(now)
-            self.machine.restart_timer("session", _heard(pending, sent))
+            self.machine.restart_timer("session", heard(pending, sent))
             log.info(
                 "group %s: joined generation %d as %s (leader %s, %d members)",
                 self._config.group_id,
                 self.generation,
                 self.member_id,
                 self.leader_id,
-                len(self._members),
+                len(self._round.members),
             )
             self._record("joined", ())
             self.machine.fire("joined", now)
-        elif code == _MEMBER_ID_REQUIRED:
+        elif code == MEMBER_ID_REQUIRED:
             self.member_id = r.member_id
             self.machine.fire("member_id_required", now)
         else:
             self._round_failed(code, "JoinGroup")
 
     def _sync_request(self, node: int) -> list[Outgoing]:
-        assignments = []
+        assignment: dict[str, Assignment] = {}
         if self.leader_id == self.member_id:
             assignment = self._assign()
             if assignment is None:
                 return []  # waiting for metadata of topics other members subscribe to
-            assignments = [
-                SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=encode_assignment(a))
-                for m, a in sorted(assignment.items())
-            ]
         self._request_in_flight = True
-        request = SyncGroupRequest(
-            group_id=self._config.group_id,
-            generation_id=self.generation,
-            member_id=self.member_id,
-            group_instance_id=self._config.group_instance_id,
-            protocol_type="consumer",
-            protocol_name=self.group_protocol,
-            assignments=assignments,
-        )
+        request = sync_group_request(self._config, self.generation, self.member_id, self.group_protocol, assignment)
         visit, sent = self.machine.visit, self.machine.now
         return [Outgoing(request, node, lambda pending, now: self._on_sync(pending, now, visit, sent))]
 
@@ -569,47 +508,11 @@ class MembershipManager:
             )
             self.machine.fire("fatal_error")
             return None
-        subscriptions = {}
-        for m in self._members:
-            data = m.metadata if isinstance(m.metadata, bytes) else bytes(m.metadata)
-            try:  # static members (group_instance_id) are ordered first by the assignors
-                subscriptions[m.member_id] = decode_subscription(data, group_instance_id=m.group_instance_id)
-            except ConsumerProtocolError as exc:
-                log.error(
-                    "group %s: member %s sent a subscription that cannot be read (%s); it gets no partitions",
-                    self._config.group_id,
-                    m.member_id,
-                    exc,
-                )
-                subscriptions[m.member_id] = Subscription(topics=())
-        topics = {t for s in subscriptions.values() for t in s.topics}
-        missing = {t for t in topics if t not in self._metadata.topics}
-        if missing:
-            # wait for an answer that came after the ask (a prompt JoinGroup can beat the first Metadata
-            # answer): a topic still missing then does not exist; the wait is bounded all the same
-            now = self.machine.now
-            if self._sync_metadata_asked is None:
-                self._sync_metadata_asked = now
-                self._metadata.request_update(missing)
-                return None
-            if (
-                self._metadata.refreshed_at <= self._sync_metadata_asked
-                and now - self._sync_metadata_asked < self._config.request_timeout_ms
-            ):
-                return None
-        self._sync_metadata_asked = None
-        counts = {t: len(self._metadata.topics[t].leaders) for t in topics if t in self._metadata.topics}
-        # what this assignment was made from: metadata that differs later means a new one (Java's
-        # assignment snapshot), also when it changed while the round was still under way
-        self._assigned_counts = {t: counts.get(t, 0) for t in topics}
-        return assignor.assign(counts, subscriptions)
+        return self._round.assign(assignor, self.machine.now)
 
     def _assignment_outdated(self) -> bool:
         """The leader's: the group's topics now have other partition counts than it assigned by."""
-        if self._assigned_counts is None or self.leader_id != self.member_id:
-            return False
-        now = self._partition_counts(self._assigned_counts)
-        return any(now.get(t, 0) != n for t, n in self._assigned_counts.items())
+        return self.leader_id == self.member_id and self._round.outdated()
 
     def _on_sync(self, pending, now: float, visit: int, sent: float) -> None:
         code = self._round_answer(pending, visit)
@@ -629,23 +532,23 @@ class MembershipManager:
             for a in self.assignors:
                 if a.name == self.group_protocol:
                     a.on_assignment(assignment, self.generation)
-            self.machine.restart_timer("session", _heard(pending, sent))
+            self.machine.restart_timer("session", heard(pending, sent))
             self.machine.fire("synced", now)
         else:
             self._round_failed(code, "SyncGroup")
 
     def _round_failed(self, code: int, what: str) -> None:
         """A JoinGroup or SyncGroup error: fenced, fatal, or retried after join_backoff."""
-        if code in _FENCED:
+        if code in FENCED:
             log.info(
                 "group %s: %s says this member is fenced: %s", self._config.group_id, what, ke.for_code(code).__name__
             )
             self.machine.fire("fenced_error")
-        elif code in _FATAL:
+        elif code in FATAL:
             self._fail(code, what)
         else:
             log.info("group %s: %s failed: %s", self._config.group_id, what, ke.for_code(code).__name__)
-            if code in _COORDINATOR_ERRORS:
+            if code in COORDINATOR_ERRORS:
                 self._coordinator.mark_unknown()
             self.machine.fire("join_failed")
 
@@ -661,15 +564,15 @@ class MembershipManager:
             return
         code = pending.response.error_code
         self.heartbeat.answered(now, ok=code == 0)
-        if code in (0, _REBALANCE_IN_PROGRESS):
+        if code in (0, REBALANCE_IN_PROGRESS):
             # the coordinator holds this member's session (Java counts a rebalance answer too)
-            self.machine.restart_timer("session", _heard(pending, sent_at))
+            self.machine.restart_timer("session", heard(pending, sent_at))
         if code == 0:
             return
-        if code == _REBALANCE_IN_PROGRESS:
+        if code == REBALANCE_IN_PROGRESS:
             log.info("group %s: heartbeat says the group rebalances (state %s)", self._config.group_id, state)
             self.machine.fire("rejoin_needed", now)  # ignored mid-round: the next heartbeat says it again
-        elif code in _FENCED:
+        elif code in FENCED:
             log.info(
                 "group %s: heartbeat says this member is fenced: %s (state %s)",
                 self._config.group_id,
@@ -677,23 +580,13 @@ class MembershipManager:
                 state,
             )
             self.machine.fire("fenced_error", now)
-        elif code in _FATAL:
+        elif code in FATAL:
             self._fail(code, "Heartbeat")
-        elif code in _COORDINATOR_ERRORS:
+        elif code in COORDINATOR_ERRORS:
             self._coordinator.mark_unknown()
 
     def _leave_request(self, node: int) -> Outgoing:
-        request = LeaveGroupRequest(
-            group_id=self._config.group_id,
-            member_id=self.member_id,
-            members=[
-                LeaveGroupRequest.MemberIdentity(
-                    member_id=self.member_id,
-                    group_instance_id=self._config.group_instance_id,
-                    reason="the consumer is leaving",
-                )
-            ],
-        )
+        request = leave_group_request(self._config, self.member_id)
         self._leave_in_flight = True
         log.info("group %s: LeaveGroup as %s (state %s)", self._config.group_id, self.member_id, self.machine.state)
         return Outgoing(
