@@ -1,0 +1,305 @@
+"""The group protocol's exchange for one member: which request its membership state asks for (the spec's
+``request`` and ``heartbeat`` attributes) and when it may go, and what each answer means for the member.
+
+``GroupExchange.poll(now)`` is the membership manager's ``poll``: it returns ``(wait, requests)``, and each
+answer's handler fires the member's triggers. The member (``MembershipManager``, the model of
+specs/membership.yaml) holds who it is in the group and what it owns; this holds what is in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kafka.errors as ke
+
+from ..assignors import Assignment, RebalanceProtocol, decode_assignment
+from ._base import FOREVER, Outgoing
+from ._group_requests import (
+    COORDINATOR_ERRORS,
+    FATAL,
+    FENCED,
+    MEMBER_ID_REQUIRED,
+    REBALANCE_IN_PROGRESS,
+    heard,
+    heartbeat_request,
+    join_group_request,
+    leave_group_request,
+    sync_group_request,
+)
+from ._leader import LeaderRound, partition_counts
+
+log = logging.getLogger("fsm_consumer.membership")
+
+
+class GroupExchange:
+    """The requests in flight for one member, the round's leader data, and when the next may go."""
+
+    def __init__(self, member: Any) -> None:
+        self.m = member  # the MembershipManager (typed loosely: importing it here would make a cycle)
+        config = member._config
+        self._round = LeaderRound(config.group_id, member._metadata, config.request_timeout_ms)
+        self._request_in_flight = False  # a JoinGroup or SyncGroup
+        self.leave_in_flight = False
+        self._sent_visit = -1  # the machine visit whose request went out
+        self.sync_not_before = 0.0
+        self.join_not_before = 0.0
+        self.joined_at = 0.0  # when this round's JoinGroup was answered
+        self._metadata_version = -1
+
+    def poll(self, now: float) -> tuple[float, list[Outgoing]]:
+        m = self.m
+        # the collector hands out records only within the session (see SubscriptionState.lease_until)
+        lease = m.machine.timer_deadline("session")
+        m._subs.lease_until = FOREVER if lease is None else lease
+        state = m.machine.state
+        if state in ("unjoined", "fatal"):
+            return FOREVER, []
+        wait = FOREVER
+        self._watch_metadata()
+        state = m.machine.state
+        request = m.machine.attribute("request")
+        if request == "none" or self._sent_visit == m.machine.visit:
+            request = None  # this visit's request went out already
+        if request == "leave" and not m._leave_needed():
+            request = None
+        heartbeats = m.machine.attribute("heartbeat") == "send"
+        node = m._coordinator.node
+        out: list[Outgoing] = []
+        if node is None:
+            if request is not None or heartbeats:
+                m._coordinator.needed()
+                if request == "leave" and state == "stale":
+                    self._sent_visit = m.machine.visit  # best effort only: no coordinator, no leave
+            return wait, out
+        if request == "join":
+            if now < self.join_not_before:
+                wait = min(wait, self.join_not_before - now)
+            elif not self._request_in_flight:
+                self._sent_visit = m.machine.visit
+                out.append(self._join_request(node))
+        elif request == "sync" and not self._request_in_flight:
+            if now < self.sync_not_before:
+                wait = min(wait, self.sync_not_before - now)
+            else:
+                out.extend(self._sync_request(node))
+                if out:
+                    self._sent_visit = m.machine.visit
+        elif request == "leave":
+            # not held behind a JoinGroup in flight: leaving must not wait out a rebalance
+            self._sent_visit = m.machine.visit
+            out.append(self._leave_request(node))
+        if heartbeats and m.generation >= 0:
+            if m.heartbeat.due(now):
+                m.heartbeat.sent(now)
+                out.append(
+                    Outgoing(
+                        heartbeat_request(m._config, m.generation, m.member_id),
+                        node,
+                        lambda pending, answered, sent=(m.member_id, m.generation), at=now: self._on_heartbeat(
+                            pending, answered, sent, at
+                        ),
+                    )
+                )
+            wait = min(wait, m.heartbeat.wait(now))
+        return wait, out
+
+    def _watch_metadata(self) -> None:
+        """A new topic matching the pattern, or a partition count change, means a new assignment."""
+        m = self.m
+        if m._metadata.version == self._metadata_version or m.machine.state == "leaving":
+            return
+        self._metadata_version = m._metadata.version
+        if m._subs.pattern is not None:
+            m._metadata.all_topics_wanted = True
+        if m.machine.state != "stable":
+            return
+        topics = m._subscribed_topics()
+        if (
+            topics != m._joined_topics
+            or partition_counts(m._metadata, topics) != m._joined_counts
+            or self.assignment_outdated()
+        ):
+            m._request_rejoin("subscribed topics or their partitions changed")
+
+    def _join_request(self, node: int) -> Outgoing:
+        m = self.m
+        topics = m._subscribed_topics()
+        m._joined_topics = topics
+        owned = tuple(sorted(m.owned)) if m.protocol is RebalanceProtocol.COOPERATIVE else ()
+        request = join_group_request(m._config, m.member_id, m.generation, topics, owned, m.assignors)
+        self._request_in_flight = True
+        log.info(
+            "group %s: JoinGroup (generation %d, owned %s)",
+            m._config.group_id,
+            m.generation,
+            sorted(tp.partition for tp in owned),
+        )
+        # the coordinator holds JoinGroup until the group rebalances: allow the rebalance timeout
+        timeout = max(m._config.request_timeout_ms, m._config.max_poll_interval_ms + 5000)
+        visit, sent = m.machine.visit, m.machine.now
+        return Outgoing(
+            request, node, lambda pending, now: self._on_join(pending, now, visit, sent), timeout_ms=timeout
+        )
+
+    def _round_answer(self, pending, visit: int) -> int | None:
+        """The error code of a JoinGroup or SyncGroup answer; None when there is nothing to do (the
+        machine has left the visit that sent it, or the request failed and the round is retried after
+        join_backoff)."""
+        m = self.m
+        self._request_in_flight = False
+        if m.machine.visit != visit:
+            return None
+        if pending.error is not None:
+            m._coordinator.mark_unknown()
+            m.machine.fire("join_failed")
+            return None
+        return pending.response.error_code
+
+    def _on_join(self, pending, now: float, visit: int, sent: float) -> None:
+        m = self.m
+        code = self._round_answer(pending, visit)
+        if code is None:
+            return
+        r = pending.response
+        if code == 0:
+            m.member_id = r.member_id
+            m.generation = r.generation_id
+            m.group_protocol = r.protocol_name
+            m.leader_id = r.leader
+            self._round.joined(r.members)
+            self.joined_at = now
+            m.heartbeat.reset(now)
+            m.machine.restart_timer("session", heard(pending, sent))
+            log.info(
+                "group %s: joined generation %d as %s (leader %s, %d members)",
+                m._config.group_id,
+                m.generation,
+                m.member_id,
+                m.leader_id,
+                len(self._round.members),
+            )
+            m._record("joined", ())
+            m.machine.fire("joined", now)
+        elif code == MEMBER_ID_REQUIRED:
+            m.member_id = r.member_id
+            m.machine.fire("member_id_required", now)
+        else:
+            self._round_failed(code, "JoinGroup")
+
+    def _sync_request(self, node: int) -> list[Outgoing]:
+        m = self.m
+        assignment: dict[str, Assignment] = {}
+        if m.leader_id == m.member_id:
+            assignment = self._assign()
+            if assignment is None:
+                return []  # waiting for metadata of topics other members subscribe to
+        self._request_in_flight = True
+        request = sync_group_request(m._config, m.generation, m.member_id, m.group_protocol, assignment)
+        visit, sent = m.machine.visit, m.machine.now
+        return [Outgoing(request, node, lambda pending, now: self._on_sync(pending, now, visit, sent))]
+
+    def _assign(self) -> dict[str, Assignment] | None:
+        m = self.m
+        assignor = next((a for a in m.assignors if a.name == m.group_protocol), None)
+        if assignor is None:
+            m.fatal = ke.InconsistentGroupProtocolError(
+                f"the group chose {m.group_protocol!r}, which this member does not offer"
+            )
+            m.machine.fire("fatal_error")
+            return None
+        return self._round.assign(assignor, m.machine.now)
+
+    def assignment_outdated(self) -> bool:
+        """The leader's: the group's topics now have other partition counts than it assigned by."""
+        m = self.m
+        return m.leader_id == m.member_id and self._round.outdated()
+
+    def _on_sync(self, pending, now: float, visit: int, sent: float) -> None:
+        m = self.m
+        code = self._round_answer(pending, visit)
+        if code is None:
+            return
+        r = pending.response
+        if code == 0:
+            data = r.assignment
+            assignment = decode_assignment(bytes(data) if data is not None else b"")
+            m._new = frozenset(assignment.partitions)
+            log.info(
+                "group %s: generation %d assigns %s",
+                m._config.group_id,
+                m.generation,
+                sorted(tp.partition for tp in m._new),
+            )
+            for a in m.assignors:
+                if a.name == m.group_protocol:
+                    a.on_assignment(assignment, m.generation)
+            m.machine.restart_timer("session", heard(pending, sent))
+            m.machine.fire("synced", now)
+        else:
+            self._round_failed(code, "SyncGroup")
+
+    def _round_failed(self, code: int, what: str) -> None:
+        """A JoinGroup or SyncGroup error: fenced, fatal, or retried after join_backoff."""
+        m = self.m
+        if code in FENCED:
+            log.info(
+                "group %s: %s says this member is fenced: %s", m._config.group_id, what, ke.for_code(code).__name__
+            )
+            m.machine.fire("fenced_error")
+        elif code in FATAL:
+            m._fail(code, what)
+        else:
+            log.info("group %s: %s failed: %s", m._config.group_id, what, ke.for_code(code).__name__)
+            if code in COORDINATOR_ERRORS:
+                m._coordinator.mark_unknown()
+            m.machine.fire("join_failed")
+
+    def _on_heartbeat(self, pending, now: float, sent: tuple[str, int], sent_at: float) -> None:
+        m = self.m
+        state = m.machine.state
+        if sent != (m.member_id, m.generation) or m.machine.attribute("heartbeat") != "send":
+            # an answer about a membership this member has already left behind (Java: generationUnchanged)
+            log.debug("group %s: stale heartbeat answer ignored (state %s)", m._config.group_id, state)
+            return
+        if pending.error is not None:
+            m.heartbeat.answered(now, ok=False)
+            m._coordinator.mark_unknown()
+            return
+        code = pending.response.error_code
+        m.heartbeat.answered(now, ok=code == 0)
+        if code in (0, REBALANCE_IN_PROGRESS):
+            # the coordinator holds this member's session (Java counts a rebalance answer too)
+            m.machine.restart_timer("session", heard(pending, sent_at))
+        if code == 0:
+            return
+        if code == REBALANCE_IN_PROGRESS:
+            log.info("group %s: heartbeat says the group rebalances (state %s)", m._config.group_id, state)
+            m.machine.fire("rejoin_needed", now)  # ignored mid-round: the next heartbeat says it again
+        elif code in FENCED:
+            log.info(
+                "group %s: heartbeat says this member is fenced: %s (state %s)",
+                m._config.group_id,
+                ke.for_code(code).__name__,
+                state,
+            )
+            m.machine.fire("fenced_error", now)
+        elif code in FATAL:
+            m._fail(code, "Heartbeat")
+        elif code in COORDINATOR_ERRORS:
+            m._coordinator.mark_unknown()
+
+    def _leave_request(self, node: int) -> Outgoing:
+        m = self.m
+        request = leave_group_request(m._config, m.member_id)
+        self.leave_in_flight = True
+        log.info("group %s: LeaveGroup as %s (state %s)", m._config.group_id, m.member_id, m.machine.state)
+        return Outgoing(request, node, lambda pending, now, visit=m.machine.visit: self._on_leave(pending, now, visit))
+
+    def _on_leave(self, pending, now: float, visit: int) -> None:
+        m = self.m
+        self.leave_in_flight = False
+        code = pending.response.error_code if pending.error is None else None
+        log.info("group %s: LeaveGroup answered: %s", m._config.group_id, pending.error or ke.for_code(code).__name__)
+        if m.machine.state == "leaving" and m.machine.visit == visit:
+            m.machine.fire("left", now)
