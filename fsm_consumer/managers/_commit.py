@@ -29,13 +29,14 @@ import logging
 import math
 from collections import defaultdict
 
-from kafka.protocol.consumer import OffsetCommitRequest, OffsetFetchRequest
+from kafka.protocol.consumer import OffsetCommitRequest
 
 from ..errors import CommitFailedError, KafkaTimeoutError, RebalanceInProgressError
 from ..events import CallbackEvent, CommitEvent, FetchCommittedEvent
 from ..policy import Action, Backoffs, classify, public_error
 from ..structs import OffsetAndMetadata, TopicPartition
 from ._base import FOREVER, Outgoing, error_of
+from ._committed import CommittedOffsets
 
 log = logging.getLogger("fsm_consumer.commit")
 
@@ -107,12 +108,10 @@ class CommitManager:
         self._held = held
         self.membership = None  # set in group mode: generation and member id
         self._queue: list[_Commit] = []
-        self._lookups: list[FetchCommittedEvent] = []
-        self._fetching: set[TopicPartition] = set()
         # a failing commit, lookup or partition is retried a few times a second at most (the error policy)
-        self._retries = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)  # per commit / lookup
-        self._positions = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)  # per partition
-        self._holding: set = set()  # held-error keys this manager holds
+        self._retries = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)  # per commit
+        # OffsetFetch: the committed offsets of new partitions, and the user's committed() lookups
+        self._committed = CommittedOffsets(config, subscription, coordinator, held, lambda: self.membership)
         self._next_auto = math.inf
         self._last_auto: dict[TopicPartition, int] = {}
         self._closing = False
@@ -230,7 +229,7 @@ class CommitManager:
         )
 
     def on_fetch_committed(self, event: FetchCommittedEvent, now: float) -> None:
-        self._lookups.append(event)
+        self._committed.on_fetch_committed(event)
 
     def begin_close(self, autocommit: bool) -> None:
         self._closing = True
@@ -251,13 +250,8 @@ class CommitManager:
             self._auto_commit(now)
         if not math.isinf(self._next_auto):
             wait = min(wait, max(0.0, self._next_auto - now))
-        awaiting = self._subs.awaiting_committed()
-        self._release_unneeded(awaiting)
-        # held (GROUP/TOPIC_AUTHORIZATION_FAILED): not asked again while the user has not acted
-        need_committed = {tp for tp in awaiting - self._fetching if not self._denied(tp)}
-        self._lookups = [e for e in self._lookups if not self._dropped(e)]
-        has_work = bool(self._queue or self._lookups or need_committed)
-        if not has_work:
+        fetching = self._committed.has_work()  # also releases held errors no partition waits under
+        if not self._queue and not fetching:
             return wait, []
         node = self._coordinator.node
         if node is None:
@@ -295,38 +289,8 @@ class CommitManager:
                     max_version=9,
                 )
             )
-        ready = set()
-        for tp in need_committed:
-            later = self._positions.wait(tp, now)
-            if later:
-                wait = min(wait, later)
-            else:
-                ready.add(tp)
-        if ready:
-            self._fetching |= ready
-            out.append(
-                Outgoing(
-                    self._fetch_request(ready),
-                    node,
-                    lambda p, n, tps=frozenset(ready): self._on_positions(p, n, tps),
-                    max_version=7,
-                )
-            )
-        for event in list(self._lookups):
-            later = self._retries.wait(event, now)
-            if later:
-                wait = min(wait, later)
-                continue
-            self._lookups.remove(event)
-            out.append(
-                Outgoing(
-                    self._fetch_request(event.partitions),
-                    node,
-                    lambda p, n, ev=event: self._on_lookup(p, n, ev),
-                    max_version=7,
-                )
-            )
-        return wait, out
+        later, asks = self._committed.requests(now, node)
+        return min(wait, later), out + asks
 
     def _expire(self, now: float) -> None:
         for commit in list(self._queue):
@@ -480,157 +444,6 @@ class CommitManager:
             )
         commit.on_done(error)
 
-    def _fetch_request(self, partitions) -> OffsetFetchRequest:
-        topics: dict[str, list[int]] = defaultdict(list)
-        for tp in partitions:
-            topics[tp.topic].append(tp.partition)
-        return OffsetFetchRequest(
-            group_id=self._config.group_id,
-            require_stable=True,
-            topics=[
-                OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=sorted(ps))
-                for t, ps in topics.items()
-            ],
-        )
-
-    @staticmethod
-    def _committed(response, partitions) -> tuple[dict, dict]:
-        """(tp -> OffsetAndMetadata or None, tp -> error code); a group-level code applies to all."""
-        found: dict = {}
-        errors: dict = {}
-        top = getattr(response, "error_code", 0)
-        for t in response.topics:
-            for p in t.partitions:
-                tp = TopicPartition(t.name, p.partition_index)
-                if p.error_code or top:
-                    errors[tp] = p.error_code or top
-                    continue
-                found[tp] = (
-                    None
-                    if p.committed_offset < 0
-                    else OffsetAndMetadata(
-                        p.committed_offset, p.metadata or "", getattr(p, "committed_leader_epoch", -1)
-                    )
-                )
-        if top:
-            errors.update({tp: top for tp in partitions if tp not in errors})
-        return found, errors
-
-    # -- committed offsets as starting positions ----------------------------------------------------------
-    def _on_positions(self, pending, now: float, partitions) -> None:
-        self._fetching -= partitions
-        if pending.error is not None:
-            self._coordinator.mark_unknown()
-            for tp in partitions:
-                self._positions.failed(tp, now)
-            return
-        found, errors = self._committed(pending.response, partitions)
-        for tp in partitions:
-            if tp in found:
-                self._positions.succeeded(tp)
-                om = found[tp]
-                self._subs.set_committed_position(
-                    tp, None if om is None else om.offset, -1 if om is None else om.leader_epoch
-                )
-            else:  # in errors, or left out of the answer: asked again after a backoff
-                self._positions.failed(tp, now)
-        by_code: dict[int, list[TopicPartition]] = defaultdict(list)
-        for tp, code in errors.items():
-            if tp in partitions:
-                by_code[code].append(tp)
-        for code, tps in by_code.items():
-            action = classify(code)
-            if action is Action.REDISCOVER and code != _LOADING:
-                self._coordinator.mark_unknown()
-            elif action is Action.FATAL:
-                self._deny(code, tps)
-
-    def _deny(self, code: int, tps) -> None:
-        """Hold what the user must fix; the partitions are not asked for again while it is held."""
-        group = self._config.group_id
-        if code == _GROUP_AUTHORIZATION_FAILED:
-            held = [(("group",), public_error(code, f"OffsetFetch of the committed offsets of group {group!r}"))]
-        elif code == _TOPIC_AUTHORIZATION_FAILED:
-            held = [
-                (
-                    ("topic", t),
-                    public_error(code, f"OffsetFetch of the committed offsets of topic {t!r} (group {group!r})"),
-                )
-                for t in sorted({tp.topic for tp in tps})
-            ]
-        else:
-            held = [
-                (
-                    ("partition", tp),
-                    public_error(code, f"OffsetFetch of the committed offset (group {group!r})", partitions=[tp]),
-                )
-                for tp in tps
-            ]
-        for key, error in held:
-            if self._held.holds(key):
-                continue  # another manager's error for the same thing (membership's fatal error): kept
-            self._held.hold(key, error)
-            self._holding.add(key)
-            log.warning("%s", error)
-
-    def _denied(self, tp: TopicPartition) -> bool:
-        held = self._held
-        return held.holds(("group",)) or held.holds(("topic", tp.topic)) or held.holds(("partition", tp))
-
-    def _release_unneeded(self, awaiting) -> None:
-        """Release this manager's held errors once no partition waits for its committed offset under
-        them (the user sought or gave them up); the membership's own fatal error is never touched."""
-        for key in list(self._holding):
-            if not self._held.holds(key):
-                self._holding.discard(key)  # released by someone else (a seek, a Metadata answer)
-            elif not any(_covers(key, tp) for tp in awaiting):
-                m = self.membership
-                if key == ("group",) and m is not None and m.machine.attribute("commit") == "fatal":
-                    self._holding.discard(key)  # now the membership's: raised until close()
-                    continue
-                self._held.release(key)
-                self._holding.discard(key)
-
-    # -- committed() -----------------------------------------------------------------------------------
-    def _dropped(self, event: FetchCommittedEvent) -> bool:
-        if event.future is not None and event.future.done:  # timed out meanwhile
-            self._retries.succeeded(event)
-            return True
-        return False
-
-    def _on_lookup(self, pending, now: float, event: FetchCommittedEvent) -> None:
-        if event.future.done:
-            self._retries.succeeded(event)
-            return
-        if pending.error is not None:
-            self._coordinator.mark_unknown()
-            self._retry_lookup(event, now, pending.error)
-            return
-        found, errors = self._committed(pending.response, event.partitions)
-        errors = {tp: code for tp, code in errors.items() if tp in event.partitions}
-        if not errors:
-            self._retries.succeeded(event)
-            event.complete({tp: found.get(tp) for tp in event.partitions})
-            return
-        code = next(
-            (c for c in errors.values() if classify(c) in (Action.FATAL, Action.RESET, Action.FENCED)),
-            next(iter(errors.values())),
-        )
-        action = classify(code)
-        if action in (Action.FATAL, Action.RESET, Action.FENCED):  # the user's to fix: never retried
-            self._retries.succeeded(event)
-            tps = None if code == _GROUP_AUTHORIZATION_FAILED else [tp for tp, c in errors.items() if c == code]
-            event.fail(public_error(code, f"OffsetFetch for group {self._config.group_id!r}", partitions=tps))
-            return
-        if action is Action.REDISCOVER and code != _LOADING:
-            self._coordinator.mark_unknown()
-        self._retry_lookup(event, now, error_of(code)("OffsetFetch"))
-
-    def _retry_lookup(self, event: FetchCommittedEvent, now: float, error: BaseException) -> None:
-        event.cause = f"last error {_name(error)}"
-        self._retries.failed(event, now)
-        self._lookups.append(event)  # asked again after its backoff, until the event's deadline
-
 
 def _worst(failed: dict[int, list]) -> int:
     """The code that decides a commit: a moved generation, then what the user must fix, then the rest."""
@@ -641,8 +454,3 @@ def _worst(failed: dict[int, list]) -> int:
         return 1 if classify(code) in (Action.FATAL, Action.RESET, Action.FENCED) else 2
 
     return min(failed, key=rank)
-
-
-def _covers(key, tp: TopicPartition) -> bool:
-    kind = key[0]
-    return kind == "group" or (kind == "topic" and key[1] == tp.topic) or (kind == "partition" and key[1] == tp)

@@ -2,20 +2,18 @@
 
 This is who the member is in the group (member id, generation, what it owns) and what it does on the
 spec's transitions. JoinGroup, SyncGroup, Heartbeat and LeaveGroup are sent from ``poll(now)`` by its
-``GroupExchange`` (_group_exchange.py); their answers fire the spec's triggers. Rebalance callbacks run on the application thread: the hooks post them as
-background events and the machine waits in revoking_partitions / assigning_partitions / fenced
-for the acknowledgement, which comes back as a CallbackAckEvent carrying the request's token (a
-late acknowledgement of an abandoned callback has a stale token and is ignored).
+``GroupExchange`` (_group_exchange.py); their answers fire the spec's triggers. Rebalance callbacks run
+on the application thread: the hooks post them as background events and the machine waits in
+revoking_partitions / assigning_partitions / fenced for the acknowledgement, which comes back as a
+CallbackAckEvent carrying the request's token (a late acknowledgement of an abandoned callback has a
+stale token and is ignored).
 """
 
 from __future__ import annotations
 
 import logging
 
-from ..assignors import (
-    RebalanceProtocol,
-    resolve,
-)
+from ..assignors import RebalanceProtocol, resolve
 from ..events import CallbackAckEvent, CallbackEvent
 from ..machines import SpecMachine, shipped_spec
 from ..policy import public_error

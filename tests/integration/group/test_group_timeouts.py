@@ -88,7 +88,18 @@ def test_revocation_callback_slower_than_its_timeout(broker, make_topic, members
 
 def test_coordinator_blackholed_then_back(broker, make_topic, produce, members):
     topic = make_topic(partitions=2)
-    m = members(broker.bootstrap_servers, f"g-{topic}", topic, "cut-off", faulty=True, request_timeout_ms=1000)
+    # a session longer than the outage below: past it the member counts its partitions as lost (its lease,
+    # issue 23: test_a_rejoin_held_past_the_session_loses_its_partitions), and here it must keep them; a
+    # 3 s session ran out in a loaded CI run before the records came
+    m = members(
+        broker.bootstrap_servers,
+        f"g-{topic}",
+        topic,
+        "cut-off",
+        faulty=True,
+        request_timeout_ms=1000,
+        session_timeout_ms=10000,
+    )
     _stable_with(m, 2)
     m.faults.blackhole(coordinator_node(broker))
     wait_until(lambda: "coordinator_lost" in m.background_triggers(), 10, "the coordinator to be given up")
