@@ -13,16 +13,13 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from kafka.structs import ConsumerGroupMetadata, MemberState, OffsetAndTimestamp
+from kafka.structs import OffsetAndTimestamp
 
 from .._config import ConsumerConfig
-from .._metrics import Metrics, kafka_python_view
-from ..engine import ApplicationEventProcessor, BackgroundLifecycle, NetworkThread
+from .._metrics import kafka_python_view
 from ..errors import ConsumerClosedError, KafkaTimeoutError, NoOffsetForPartitionError, WakeupException
 from ..events import (
-    ApplicationEventQueue,
     AssignmentChangedEvent,
-    BackgroundEventQueue,
     BootstrapEvent,
     CallbackEvent,
     CloseEvent,
@@ -33,35 +30,14 @@ from ..events import (
     TopicMetadataEvent,
 )
 from ..fetch import ConsumerRecord, OffsetAndMetadata, TopicPartition
-from ..fetch._buffer import FetchBuffer
-from ..fetch._collector import FetchCollector
-from ..machines import MonotonicClock, SpecMachine, shipped_spec
-from ..managers import FetchManager, MetadataManager, OffsetsManager, SelfAssignManager
-from ..state import HeldErrors, SubscriptionState
-from ..transport._kafka import KafkaTransport
-from ._group import GroupParts
+from ..machines import MonotonicClock
+from ._arguments import checked_timestamps
+from ._arguments import topic_partition as _tp
 from ._group_api import GroupApi, check_subscription
+from ._wiring import wire
 
 _EARLIEST, _LATEST = -2, -1
-# kafka-python's three member states, from the membership spec's states
-_MEMBER_STATES = {
-    "stable": MemberState.STABLE,
-    "unjoined": MemberState.UNJOINED,
-    "fatal": MemberState.UNJOINED,
-    "fenced": MemberState.UNJOINED,
-    "stale": MemberState.UNJOINED,
-}
 _log = logging.getLogger("fsm_consumer.consumer")
-
-
-def _tp(value: Any) -> TopicPartition:
-    try:
-        topic, partition = value
-    except (TypeError, ValueError):
-        raise TypeError(f"expected a TopicPartition (topic, partition), got {value!r}") from None
-    if not isinstance(topic, str) or isinstance(partition, bool) or not isinstance(partition, int):
-        raise TypeError(f"expected a TopicPartition (topic: str, partition: int), got {value!r}")
-    return TopicPartition(topic, partition)
 
 
 class Consumer(GroupApi):
@@ -75,62 +51,12 @@ class Consumer(GroupApi):
         self._closed = self._closing = False
         self._woken = threading.Event()
         self._iterator: Iterator[ConsumerRecord] | None = None
-        self._metrics = metrics = Metrics()
-        self._subs = subs = SubscriptionState(config.auto_offset_reset, notify=self._signal.set)
-        self._held = held = HeldErrors()  # what the user must act on: raised by poll() and blocking calls
-        self._app_queue = ApplicationEventQueue()
-        self._bg_queue = bg = BackgroundEventQueue(self._signal)
-        self._buffer = buffer = FetchBuffer(config.fetch_buffer_max_bytes, on_data=self._signal.set)
-        self._transport = transport = transport or KafkaTransport(config, clock=clock)
-        self._app_queue.bind_waker(transport.wakeup)
-        self._metadata = metadata = MetadataManager(
-            config, subs.topics_needed, held, getattr(transport, "node_states", None)
-        )
-        offsets = OffsetsManager(config, subs, metadata, bg, held)
-        fetch = FetchManager(config, subs, metadata, buffer, held, metrics)
-        self._lifecycle = lifecycle = BackgroundLifecycle()
-        # no clock: the loop ticks it with its `now` before anything fires (only the engine reads time)
-        machine = SpecMachine(
-            shipped_spec("background"), lifecycle, config=config, instance=config.client_id, now=clock.now_ms()
-        )
-        lifecycle.machine = self._background_machine = machine
-        processor = ApplicationEventProcessor(
-            metadata=metadata, offsets=offsets, lifecycle=lifecycle, machine=machine, subscription=subs
-        )
-        self._collector = FetchCollector(config, subs, buffer, transport.wakeup, metrics, clock)
-        self._group = group = (
-            GroupParts(
-                config,
-                subscription=subs,
-                metadata=metadata,
-                lifecycle=lifecycle,
-                background_machine=machine,
-                background_events=bg,
-                app_queue=self._app_queue,
-                processor=processor,
-                metrics=metrics,
-                held=held,
-            )
-            if config.group_id
-            else None
-        )
-        own = [SelfAssignManager(config, subs, metadata)] if group is None else []
-        self._thread = NetworkThread(
-            name=f"fsm-consumer-network-{config.client_id}",
-            clock=clock,
-            transport=transport,
-            managers=[metadata, *own, *(group.managers if group else ()), offsets, fetch],
-            processor=processor,
-            machine=machine,
-            lifecycle=lifecycle,
-            app_queue=self._app_queue,
-            background_queue=bg,
-            metadata=metadata,
-            metrics=metrics,
-            held=held,
-            extra_machines=[group.membership.machine] if group else (),
-            broker_sources=[group.coordinator] if group else (),
-        )
+        parts = wire(config, transport, clock, self._signal)
+        self._metrics, self._subs, self._held = parts.metrics, parts.subs, parts.held
+        self._app_queue, self._bg_queue, self._buffer = parts.app_queue, parts.bg_queue, parts.buffer
+        self._transport, self._metadata, self._collector = parts.transport, parts.metadata, parts.collector
+        self._lifecycle, self._background_machine = parts.lifecycle, parts.background_machine
+        self._group, self._thread = parts.group, parts.thread
         self._thread.start()
         try:
             if subscription is not None:
@@ -470,12 +396,7 @@ class Consumer(GroupApi):
     def offsets_for_times(
         self, timestamps: dict, timeout_ms: float | None = None
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        checked = {}
-        for p, ts in timestamps.items():
-            if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
-                raise ValueError(f"timestamp for {p} must be an integer >= 0 (ms), got {ts!r}")
-            checked[_tp(p)] = ts
-        found = self._list_offsets(checked, timeout_ms, "offsets_for_times")
+        found = self._list_offsets(checked_timestamps(timestamps), timeout_ms, "offsets_for_times")
         return {tp: (None if v is None else OffsetAndTimestamp(*v)) for tp, v in found.items()}
 
     # -- metadata ------------------------------------------------------------------------------------------
@@ -491,19 +412,6 @@ class Consumer(GroupApi):
         return set(found.get(topic, ()))
 
     # -- the rest --------------------------------------------------------------------------------------------
-    def group_metadata(self) -> ConsumerGroupMetadata:
-        """kafka-python's snapshot of the membership: group id, generation, member id, instance id, state."""
-        if self._group is None:
-            return ConsumerGroupMetadata(group_id=None)
-        m = self._group.membership
-        return ConsumerGroupMetadata(
-            self.config.group_id,
-            m.generation,
-            m.member_id,
-            self.config.group_instance_id,
-            _MEMBER_STATES.get(m.machine.state, MemberState.REBALANCING),
-        )
-
     def metrics(self, raw: bool = False) -> dict:
         """kafka-python 3.0's metrics(): metric group -> {metric name -> value}, with kafka-python's groups
         and names (``consumer-fetch-manager-metrics``, ``consumer-coordinator-metrics``, ``consumer-metrics``)
@@ -512,7 +420,7 @@ class Consumer(GroupApi):
         return kafka_python_view(self.metrics_flat(), client_id=self.config.client_id, raw=raw)
 
     def metrics_flat(self) -> dict[str, Any]:
-        """Every figure by name, in one flat dict (see the README); read it from any thread."""
+        """Every figure by name, in one flat dict (docs/usage.md lists them); read it from any thread."""
         lag = self._subs.lag()
         # snapshots: the transport is the background thread's, node_states() copies what it reads
         node_states = getattr(self._transport, "node_states", None)

@@ -1,4 +1,4 @@
-"""The group half of the Consumer API: subscribe, unsubscribe, commits, committed offsets.
+"""The group half of the Consumer API: subscribe, unsubscribe, commits, committed offsets, group metadata.
 
 Without a group_id, subscribe() still works as in kafka-python: the consumer assigns itself every
 partition of the topics (managers/_self_assign.py); commits need a group."""
@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kafka.future import Future
+from kafka.structs import ConsumerGroupMetadata, MemberState
 
 from ..errors import IllegalStateError
 from ..events import CommitEvent, FetchCommittedEvent, SubscriptionChangedEvent, UnsubscribeEvent
@@ -70,6 +71,16 @@ def _offsets(offsets: dict | None) -> dict | None:
 
 def _describe(offsets: dict) -> str:
     return ", ".join(f"{tp.topic}-{tp.partition}@{om.offset}" for tp, om in sorted(offsets.items())) or "nothing"
+
+
+# kafka-python's three member states, from the membership spec's states
+_MEMBER_STATES = {
+    "stable": MemberState.STABLE,
+    "unjoined": MemberState.UNJOINED,
+    "fatal": MemberState.UNJOINED,
+    "fenced": MemberState.UNJOINED,
+    "stale": MemberState.UNJOINED,
+}
 
 
 class GroupApi:
@@ -157,6 +168,19 @@ class GroupApi:
         if found is None:
             return None
         return found if metadata else found.offset
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """kafka-python's snapshot of the membership: group id, generation, member id, instance id, state."""
+        if self._group is None:
+            return ConsumerGroupMetadata(group_id=None)
+        m = self._group.membership
+        return ConsumerGroupMetadata(
+            self.config.group_id,
+            m.generation,
+            m.member_id,
+            self.config.group_instance_id,
+            _MEMBER_STATES.get(m.machine.state, MemberState.REBALANCING),
+        )
 
     def _wait_running_callbacks(self, event, timeout_ms: float | None, what: str):
         """Like _call, but runs rebalance callbacks the background thread asks for meanwhile."""

@@ -1,0 +1,114 @@
+"""What one ``Consumer`` is made of, wired together: the state both threads share (subscription, held
+errors, metrics), the two event queues, the fetch buffer and collector, the request managers (the group's
+when there is a ``group_id``, else the self-assignment of a group-less subscription), the background
+machine and the network thread that runs them (not yet started). The consumer keeps the parts it uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .._config import ConsumerConfig
+from .._metrics import Metrics
+from ..engine import ApplicationEventProcessor, BackgroundLifecycle, NetworkThread
+from ..events import ApplicationEventQueue, BackgroundEventQueue, Signal
+from ..fetch._buffer import FetchBuffer
+from ..fetch._collector import FetchCollector
+from ..machines import MonotonicClock, SpecMachine, shipped_spec
+from ..managers import FetchManager, MetadataManager, OffsetsManager, SelfAssignManager
+from ..state import HeldErrors, SubscriptionState
+from ..transport._kafka import KafkaTransport
+from ._group import GroupParts
+
+
+@attrs.frozen
+class Parts:
+    metrics: Metrics
+    subs: SubscriptionState
+    held: HeldErrors  # what the user must act on: raised by poll() and blocking calls
+    app_queue: ApplicationEventQueue
+    bg_queue: BackgroundEventQueue
+    buffer: FetchBuffer
+    transport: Any
+    metadata: MetadataManager
+    collector: FetchCollector
+    lifecycle: BackgroundLifecycle
+    background_machine: SpecMachine
+    group: GroupParts | None
+    thread: NetworkThread
+
+
+def wire(config: ConsumerConfig, transport: Any, clock: MonotonicClock, signal: Signal) -> Parts:
+    """The parts of a consumer with ``config``; ``transport`` None: a ``KafkaTransport``. ``signal`` wakes
+    the application thread (new data, a background event, a position change)."""
+    metrics = Metrics()
+    subs = SubscriptionState(config.auto_offset_reset, notify=signal.set)
+    held = HeldErrors()  # what the user must act on: raised by poll() and blocking calls
+    app_queue = ApplicationEventQueue()
+    bg = BackgroundEventQueue(signal)
+    buffer = FetchBuffer(config.fetch_buffer_max_bytes, on_data=signal.set)
+    transport = transport or KafkaTransport(config, clock=clock)
+    app_queue.bind_waker(transport.wakeup)
+    metadata = MetadataManager(config, subs.topics_needed, held, getattr(transport, "node_states", None))
+    offsets = OffsetsManager(config, subs, metadata, bg, held)
+    fetch = FetchManager(config, subs, metadata, buffer, held, metrics)
+    lifecycle = BackgroundLifecycle()
+    # no clock: the loop ticks it with its `now` before anything fires (only the engine reads time)
+    machine = SpecMachine(
+        shipped_spec("background"), lifecycle, config=config, instance=config.client_id, now=clock.now_ms()
+    )
+    lifecycle.machine = machine
+    processor = ApplicationEventProcessor(
+        metadata=metadata, offsets=offsets, lifecycle=lifecycle, machine=machine, subscription=subs
+    )
+    collector = FetchCollector(config, subs, buffer, transport.wakeup, metrics, clock)
+    group = (
+        GroupParts(
+            config,
+            subscription=subs,
+            metadata=metadata,
+            lifecycle=lifecycle,
+            background_machine=machine,
+            background_events=bg,
+            app_queue=app_queue,
+            processor=processor,
+            metrics=metrics,
+            held=held,
+        )
+        if config.group_id
+        else None
+    )
+    own = [SelfAssignManager(config, subs, metadata)] if group is None else []
+    thread = NetworkThread(
+        name=f"fsm-consumer-network-{config.client_id}",
+        clock=clock,
+        transport=transport,
+        managers=[metadata, *own, *(group.managers if group else ()), offsets, fetch],
+        processor=processor,
+        machine=machine,
+        lifecycle=lifecycle,
+        app_queue=app_queue,
+        background_queue=bg,
+        metadata=metadata,
+        metrics=metrics,
+        held=held,
+        extra_machines=[group.membership.machine] if group else (),
+        broker_sources=[group.coordinator] if group else (),
+    )
+    return Parts(
+        metrics=metrics,
+        subs=subs,
+        held=held,
+        app_queue=app_queue,
+        bg_queue=bg,
+        buffer=buffer,
+        transport=transport,
+        metadata=metadata,
+        collector=collector,
+        lifecycle=lifecycle,
+        background_machine=machine,
+        group=group,
+        thread=thread,
+    )
