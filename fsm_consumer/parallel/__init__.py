@@ -7,7 +7,8 @@ completed beyond that gap travel in the commit metadata (``PartitionProgress``),
 owner does not handle them again.
 """
 
-from ._parallel import HandlerFailedError, ParallelConsumer
+from ._errors import HandlerFailedError
+from ._parallel import ParallelConsumer
 from ._progress import METADATA_LIMIT, PartitionProgress
 
 __all__ = ["HandlerFailedError", "METADATA_LIMIT", "ParallelConsumer", "PartitionProgress"]

@@ -18,8 +18,10 @@ from collections.abc import Callable
 from queue import Empty, SimpleQueue
 from typing import Any
 
-from ..errors import ConfigError, FsmConsumerError, IllegalStateError, RebalanceInProgressError
+from ..errors import ConfigError, IllegalStateError, RebalanceInProgressError
 from ..fetch import OffsetAndMetadata, TopicPartition
+from ._errors import HandlerFailedError, noted
+from ._listener import DrainingListener
 from ._partition import PartitionRun
 from ._progress import METADATA_LIMIT, PartitionProgress
 from ._scheduler import ORDERINGS, Job, Scheduler, lane_of
@@ -27,20 +29,6 @@ from ._workers import AsyncWorkers, Attempts, Outcome, ThreadWorkers, is_async
 
 log = logging.getLogger("fsm_consumer.parallel")
 _SIZE_CHECK_EVERY = 64  # completions of a partition between metadata size checks within one loop pass
-
-
-class HandlerFailedError(FsmConsumerError):
-    """The handler failed on a record after its retries and no ``on_failure`` was given. What was
-    completed before was committed; this record and everything after it in its partition were not."""
-
-    def __init__(self, record: Any, cause: BaseException) -> None:
-        super().__init__(
-            f"the handler failed on {record.topic}-{record.partition}@{record.offset}: {cause!r}; "
-            f"completed records were committed, this one was not (give on_failure= to dead-letter "
-            f"failures and go on)"
-        )
-        self.record = record
-        self.__cause__ = cause
 
 
 class _Settings:
@@ -62,7 +50,7 @@ def _positive(name: str, value: Any) -> int:
 
 class ParallelConsumer:
     """Drive ``consumer`` (subscribed or assigned, ``enable_auto_commit=False``) with ``handler(record)``
-    on ``parallelism`` workers until :meth:`stop`. See the README's "Parallel processing"."""
+    on ``parallelism`` workers until :meth:`stop`. See docs/parallel.md."""
 
     def __init__(
         self,
@@ -252,7 +240,7 @@ class ParallelConsumer:
                 return
             job = outcome.job
             if outcome.abort and self._abort is None:
-                self._abort = _noted(outcome)
+                self._abort = noted(outcome)
             if job is None:
                 continue  # a worker ended outside any record
             self._in_flight -= 1
@@ -473,49 +461,5 @@ class ParallelConsumer:
     def _wrap_listener(self) -> None:
         if self.consumer.subscription() is None:
             return  # assigned by hand: no rebalances
-        self._user_listener = self.consumer.swap_rebalance_listener(_Listener(self))
+        self._user_listener = self.consumer.swap_rebalance_listener(DrainingListener(self))
         self._swapped = True
-
-
-def _noted(outcome: Outcome) -> BaseException:
-    """The aborting exception, with a note saying where it came from (it is raised from run())."""
-    exc, job = outcome.error, outcome.job
-    if job is None:
-        exc.add_note(
-            "it ended a ParallelConsumer's worker outside any record; run() stopped: the records "
-            "completed were committed"
-        )
-    else:
-        record = job.record
-        exc.add_note(
-            f"raised in a ParallelConsumer's worker on {record.topic}-{record.partition}@{record.offset}; "
-            f"run() stopped: the records completed were committed, this one was not"
-        )
-    return exc
-
-
-class _Listener:
-    """Ours first (drain and commit on revocation, restore on assignment), then the user's."""
-
-    def __init__(self, owner: ParallelConsumer) -> None:
-        self.owner = owner
-
-    def _user(self, name: str, partitions) -> None:
-        user = self.owner._user_listener
-        fn = getattr(user, name, None) if user is not None else None
-        if fn is None and name == "on_partitions_lost" and user is not None:
-            fn = getattr(user, "on_partitions_revoked", None)
-        if fn is not None:
-            fn(partitions)
-
-    def on_partitions_revoked(self, revoked) -> None:
-        self.owner._give_up(revoked, "revoke")
-        self._user("on_partitions_revoked", revoked)
-
-    def on_partitions_lost(self, lost) -> None:
-        self.owner._give_up(lost, "lose")
-        self._user("on_partitions_lost", lost)
-
-    def on_partitions_assigned(self, assigned) -> None:
-        self.owner._adopt([tp for tp in assigned if TopicPartition(*tp) not in self.owner._parts])
-        self._user("on_partitions_assigned", assigned)
