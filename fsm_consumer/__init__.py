@@ -3,6 +3,8 @@
 The public names live here; everything in a module whose name starts with ``_`` is private.
 """
 
+from typing import TYPE_CHECKING
+
 from ._config import ConsumerConfig
 from ._version import __version__
 from .assignors import Assignor, RebalanceProtocol
@@ -30,6 +32,9 @@ from .fetch import (
     RecordTooLargeError,
     TopicPartition,
 )
+
+if TYPE_CHECKING:  # imported on first use (__getattr__ below); a type checker sees it here
+    from .parallel import ParallelConsumer
 
 __all__ = [
     "Assignor",
@@ -59,7 +64,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> "type[ParallelConsumer]":  # quoted: ParallelConsumer is not imported yet
     # fsm_consumer.parallel brings asyncio and its workers: imported when first asked for, not with the package
     if name == "ParallelConsumer":
         from .parallel import ParallelConsumer

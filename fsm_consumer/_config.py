@@ -12,12 +12,24 @@ import difflib
 import math
 import ssl
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ._version import __version__
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from .structs import OffsetAndMetadata, TopicPartition
+
+    # what attrs calls a field's validator with: (the instance, the field, the value)
+    _Validator: TypeAlias = Callable[[Any, attrs.Attribute[Any], Any], None]
+    # kafka-python's offset commit callback: (the offsets, the error or None); what it returns is ignored
+    OffsetCommitCallback: TypeAlias = Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], object]
+    # a key or value deserializer: the raw bytes (None for a null key or value) -> what a record holds
+    Deserializer: TypeAlias = Callable[[bytes | None], Any]
 
 _STRATEGY_NAMES = ("range", "roundrobin", "sticky", "cooperative-sticky")
 # accepted for compatibility with kafka-python, not used: say so in the docs, never fail on them
@@ -53,8 +65,8 @@ def _fail(key: str, value: Any, allowed: str) -> ConfigError:
     return ConfigError(f"config key {key!r}: {value!r} is not allowed ({allowed})", key=key)
 
 
-def _int(lo: float = 0, hi: float = math.inf, *, none: bool = False):
-    def check(_, attr, value):
+def _int(lo: float = 0, hi: float = math.inf, *, none: bool = False) -> _Validator:
+    def check(_: object, attr: attrs.Attribute[Any], value: Any) -> None:
         if value is None and none:
             return
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
@@ -64,25 +76,25 @@ def _int(lo: float = 0, hi: float = math.inf, *, none: bool = False):
     return check
 
 
-def _choice(*options):
-    def check(_, attr, value):
+def _choice(*options: str) -> _Validator:
+    def check(_: object, attr: attrs.Attribute[Any], value: Any) -> None:
         if value not in options:
             raise _fail(attr.name, value, "one of " + ", ".join(repr(o) for o in options))
 
     return check
 
 
-def _bool(_, attr, value):
+def _bool(_: object, attr: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, bool):
         raise _fail(attr.name, value, "True or False")
 
 
-def _callable_or_none(_, attr, value):
+def _callable_or_none(_: object, attr: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not callable(value):
         raise _fail(attr.name, value, "a callable or None")
 
 
-def _str_or_none(_, attr, value):
+def _str_or_none(_: object, attr: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and (not isinstance(value, str) or not value):
         raise _fail(attr.name, value, "a non-empty string or None")
 
@@ -173,7 +185,9 @@ def _cross_checks(cfg: ConsumerConfig) -> None:
         )
 
 
-def _default_commit_callback(offsets, response):  # kafka-python's default: nothing
+def _default_commit_callback(  # kafka-python's default: nothing
+    offsets: dict[TopicPartition, OffsetAndMetadata], response: BaseException | None
+) -> None:
     return None
 
 
@@ -188,8 +202,8 @@ class ConsumerConfig:
     client_rack: str = ""
     group_id: str | None = attrs.field(default=None, validator=_str_or_none)
     group_instance_id: str | None = attrs.field(default=None, validator=_str_or_none)
-    key_deserializer: Callable | None = attrs.field(default=None, validator=_callable_or_none)
-    value_deserializer: Callable | None = attrs.field(default=None, validator=_callable_or_none)
+    key_deserializer: Deserializer | None = attrs.field(default=None, validator=_callable_or_none)
+    value_deserializer: Deserializer | None = attrs.field(default=None, validator=_callable_or_none)
     # fetching
     fetch_min_bytes: int = attrs.field(default=1, validator=_int(1))
     fetch_max_wait_ms: int = attrs.field(default=500, validator=_int(0))
@@ -206,7 +220,7 @@ class ConsumerConfig:
     # offsets and groups
     enable_auto_commit: bool = attrs.field(default=True, validator=_bool)
     auto_commit_interval_ms: int = attrs.field(default=5000, validator=_int(1))
-    default_offset_commit_callback: Callable = attrs.field(
+    default_offset_commit_callback: OffsetCommitCallback | None = attrs.field(
         default=_default_commit_callback, validator=_callable_or_none
     )
     partition_assignment_strategy: tuple[Any, ...] = attrs.field(default=("range", "roundrobin"), converter=_strategies)

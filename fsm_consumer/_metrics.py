@@ -11,7 +11,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .structs import TopicPartition
 
 # kafka-python 3.0's metric groups and names (those there is a figure for here), each from the flat view's
 # key; a group's defaults stand for figures of a part this consumer lacks (the coordinator's, without a group)
@@ -50,7 +53,7 @@ _NO_GROUP = {
 }
 
 
-def kafka_python_view(flat: Mapping[str, Any], *, client_id: str, raw: bool = False) -> dict:
+def kafka_python_view(flat: Mapping[str, Any], *, client_id: str, raw: bool = False) -> dict[Any, Any]:
     """kafka-python 3.0's ``metrics()``: metric group -> {metric name -> value}, with its group and
     metric names (``m["consumer-fetch-manager-metrics"]["records-lag-max"]``). ``raw``: kafka-python's
     ``raw=True`` form, ``{kafka.metrics.MetricName: kafka.metrics.KafkaMetric}``, each ``value()``
@@ -64,7 +67,7 @@ def kafka_python_view(flat: Mapping[str, Any], *, client_id: str, raw: bool = Fa
     from kafka.metrics import AnonMeasurable, KafkaMetric, MetricName
 
     tags = {"client-id": client_id}
-    out = {}
+    out: dict[Any, Any] = {}  # kafka.metrics.MetricName -> KafkaMetric (kafka-python is untyped)
     for group, values in nested.items():
         for name, value in values.items():
             metric = MetricName(name, group, tags=tags)
@@ -79,7 +82,7 @@ class Metrics:
         self.records_total = 0
         self.bytes_total = 0
         self.polls = 0
-        self.last_poll = None
+        self.last_poll: float | None = None
         # background thread
         self.fetch_requests = 0
         self.fetch_incremental = 0  # of fetch_requests, those sent in an incremental session
@@ -91,7 +94,7 @@ class Metrics:
         self._fetch_sent_at: float | None = None
         self.loop_iterations = 0
 
-    def records_consumed(self, n: int, out) -> None:
+    def records_consumed(self, n: int, out: object) -> None:
         self.records_total += n
 
     def bytes_consumed(self, n: int) -> None:
@@ -117,14 +120,14 @@ class Metrics:
     def snapshot(
         self,
         *,
-        lag: dict,
+        lag: Mapping[TopicPartition, int],
         buffer_bytes: int,
         buffer_peak: int,
         app_events: int,
         bg_events: int,
         nodes: Mapping[int, Mapping[str, Any]] | None = None,
         held: Mapping[str, str] | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """``nodes``: the transport's node_states() snapshot; ``held``: HeldErrors.describe()."""
         age = self.age_s()
         max_lag = max(lag.values()) if lag else 0

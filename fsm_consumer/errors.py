@@ -3,10 +3,18 @@ kafka-python keeps catching them; broker error codes surface as kafka-python's t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+# kafka-python ships no type information: its error classes are Any to mypy, so a class below that
+# subclasses one ignores [misc] ("untyped base"), the only way to keep kafka-python's hierarchy
 import kafka.errors as _ke
 
+if TYPE_CHECKING:
+    from .structs import TopicPartition
 
-class FsmConsumerError(_ke.KafkaError):
+
+class FsmConsumerError(_ke.KafkaError):  # type: ignore[misc]  # untyped base
     """Base of the errors this library defines itself."""
 
     def __str__(self) -> str:
@@ -14,7 +22,7 @@ class FsmConsumerError(_ke.KafkaError):
         return Exception.__str__(self) or type(self).__name__
 
 
-class ConfigError(FsmConsumerError, _ke.KafkaConfigurationError, ValueError):
+class ConfigError(FsmConsumerError, _ke.KafkaConfigurationError, ValueError):  # type: ignore[misc]  # untyped base
     """A configuration key is unknown or its value is not allowed; ``key`` names it (kafka-python's
     ``KafkaConfigurationError``)."""
 
@@ -23,7 +31,7 @@ class ConfigError(FsmConsumerError, _ke.KafkaConfigurationError, ValueError):
         self.key = key
 
 
-class KafkaTimeoutError(FsmConsumerError, _ke.KafkaTimeoutError):
+class KafkaTimeoutError(FsmConsumerError, _ke.KafkaTimeoutError):  # type: ignore[misc]  # untyped base
     """A blocking call's deadline passed before the background thread completed it."""
 
 
@@ -31,23 +39,23 @@ class WakeupException(FsmConsumerError):
     """``wakeup()`` interrupted a blocking call from another thread."""
 
 
-class NoOffsetForPartitionError(FsmConsumerError, _ke.NoOffsetForPartitionError):
+class NoOffsetForPartitionError(FsmConsumerError, _ke.NoOffsetForPartitionError):  # type: ignore[misc]  # untyped base
     """No committed offset and ``auto_offset_reset='none'``; ``partitions`` says which."""
 
-    def __init__(self, partitions) -> None:
+    def __init__(self, partitions: Iterable[TopicPartition]) -> None:
         self.partitions = set(partitions)
         super().__init__(f"no offset and no reset policy for {sorted(self.partitions)}")
 
 
-class IllegalStateError(FsmConsumerError, _ke.IllegalStateError):
+class IllegalStateError(FsmConsumerError, _ke.IllegalStateError):  # type: ignore[misc]  # untyped base
     """The call does not fit the consumer's state (closed, not assigned, not subscribed...)."""
 
 
-class CommitFailedError(FsmConsumerError, _ke.CommitFailedError):
+class CommitFailedError(FsmConsumerError, _ke.CommitFailedError):  # type: ignore[misc]  # untyped base
     """The group moved to a new generation: this member's commit cannot be accepted."""
 
 
-class RebalanceInProgressError(FsmConsumerError, _ke.RebalanceInProgressError):
+class RebalanceInProgressError(FsmConsumerError, _ke.RebalanceInProgressError):  # type: ignore[misc]  # untyped base
     """A commit was asked for while the group rebalances (this member is rejoining): retriable.
     The member may keep its partitions; call poll() (it completes the rebalance) and commit again,
     as with the Java client's RebalanceInProgressException."""

@@ -14,7 +14,7 @@ import struct
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import cycle
-from typing import Any
+from typing import Any, TypeAlias
 
 from kafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor as _KpCooperativeSticky
@@ -389,7 +389,7 @@ _KAFKA_PYTHON_EQUIVALENTS: Mapping[type, type[Assignor]] = {
 }
 
 
-Strategy = str | Assignor | type[Assignor] | AbstractPartitionAssignor | type[AbstractPartitionAssignor]
+Strategy: TypeAlias = str | Assignor | type[Assignor] | AbstractPartitionAssignor | type[AbstractPartitionAssignor]
 
 
 def resolve(strategy: Strategy) -> Assignor:
@@ -419,7 +419,7 @@ def resolve(strategy: Strategy) -> Assignor:
         equivalent = _KAFKA_PYTHON_EQUIVALENTS.get(kp_type)
         if equivalent is not None:
             return equivalent()
-        return check_assignor(KafkaPythonAssignor(strategy))  # type: ignore[arg-type]
+        return check_assignor(KafkaPythonAssignor(strategy))
     raise ConfigError(
         f"partition assignment strategy must be a name, an Assignor or a kafka-python assignor, not {strategy!r}",
         key="partition_assignment_strategy",

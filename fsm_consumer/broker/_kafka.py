@@ -259,7 +259,8 @@ class KafkaBroker(LoopbackBroker):
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
         if done.returncode != 0:
             raise RuntimeError(f"reading __consumer_offsets failed (exit {done.returncode}): {done.stderr[-2000:]}")
-        out, text, at, decoder = [], done.stdout, 0, json.JSONDecoder()
+        out: list[tuple[str, int, int]] = []
+        text, at, decoder = done.stdout, 0, json.JSONDecoder()
         while True:  # the formatter writes its JSON objects back to back
             while at < len(text) and text[at].isspace():
                 at += 1

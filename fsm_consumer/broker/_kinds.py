@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 from ._admin import LoopbackBroker
 from ._embedded import EmbeddedBroker
@@ -12,7 +12,13 @@ from ._kafka import KafkaBroker
 BROKER_KINDS = ("tansu", "kafka")
 
 
-def start_broker(kind: str = "tansu", **options: Any) -> LoopbackBroker:
+@overload
+def start_broker(kind: Literal["tansu"] = "tansu", **options: Any) -> EmbeddedBroker: ...
+@overload
+def start_broker(kind: Literal["kafka"], **options: Any) -> KafkaBroker: ...
+@overload
+def start_broker(kind: str, **options: Any) -> EmbeddedBroker | KafkaBroker: ...
+def start_broker(kind: str = "tansu", **options: Any) -> EmbeddedBroker | KafkaBroker:
     """A started ``EmbeddedBroker`` ("tansu") or ``KafkaBroker`` ("kafka"); ``options`` go to its constructor.
 
     Raises ``KafkaNotFoundError`` (naming the fetch command) when "kafka" lacks Java or its jars."""

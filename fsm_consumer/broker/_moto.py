@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -70,7 +71,7 @@ class LocalS3:
 
     def list_keys(self, prefix: str = "") -> list[str]:
         """Object keys in the bucket (first 1000), e.g. to see what Tansu wrote."""
-        url = f"{self.endpoint_url}/{self.bucket}?list-type=2&prefix={urllib.request.quote(prefix)}"
+        url = f"{self.endpoint_url}/{self.bucket}?list-type=2&prefix={urllib.parse.quote(prefix)}"
         with _opener.open(url, timeout=5) as response:
             root = ET.fromstring(response.read())
         return [el.text or "" for el in root.iter() if el.tag.endswith("}Key") or el.tag == "Key"]

@@ -16,7 +16,8 @@ def free_loopback_port() -> int:
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]  # an AF_INET address: (host, port)
+        return port
 
 
 def port_in_use(port: int) -> bool:

@@ -27,13 +27,13 @@ import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
 
 
-def _load_prctl():
+def _load_prctl() -> Callable[..., int] | None:
     """Resolve libc's prctl once, in the parent: a forked child must not dlopen."""
     if not sys.platform.startswith("linux"):
         return None
@@ -50,7 +50,7 @@ def _load_prctl():
 _PRCTL = _load_prctl()
 
 
-def _parent_death_guard(parent_pid: int):
+def _parent_death_guard(parent_pid: int) -> Callable[[], None]:
     """Build the ``preexec_fn`` that runs in the child between fork and exec.
 
     It only calls pre-resolved functions: after fork() in a threaded parent,

@@ -82,7 +82,7 @@ def pick_version(api_versions: ApiVersionTable, request_type: Any) -> int:
     if key not in api_versions:
         raise BrokerRequestError(f"broker does not serve {request_type.__name__} (api key {key})")
     low, high = api_versions[key]
-    version = min(high, request_type.max_version)
+    version: int = min(high, request_type.max_version)
     if version < low:
         raise BrokerRequestError(
             f"no common {request_type.__name__} version: broker {low}-{high}, client up to {request_type.max_version}"

@@ -7,6 +7,10 @@ import base64
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..structs import ConsumerRecord
 
 
 def _text(data: bytes | None, encoding: str) -> str | None:
@@ -17,7 +21,7 @@ def _text(data: bytes | None, encoding: str) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
-def _format(fmt: str, rec, encoding: str) -> str:
+def _format(fmt: str, rec: ConsumerRecord, encoding: str) -> str:
     if fmt == "json":
         return json.dumps(
             {

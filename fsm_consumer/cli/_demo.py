@@ -12,6 +12,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ..broker import BROKER_KINDS, KafkaNotFoundError, start_broker
 from ..broker._kinds import describe
@@ -38,7 +39,7 @@ def _fill(bootstrap: str, topic: str, records: int, size: int) -> dict[int, int]
     return last
 
 
-def _read_back(bootstrap: str, topic: str, partitions: int, expected: int) -> tuple[int, float, dict]:
+def _read_back(bootstrap: str, topic: str, partitions: int, expected: int) -> tuple[int, float, dict[str, Any]]:
     from ..consumer import Consumer
     from ..fetch import TopicPartition
 

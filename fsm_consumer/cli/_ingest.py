@@ -16,8 +16,13 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..broker import BROKER_KINDS
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 _TRIGGERS = ("available-now", "once")
 
@@ -70,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _trigger(text: str) -> dict:
+def _trigger(text: str) -> dict[str, Any]:
     if text == "available-now":
         return {"availableNow": True}
     if text == "once":
@@ -83,7 +88,7 @@ def _loopback(master: str) -> bool:
     return master.startswith("local") or master.split("://", 1)[-1].split(":")[0] in ("127.0.0.1", "localhost")
 
 
-def _session(master: str, fmt: str, local: bool):
+def _session(master: str, fmt: str, local: bool) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors run this interpreter and package
     from pyspark.sql import SparkSession
 
@@ -93,7 +98,7 @@ def _session(master: str, fmt: str, local: bool):
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     if fmt == "delta":
         try:
-            from delta import configure_spark_with_delta_pip
+            from delta import configure_spark_with_delta_pip  # optional: in no extra of this package
         except ImportError:
             raise SystemExit("--format delta needs delta-spark: pip install delta-spark") from None
         builder = configure_spark_with_delta_pip(
@@ -106,7 +111,7 @@ def _session(master: str, fmt: str, local: bool):
     return spark
 
 
-def _lag(progress: dict | None) -> dict[str, int]:
+def _lag(progress: dict[str, Any] | None) -> dict[str, int]:
     """Per topic-partition: what the broker has (latestOffset) minus what the last batch reached."""
     if not progress or not progress.get("sources"):
         return {}
@@ -123,7 +128,7 @@ def _lag(progress: dict | None) -> dict[str, int]:
     return lag
 
 
-def _watch(query, args, total_hint: int | None) -> None:
+def _watch(query: StreamingQuery, args: argparse.Namespace, total_hint: int | None) -> None:
     """Follow the query until it ends (or --duration), with a live display unless --quiet."""
     deadline = None if args.duration is None else time.monotonic() + args.duration
     seen_batches: set[int] = set()
@@ -141,14 +146,15 @@ def _watch(query, args, total_hint: int | None) -> None:
 
     if args.quiet or not sys.stdout.isatty():
         while step():
-            query.awaitTermination(0.5)
+            # pyspark annotates the timeout int, but takes float seconds (it checks for int or float)
+            query.awaitTermination(0.5)  # type: ignore[arg-type]
         step()
         return
     from rich.live import Live
     from rich.table import Table
 
     def render() -> Table:
-        last = query.lastProgress or {}
+        last: dict[str, Any] = query.lastProgress or {}
         table = Table(title=f"fsm-consumer ingest: {args.topic} -> {args.to}", show_header=False)
         rate = last.get("processedRowsPerSecond") or 0.0
         done = f"{rows:,}" + (f" of {total_hint:,}" if total_hint else "")
@@ -161,7 +167,7 @@ def _watch(query, args, total_hint: int | None) -> None:
 
     with Live(render(), refresh_per_second=4, transient=False) as live:
         while step():
-            query.awaitTermination(0.25)
+            query.awaitTermination(0.25)  # type: ignore[arg-type]  # float seconds, as above
             live.update(render())
         step()
         live.update(render())

@@ -6,13 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..machines import SpecError, all_spec_paths, load_spec, specs_dir
+from ..machines import Spec, SpecError, all_spec_paths, load_spec, specs_dir
 from ..machines._coverage import broker_gaps, coverage, merge_records
 from ..machines._diagram import have_dot, render_all
 
 
-def _load_all(directory: str | None):
-    specs, failed = [], False
+def _load_all(directory: str | None) -> tuple[list[Spec], bool]:
+    specs: list[Spec] = []
+    failed = False
     for path in all_spec_paths(directory):
         try:
             specs.append(load_spec(path))
@@ -133,7 +134,9 @@ def spec_coverage(argv: list[str]) -> int:
     return 1 if (failed or below) else 0
 
 
-def _compare_brokers(specs, records, brokers: list[str], allowed: set[str]) -> bool:
+def _compare_brokers(
+    specs: list[Spec], records: dict[str, dict[int, dict[str, int]]], brokers: list[str], allowed: set[str]
+) -> bool:
     """Print each broker's share per machine and the gaps between them; True if a gap is not allowed."""
     any_gap = False
     for s in specs:

@@ -3,6 +3,7 @@ a bad one raises at once, naming what was given."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..structs import TopicPartition
@@ -19,7 +20,7 @@ def topic_partition(value: Any) -> TopicPartition:
     return TopicPartition(topic, partition)
 
 
-def checked_timestamps(timestamps: dict[Any, Any]) -> dict[TopicPartition, int]:
+def checked_timestamps(timestamps: Mapping[Any, Any]) -> dict[TopicPartition, int]:
     """offsets_for_times()'s argument: partition -> timestamp (ms, an int >= 0)."""
     checked = {}
     for p, ts in timestamps.items():

@@ -10,10 +10,8 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Iterable, Iterator
-from typing import Any
-
-from kafka.structs import OffsetAndTimestamp
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sized
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar, overload
 
 from .._config import ConsumerConfig
 from .._metrics import kafka_python_view
@@ -24,26 +22,34 @@ from ..events import (
     CallbackEvent,
     CloseEvent,
     ErrorEvent,
-    ListOffsetsEvent,
     PollEvent,
     Signal,
-    TopicMetadataEvent,
 )
 from ..fetch import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from ..machines import MonotonicClock
-from ._arguments import checked_timestamps
 from ._arguments import topic_partition as _tp
-from ._group_api import GroupApi, check_subscription
+from ._group_api import GroupApi, check_subscription, held_key
+from ._lookups import Lookups
 from ._wiring import wire
 
-_EARLIEST, _LATEST = -2, -1
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from kafka.metrics import KafkaMetric, MetricName
+
+    from ..events import ApplicationEvent
+
+_R = TypeVar("_R", bound=Sized)  # what a poll collects: records by partition, or a RecordBatch
+
 _log = logging.getLogger("fsm_consumer.consumer")
 
 
-class Consumer(GroupApi):
+class Consumer(GroupApi, Lookups):
     """A Kafka consumer. ``Consumer(bootstrap_servers=..., **config)``; see ConsumerConfig for keys."""
 
-    def __init__(self, *topics: str, transport=None, **configs: Any) -> None:
+    # ``transport`` (a test hook: a fsm_consumer Transport, None for a KafkaTransport) is Any, not
+    # ``Transport | None``: a type checker matches a ``**config`` dict's values against every keyword
+    # parameter, so ``Consumer(**config)`` with a dict of mixed values (dict[str, object]) would fail
+    def __init__(self, *topics: str, transport: Any = None, **configs: Any) -> None:
         self.config = config = ConsumerConfig.from_kwargs(**configs)
         subscription = check_subscription(topics, None) if topics else None  # before any thread starts
         self._clock = clock = MonotonicClock()
@@ -123,7 +129,7 @@ class Consumer(GroupApi):
         if first is not None:
             raise first
 
-    def _raise_if_no_offset(self, partitions=None) -> None:
+    def _raise_if_no_offset(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """auto_offset_reset='none' and no position: raised by every poll()/position() until a seek."""
         missing = self._subs.without_offset(partitions)
         if missing:
@@ -134,7 +140,9 @@ class Consumer(GroupApi):
             self._woken.clear()
             raise WakeupException("the call was woken up by wakeup()")
 
-    def _call(self, event, timeout_ms: float | None, what: str, default_ms: float | None = None):
+    def _call(
+        self, event: ApplicationEvent, timeout_ms: float | None, what: str, default_ms: float | None = None
+    ) -> Any:
         """Send ``event`` and wait for its result until its deadline; ``what`` names the call for a
         timeout's message (which also says why, when the background thread knows)."""
         self._ensure_open()
@@ -147,6 +155,7 @@ class Consumer(GroupApi):
         event.what, event.timeout_ms = what, ms
         event.deadline_ms = self._clock.now_ms() + ms
         self._app_queue.put(event)
+        assert event.future is not None  # the events waited for here carry one (the default)
         while True:
             remaining = event.deadline_ms - self._clock.now_ms()
             if event.future.wait(max(0.0, min(remaining, 100.0)) / 1000.0):
@@ -181,14 +190,17 @@ class Consumer(GroupApi):
         # with a group, starting positions come from the group's committed offsets
         self._subs.assign(wanted, awaiting_committed=self._group is not None)
         assigned = set(wanted)
-        self._held.release_where(
-            lambda key: (
-                key[0] == "partition"
-                and key[1] not in assigned
-                or key[0] == "topic"
-                and all(tp.topic != key[1] for tp in assigned)
+
+        def given_up(key: Hashable) -> bool:
+            k = held_key(key)
+            return (
+                k[0] == "partition"
+                and k[1] not in assigned
+                or k[0] == "topic"
+                and all(tp.topic != k[1] for tp in assigned)
             )
-        )
+
+        self._held.release_where(given_up)
         self._collector.drop_partitions(lambda tp: tp in assigned)
         self._wake_background()
 
@@ -209,7 +221,7 @@ class Consumer(GroupApi):
         self._held.release(("partition", tp))  # the user moved past what was held for it
         self._wake_background()
 
-    def _seek_to(self, partitions, strategy: str) -> None:
+    def _seek_to(self, partitions: tuple[TopicPartition, ...], strategy: str) -> None:
         self._ensure_open()
         tps = [_tp(p) for p in partitions] if partitions else list(self._subs.assignment())
         self._subs.request_reset(tps, strategy)
@@ -277,7 +289,7 @@ class Consumer(GroupApi):
             return self._poll(timeout_ms, max_records, self._collector.collect)
         return self._poll(timeout_ms, max_records, lambda n: self._collector.collect(n, advance=False))
 
-    def poll_batch(self, timeout_ms: float = 0, max_records: int | None = None):
+    def poll_batch(self, timeout_ms: float = 0, max_records: int | None = None) -> pa.RecordBatch:
         """Like poll(), as one ``pyarrow.RecordBatch`` with columns topic (dictionary<string>),
         partition (int32), offset (int64), timestamp (timestamp[ms]; null when the record has none),
         timestamp_type (int32: 0 create time, 1 log append time, -1 none), key
@@ -297,7 +309,7 @@ class Consumer(GroupApi):
             )
         return self._poll(timeout_ms, max_records, self._collector.collect_batch)
 
-    def _poll(self, timeout_ms: float, max_records: int | None, collect):
+    def _poll(self, timeout_ms: float, max_records: int | None, collect: Callable[[int], _R]) -> _R:
         self._ensure_open()
         if timeout_ms < 0:
             raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms!r}")
@@ -327,7 +339,7 @@ class Consumer(GroupApi):
                 return records
             self._signal.wait(remaining / 1000.0)
 
-    def __iter__(self) -> Consumer:
+    def __iter__(self) -> Self:
         return self
 
     def __next__(self) -> ConsumerRecord:
@@ -369,50 +381,14 @@ class Consumer(GroupApi):
                     yield record
             idle_since = self._clock.now_ms()
 
-    # -- offsets lookups ---------------------------------------------------------------------------------
-    def _list_offsets(self, timestamps: dict, timeout_ms, what: str):
-        if not timestamps:
-            return {}
-        what = f"{what} for {', '.join(f'{tp.topic}-{tp.partition}' for tp in sorted(timestamps))}"
-        # kafka-python waits request_timeout_ms for these when no timeout is given
-        return self._call(
-            ListOffsetsEvent(timestamps=timestamps), timeout_ms, what, default_ms=self.config.request_timeout_ms
-        )
-
-    def beginning_offsets(
-        self, partitions: Iterable[TopicPartition], timeout_ms: float | None = None
-    ) -> dict[TopicPartition, int]:
-        found = self._list_offsets({_tp(p): _EARLIEST for p in partitions}, timeout_ms, "beginning_offsets")
-        return {tp: v[0] for tp, v in found.items() if v is not None}
-
-    def end_offsets(
-        self, partitions: Iterable[TopicPartition], timeout_ms: float | None = None
-    ) -> dict[TopicPartition, int]:
-        """The offset after the last record. Tansu 0.6 answers the last batch's base offset + 1 (short
-        of a multi-record batch's end): the end is read from that batch's header (managers/_log_end)."""
-        found = self._list_offsets({_tp(p): _LATEST for p in partitions}, timeout_ms, "end_offsets")
-        return {tp: v[0] for tp, v in found.items() if v is not None}
-
-    def offsets_for_times(
-        self, timestamps: dict, timeout_ms: float | None = None
-    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        found = self._list_offsets(checked_timestamps(timestamps), timeout_ms, "offsets_for_times")
-        return {tp: (None if v is None else OffsetAndTimestamp(*v)) for tp, v in found.items()}
-
-    # -- metadata ------------------------------------------------------------------------------------------
-    def topics(self, timeout_ms: float | None = None) -> set[str]:
-        return set(self._call(TopicMetadataEvent(topics=None), timeout_ms, "topics()"))
-
-    def partitions_for_topic(self, topic: str, timeout_ms: float | None = None) -> set[int]:
-        """The partition ids of ``topic``, an empty set if it does not exist (kafka-python 3.0); never
-        creates it."""
-        found = self._call(
-            TopicMetadataEvent(topics=frozenset([topic])), timeout_ms, f"partitions_for_topic({topic!r})"
-        )
-        return set(found.get(topic, ()))
-
     # -- the rest --------------------------------------------------------------------------------------------
-    def metrics(self, raw: bool = False) -> dict:
+    @overload
+    def metrics(self, raw: Literal[False] = False) -> dict[str, dict[str, Any]]: ...
+    @overload
+    def metrics(self, raw: Literal[True]) -> dict[MetricName, KafkaMetric]: ...
+    @overload
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, Any]] | dict[MetricName, KafkaMetric]: ...
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, Any]] | dict[MetricName, KafkaMetric]:
         """kafka-python 3.0's metrics(): metric group -> {metric name -> value}, with kafka-python's groups
         and names (``consumer-fetch-manager-metrics``, ``consumer-coordinator-metrics``, ``consumer-metrics``)
         for the figures there are here; ``raw=True``: {MetricName: KafkaMetric} as kafka-python's. Every
@@ -460,6 +436,7 @@ class Consumer(GroupApi):
             if self._thread.alive:
                 event = CloseEvent(deadline_ms=deadline, autocommit=bool(autocommit))
                 self._app_queue.put(event)
+                assert event.future is not None  # built with one (the default)
                 while not event.future.done and self._clock.now_ms() < deadline:
                     self._signal.clear()
                     try:  # the rebalance callbacks of leaving the group run here, on this thread
@@ -481,7 +458,7 @@ class Consumer(GroupApi):
             self._closed = True
             self._iterator = None
 
-    def __enter__(self) -> Consumer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 from ..events import CallbackAckEvent, CommitEvent, FetchCommittedEvent, SubscriptionChangedEvent, UnsubscribeEvent
 from ..managers import CommitManager, CoordinatorManager, MembershipManager
+
+if TYPE_CHECKING:
+    from .._config import ConsumerConfig
+    from .._metrics import Metrics
+    from ..engine import ApplicationEventProcessor, BackgroundLifecycle
+    from ..events import ApplicationEventQueue, BackgroundEventQueue
+    from ..machines import SpecMachine
+    from ..managers import MetadataManager, Outgoing, RequestManager
+    from ..state import HeldErrors, SubscriptionState
 
 
 class GroupParts:
@@ -13,17 +23,17 @@ class GroupParts:
 
     def __init__(
         self,
-        config,
+        config: ConsumerConfig,
         *,
-        subscription,
-        metadata,
-        lifecycle,
-        background_machine,
-        background_events,
-        app_queue,
-        processor,
-        metrics,
-        held,
+        subscription: SubscriptionState,
+        metadata: MetadataManager,
+        lifecycle: BackgroundLifecycle,
+        background_machine: SpecMachine,
+        background_events: BackgroundEventQueue,
+        app_queue: ApplicationEventQueue,
+        processor: ApplicationEventProcessor,
+        metrics: Metrics,
+        held: HeldErrors,
     ) -> None:
         self.coordinator = CoordinatorManager(config, background_machine, held)
         lifecycle.coordinator = self.coordinator
@@ -58,7 +68,7 @@ class GroupParts:
         processor.poll_listeners.append(lambda event, now: self.membership.on_app_poll(now))
         processor.poll_listeners.append(lambda event, now: self.commits.start_auto_commit(now))
 
-    def metrics(self, now: float) -> dict:
+    def metrics(self, now: float) -> dict[str, Any]:
         """Group figures for Consumer.metrics_flat() (read from the application thread: plain values)."""
         m, c = self.membership, self.commits
         last_poll = m.last_poll
@@ -82,15 +92,15 @@ class GroupParts:
         }
 
     @property
-    def managers(self) -> list:
+    def managers(self) -> list[RequestManager]:
         return [self.coordinator, self.membership, self.commits, _UnsubscribeWatch(self)]
 
-    def _subscription_changed(self, event, now: float) -> None:
+    def _subscription_changed(self, event: SubscriptionChangedEvent, now: float) -> None:
         self.commits.start_auto_commit(now)
         self.membership.on_subscription_changed(now)
         event.complete(None)
 
-    def _unsubscribe(self, event, now: float) -> None:
+    def _unsubscribe(self, event: UnsubscribeEvent, now: float) -> None:
         self.membership.on_unsubscribe(now)
         self.unsubscribes.append(event)
 
@@ -101,7 +111,7 @@ class _UnsubscribeWatch:
     def __init__(self, parts: GroupParts) -> None:
         self._parts = parts
 
-    def poll(self, now: float):
+    def poll(self, now: float) -> tuple[float, list[Outgoing]]:
         parts = self._parts
         if parts.unsubscribes and parts.membership.close_done:
             for event in parts.unsubscribes:

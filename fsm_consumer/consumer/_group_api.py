@@ -6,8 +6,8 @@ partition of the topics (managers/_self_assign.py); commits need a group."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, overload
 
 from kafka.future import Future
 from kafka.structs import ConsumerGroupMetadata, MemberState
@@ -15,6 +15,25 @@ from kafka.structs import ConsumerGroupMetadata, MemberState
 from ..errors import IllegalStateError
 from ..events import CommitEvent, FetchCommittedEvent, SubscriptionChangedEvent, UnsubscribeEvent
 from ..fetch import OffsetAndMetadata, TopicPartition
+
+if TYPE_CHECKING:
+    from .._config import ConsumerConfig, OffsetCommitCallback
+    from ..events import ApplicationEvent, ApplicationEventQueue, Signal
+    from ..fetch._collector import FetchCollector
+    from ..machines import MonotonicClock
+    from ..state import HeldErrors, SubscriptionState
+    from ._group import GroupParts
+
+
+class RebalanceListener(Protocol):
+    """What ``subscribe(listener=...)`` takes: a ConsumerRebalanceListener (this package's or
+    kafka-python's) or any object with these methods, called with a set of TopicPartition.
+    ``on_partitions_lost``, if it has one, is called instead of ``on_partitions_revoked`` for lost
+    partitions."""
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition], /) -> object: ...
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition], /) -> object: ...
 
 
 class ConsumerRebalanceListener:
@@ -31,7 +50,9 @@ class ConsumerRebalanceListener:
         self.on_partitions_revoked(lost)
 
 
-def check_subscription(topics, pattern) -> tuple[list[str], Any]:
+def check_subscription(
+    topics: Iterable[str], pattern: str | re.Pattern[str] | None
+) -> tuple[list[str], str | re.Pattern[str] | None]:
     """subscribe()'s arguments, checked: (topics, pattern)."""
     if isinstance(topics, str):
         topics = [topics]
@@ -49,7 +70,11 @@ def check_subscription(topics, pattern) -> tuple[list[str], Any]:
     return topics, pattern
 
 
-def _offsets(offsets: dict | None) -> dict | None:
+@overload
+def _offsets(offsets: None) -> None: ...
+@overload
+def _offsets(offsets: Mapping[Any, Any]) -> dict[TopicPartition, OffsetAndMetadata]: ...
+def _offsets(offsets: Mapping[Any, Any] | None) -> dict[TopicPartition, OffsetAndMetadata] | None:
     if offsets is None:
         return None
     out = {}
@@ -69,7 +94,7 @@ def _offsets(offsets: dict | None) -> dict | None:
     return out
 
 
-def _describe(offsets: dict) -> str:
+def _describe(offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> str:
     return ", ".join(f"{tp.topic}-{tp.partition}@{om.offset}" for tp, om in sorted(offsets.items())) or "nothing"
 
 
@@ -83,16 +108,42 @@ _MEMBER_STATES = {
 }
 
 
+def held_key(key: Hashable) -> tuple[Any, ...]:
+    """A HeldErrors key as the tuple every one is: ("partition", tp), ("topic", name), ("group",)..."""
+    return cast("tuple[Any, ...]", key)
+
+
 class GroupApi:
     """Mixed into Consumer; uses its ``_call``, ``_group`` and ``_subs``."""
 
-    def _need_group(self, what: str):
+    if TYPE_CHECKING:  # Consumer's, set in its __init__ and defined in its body
+        config: ConsumerConfig
+        _group: GroupParts | None
+        _subs: SubscriptionState
+        _held: HeldErrors
+        _collector: FetchCollector
+        _app_queue: ApplicationEventQueue
+        _clock: MonotonicClock
+        _signal: Signal
+
+        def _ensure_open(self) -> None: ...
+        def _deadline(self, timeout_ms: float | None) -> float: ...
+        def _handle_background_events(self) -> None: ...
+        def _check_wakeup(self) -> None: ...
+        def _call(
+            self, event: ApplicationEvent, timeout_ms: float | None, what: str, default_ms: float | None = None
+        ) -> Any: ...
+
+    def _need_group(self, what: str) -> GroupParts:
         if self._group is None:
             raise IllegalStateError(f"{what} needs a group_id")
         return self._group
 
     def subscribe(
-        self, topics: Iterable[str] = (), pattern: str | re.Pattern[str] | None = None, listener: Any = None
+        self,
+        topics: Iterable[str] = (),
+        pattern: str | re.Pattern[str] | None = None,
+        listener: RebalanceListener | None = None,
     ) -> None:
         """Join the group for ``topics`` (or every topic matching ``pattern``); rebalance callbacks go
         to ``listener`` (a ConsumerRebalanceListener). Without a group_id, every partition of the
@@ -102,11 +153,12 @@ class GroupApi:
         self._subs.subscribe(topics, pattern, listener)
         self._app_queue.put(SubscriptionChangedEvent(future=None))
 
-    def swap_rebalance_listener(self, listener: Any) -> Any:
+    def swap_rebalance_listener(self, listener: RebalanceListener | None) -> RebalanceListener | None:
         """Replace the rebalance listener given to ``subscribe()`` without changing the subscription;
         returns the previous one. For wrappers that must see rebalances (``ParallelConsumer``)."""
         self._ensure_open()
-        return self._subs.swap_listener(listener)
+        previous: RebalanceListener | None = self._subs.swap_listener(listener)
+        return previous
 
     def subscription(self) -> set[str] | None:
         if self._subs.kind == "pattern":
@@ -121,10 +173,12 @@ class GroupApi:
         if self._subs.kind in ("topics", "pattern") and self._group is not None:
             self._wait_running_callbacks(UnsubscribeEvent(), timeout_ms, "unsubscribe() (leaving the group)")
         self._subs.unsubscribe()
-        self._held.release_where(lambda key: key[0] in ("partition", "topic"))  # given up with them
+        self._held.release_where(lambda key: held_key(key)[0] in ("partition", "topic"))  # given up with them
         self._collector.drop_partitions(lambda tp: False)
 
-    def commit(self, offsets: dict | None = None, timeout_ms: float | None = None) -> None:
+    def commit(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None, timeout_ms: float | None = None
+    ) -> None:
         """Commit ``offsets`` (default: the positions of everything handed out by this call's time)
         and wait. While the group rebalances this raises the retriable RebalanceInProgressError at
         once (as the Java client): poll() completes the rebalance, then commit again."""
@@ -135,7 +189,11 @@ class GroupApi:
             CommitEvent(offsets=offsets, sync=True), timeout_ms, f"commit of {_describe(offsets)}"
         )
 
-    def commit_async(self, offsets: dict | None = None, callback: Any = None) -> Future:
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+        callback: OffsetCommitCallback | None = None,
+    ) -> Future:
         """Commit without waiting: ``offsets``, or the positions of everything handed out at the time
         of this call. ``callback(offsets, exception_or_None)`` (default: the config's
         default_offset_commit_callback) runs in a later poll(), on this thread; so does the
@@ -146,7 +204,7 @@ class GroupApi:
         future = Future()
         user_callback = callback if callback is not None else self.config.default_offset_commit_callback
 
-        def completed(done_offsets, error) -> None:
+        def completed(done_offsets: dict[TopicPartition, OffsetAndMetadata], error: BaseException | None) -> None:
             if error is None:
                 future.success(done_offsets)
             else:
@@ -158,11 +216,25 @@ class GroupApi:
         self._app_queue.put(event)
         return future
 
-    def committed(self, partition: TopicPartition, metadata: bool = False, timeout_ms: float | None = None):
+    @overload
+    def committed(
+        self, partition: TopicPartition, metadata: Literal[False] = False, timeout_ms: float | None = None
+    ) -> int | None: ...
+    @overload
+    def committed(
+        self, partition: TopicPartition, metadata: Literal[True], timeout_ms: float | None = None
+    ) -> OffsetAndMetadata | None: ...
+    @overload
+    def committed(
+        self, partition: TopicPartition, metadata: bool = False, timeout_ms: float | None = None
+    ) -> int | OffsetAndMetadata | None: ...
+    def committed(
+        self, partition: TopicPartition, metadata: bool = False, timeout_ms: float | None = None
+    ) -> int | OffsetAndMetadata | None:
         """The group's committed offset of ``partition`` (an OffsetAndMetadata with metadata=True), or None."""
         self._need_group("committed()")
         tp = TopicPartition(*partition)
-        found = self._call(
+        found: OffsetAndMetadata | None = self._call(
             FetchCommittedEvent(partitions=frozenset([tp])), timeout_ms, f"committed({tp.topic}-{tp.partition})"
         )[tp]
         if found is None:
@@ -182,13 +254,14 @@ class GroupApi:
             _MEMBER_STATES.get(m.machine.state, MemberState.REBALANCING),
         )
 
-    def _wait_running_callbacks(self, event, timeout_ms: float | None, what: str):
+    def _wait_running_callbacks(self, event: ApplicationEvent, timeout_ms: float | None, what: str) -> Any:
         """Like _call, but runs rebalance callbacks the background thread asks for meanwhile."""
         self._ensure_open()
         event.what = what
         event.timeout_ms = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
         event.deadline_ms = self._deadline(timeout_ms)
         self._app_queue.put(event)
+        assert event.future is not None  # the events waited for here carry one (the default)
         while True:
             self._signal.clear()
             if event.future.done:

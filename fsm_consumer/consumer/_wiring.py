@@ -6,7 +6,7 @@ machine and the network thread that runs them (not yet started). The consumer ke
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -22,6 +22,9 @@ from ..state import HeldErrors, SubscriptionState
 from ..transport._kafka import KafkaTransport
 from ._group import GroupParts
 
+if TYPE_CHECKING:
+    from ..transport import Transport
+
 
 @attrs.frozen
 class Parts:
@@ -31,7 +34,7 @@ class Parts:
     app_queue: ApplicationEventQueue
     bg_queue: BackgroundEventQueue
     buffer: FetchBuffer
-    transport: Any
+    transport: Transport
     metadata: MetadataManager
     collector: FetchCollector
     lifecycle: BackgroundLifecycle
@@ -40,7 +43,7 @@ class Parts:
     thread: NetworkThread
 
 
-def wire(config: ConsumerConfig, transport: Any, clock: MonotonicClock, signal: Signal) -> Parts:
+def wire(config: ConsumerConfig, transport: Transport | None, clock: MonotonicClock, signal: Signal) -> Parts:
     """The parts of a consumer with ``config``; ``transport`` None: a ``KafkaTransport``. ``signal`` wakes
     the application thread (new data, a background event, a position change)."""
     metrics = Metrics()

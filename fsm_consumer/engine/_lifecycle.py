@@ -8,7 +8,10 @@ without one never leaves ``initialized`` for discovery. Closing asks every close
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..machines import SpecMachine
 
 
 class Closer(Protocol):
@@ -26,7 +29,7 @@ class BackgroundLifecycle:
         self.close_autocommit = True  # close(autocommit=False) commits nothing
         self.stopped = False
         self.failure: BaseException | None = None
-        self.machine = None  # the SpecMachine bound to this model
+        self.machine: SpecMachine | None = None  # the SpecMachine bound to this model
 
     # -- hooks named in background.yaml -----------------------------------------------------
     def send_find_coordinator(self) -> None:
@@ -44,9 +47,11 @@ class BackgroundLifecycle:
     def discovery_backoff_ms(self, configured: float) -> float:
         if self.coordinator is None:
             return configured
+        assert self.machine is not None  # bound right after the machine is built, before any hook runs
         return self.coordinator.next_backoff_ms(self.machine.now)
 
     def close_budget_ms(self, configured: float) -> float:
+        assert self.machine is not None  # bound right after the machine is built, before any hook runs
         left = self.close_deadline_ms - self.machine.now  # the loop's `now`: this model reads no clock
         return max(0.0, min(configured, left)) if math.isfinite(left) else configured
 

@@ -14,7 +14,7 @@ import math
 import threading
 
 from ..errors import AuthenticationFailedError, BackgroundThreadError
-from ..events import ErrorEvent
+from ..events import ApplicationEvent, ErrorEvent
 
 log = logging.getLogger("fsm_consumer.engine")
 
@@ -57,7 +57,7 @@ class NetworkThread:
         self._metrics = metrics
         self._held = held
         self._auth_failure = None
-        self._waiting = []
+        self._waiting: list[ApplicationEvent] = []  # processed events with a future not yet done
         self._broker_sources = [metadata, *broker_sources]  # each has .brokers and .version
         self._brokers_version: tuple = ()
         self._last_read: float | None = None  # when the previous pass's transport.poll returned
@@ -195,6 +195,7 @@ class NetworkThread:
         nearest = math.inf
         still = []
         for event in self._waiting:
+            assert event.future is not None  # run_once keeps only events that have one
             if event.future.done:
                 continue
             if now >= event.deadline_ms:

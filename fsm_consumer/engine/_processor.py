@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ..events import (
+    ApplicationEvent,
     AssignmentChangedEvent,
     BootstrapEvent,
     CloseEvent,
@@ -20,7 +24,8 @@ class ApplicationEventProcessor:
         self._lifecycle = lifecycle
         self._machine = machine
         self._subs = subscription
-        self._handlers = {
+        # each handler takes the one event type it is registered for
+        self._handlers: dict[type[ApplicationEvent], Callable[[Any, float], None]] = {
             ListOffsetsEvent: self._list_offsets,
             TopicMetadataEvent: self._topic_metadata,
             AssignmentChangedEvent: self._assignment_changed,

@@ -6,12 +6,16 @@ which the background thread gives up on them (``deadline_ms`` on the engine's cl
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ..errors import KafkaTimeoutError
 from ._future import EventFuture
+
+if TYPE_CHECKING:
+    from .._config import OffsetCommitCallback
+    from ..structs import OffsetAndMetadata, TopicPartition
 
 
 @attrs.define(slots=True, eq=False)
@@ -44,21 +48,21 @@ class ListOffsetsEvent(ApplicationEvent):
     """timestamps: tp -> -2 (earliest), -1 (latest) or a timestamp in ms.
     Result: tp -> (offset, timestamp, leader_epoch) or None when no offset matches the timestamp."""
 
-    timestamps: dict = attrs.field(factory=dict)
+    timestamps: dict[TopicPartition, int] = attrs.field(factory=dict)
 
 
 @attrs.define(slots=True, eq=False)
 class TopicMetadataEvent(ApplicationEvent):
     """topics: names, or None for all. Result: topic -> sorted partition ids (absent if unknown)."""
 
-    topics: frozenset | None = None
+    topics: frozenset[str] | None = None
 
 
 @attrs.define(slots=True, eq=False)
 class AssignmentChangedEvent(ApplicationEvent):
     """assign()/seek()/pause() changed what to fetch: drop buffered data of removed partitions."""
 
-    removed: frozenset = frozenset()
+    removed: frozenset[TopicPartition] = frozenset()
 
 
 @attrs.define(slots=True, eq=False)
@@ -105,13 +109,13 @@ class CommitEvent(ApplicationEvent):
     """Commit ``offsets`` (tp -> OffsetAndMetadata), or the current positions when None.
     ``sync``: retry retriable errors until the deadline; ``callback`` runs on the application thread."""
 
-    offsets: dict | None = None
+    offsets: dict[TopicPartition, OffsetAndMetadata] | None = None
     sync: bool = True
-    callback: object = None
+    callback: OffsetCommitCallback | None = None
 
 
 @attrs.define(slots=True, eq=False)
 class FetchCommittedEvent(ApplicationEvent):
     """Committed offsets of ``partitions``; result tp -> OffsetAndMetadata or None."""
 
-    partitions: frozenset = frozenset()
+    partitions: frozenset[TopicPartition] = frozenset()

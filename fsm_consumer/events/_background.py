@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -24,6 +25,6 @@ class CallbackEvent(BackgroundEvent):
     """Run ``fn(*args)`` on the application thread (commit callbacks, rebalance listeners);
     ``ack`` is called with the exception (or None) afterwards so the background thread can go on."""
 
-    fn: Any
-    args: tuple = ()
-    ack: Any = None
+    fn: Callable[..., object]
+    args: tuple[Any, ...] = ()
+    ack: Callable[[BaseException | None], object] | None = None

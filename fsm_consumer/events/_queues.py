@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from ._application import ApplicationEvent
 from ._background import BackgroundEvent
@@ -34,13 +35,16 @@ class Signal:
         return self._event.wait(timeout_s)
 
 
-class _EventDeque:
+_E = TypeVar("_E")  # ApplicationEvent or BackgroundEvent
+
+
+class _EventDeque(Generic[_E]):
     """A deque handed between threads: append and popleft are atomic, so no lock is needed."""
 
     def __init__(self) -> None:
-        self._queue: collections.deque = collections.deque()
+        self._queue: collections.deque[_E] = collections.deque()
 
-    def drain(self) -> list:
+    def drain(self) -> list[_E]:
         out = []
         q = self._queue
         while q:
@@ -51,7 +55,7 @@ class _EventDeque:
         return len(self._queue)
 
 
-class ApplicationEventQueue(_EventDeque):
+class ApplicationEventQueue(_EventDeque[ApplicationEvent]):
     def __init__(self, wake_background: Callable[[], None] | None = None) -> None:
         super().__init__()
         self._wake = wake_background
@@ -78,7 +82,7 @@ class ApplicationEventQueue(_EventDeque):
         self._closed_by = error
 
 
-class BackgroundEventQueue(_EventDeque):
+class BackgroundEventQueue(_EventDeque[BackgroundEvent]):
     def __init__(self, signal: Signal) -> None:
         super().__init__()
         self._signal = signal

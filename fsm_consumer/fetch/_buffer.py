@@ -26,7 +26,7 @@ class CompletedFetch:
     tp: TopicPartition
     fetch_offset: int
     epoch: int  # the partition's epoch when the fetch was sent
-    records: object  # bytes or memoryview of record batches, decoded on the app thread
+    records: bytes | memoryview | None  # record batches, decoded on the app thread (None once decoded)
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
@@ -84,7 +84,8 @@ class FetchBuffer:
     def drop(self, keep: Callable[[CompletedFetch], bool]) -> list[CompletedFetch]:
         """Remove the fetches ``keep`` rejects (e.g. of partitions no longer assigned)."""
         with self._lock:
-            kept, gone = collections.deque(), []
+            kept: collections.deque[CompletedFetch] = collections.deque()
+            gone: list[CompletedFetch] = []
             for f in self._queue:
                 (kept if keep(f) else gone).append(f)
             self._queue = kept

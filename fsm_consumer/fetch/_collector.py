@@ -243,6 +243,7 @@ class FetchCollector:
         fetch's end (past trailing control records), the fetch is released, and a fault found at
         its end becomes the pending error."""
         cur = self._current
+        assert cur is not None  # called only while a fetch is being handed out
         fetch = cur.fetch
         subs = self._subs
         position = subs.position_at(fetch.tp, fetch.epoch)  # unlocked: take() checks again
@@ -344,6 +345,7 @@ class FetchCollector:
         """The fetch being drained belongs to a partition that changed: dropped, counted, fetched again
         (its in-flight mark goes, if the epoch is still the one it was fetched under)."""
         cur = self._current
+        assert cur is not None  # called only while a fetch is being handed out
         fetch = cur.fetch
         self.stale_fetches += 1
         self.stale_records += cur.size - cur.index

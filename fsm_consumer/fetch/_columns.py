@@ -228,7 +228,11 @@ def _offsets_fit(out: _Starts, offsets: np.ndarray, counts: list[int]) -> bool:
 
 
 def build(
-    cols: Any, offsets: np.ndarray, timestamps: np.ndarray, spans: np.ndarray, data: bytes | None = None
+    cols: Any,
+    offsets: np.ndarray,
+    timestamps: np.ndarray,
+    spans: np.ndarray,
+    data: bytes | memoryview | None = None,
 ) -> pa.RecordBatch:
     """One partition's columns from the records' offsets, timestamps and spans in ``cols``' joined payloads."""
     n = len(offsets)

@@ -73,7 +73,7 @@ def _snappy(data) -> bytes:
 def _lz4(data) -> bytes:
     view = memoryview(data)
     end = len(view)
-    parts = []
+    parts: list[bytes] = []
     pos = 0
     while pos < end:  # normally one frame; concatenated frames are legal
         if bytes(view[pos : pos + 4]) != _LZ4_MAGIC:

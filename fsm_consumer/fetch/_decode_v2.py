@@ -42,7 +42,7 @@ CONTROL_MASK = 0x20
 CONTROL_ABORT = 0
 
 
-def varint(buf: bytes, pos: int) -> tuple[int, int]:
+def varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """Zigzag varint at ``pos`` (any length up to 64 bits): (value, next position)."""
     result = 0
     shift = 0
@@ -251,7 +251,7 @@ def _headers(buf: bytes, pos: int) -> tuple[tuple, int, int]:
     return tuple(headers), size, pos
 
 
-def control_type(buf: bytes) -> int:
+def control_type(buf: bytes | memoryview) -> int:
     """The type of a control batch's (first) record: its key is int16 version, int16 type."""
     length, pos = varint(buf, 0)
     end = pos + length

@@ -9,6 +9,9 @@ for the same failure (a subclass of it), with this library's message.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import kafka.errors as _ke
 from kafka.consumer.fetcher import RecordTooLargeError as _KafkaPythonRecordTooLargeError
 
@@ -28,25 +31,32 @@ class RecordError(FsmConsumerError):
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition} at offset {self.offset}: {self.message}"
 
-    def __reduce__(self):
+    def __reduce__(
+        self,
+    ) -> tuple[
+        Callable[[type[RecordError], tuple[object, ...], dict[str, Any]], RecordError],
+        tuple[type[RecordError], tuple[object, ...], dict[str, Any]],
+    ]:
         # Subclasses add attributes beyond args, which the default
         # Exception pickling (cls(*args)) would drop.
         return _restore, (type(self), self.args, self.__dict__)
 
 
-def _restore(cls: type[RecordError], args: tuple, state: dict) -> RecordError:
+def _restore(cls: type[RecordError], args: tuple[object, ...], state: dict[str, Any]) -> RecordError:
     error = cls.__new__(cls)
     Exception.__init__(error, *args)
     error.__dict__.update(state)
     return error
 
 
-class CorruptRecordError(RecordError, _ke.CorruptRecordError):
+# kafka-python ships no type information: its error classes are Any, a base strict mode refuses
+class CorruptRecordError(RecordError, _ke.CorruptRecordError):  # type: ignore[misc]
     """A batch failed its CRC or could not be parsed; ``offset`` is the batch's base offset
     (``kafka.errors.CorruptRecordError``, errno 2)."""
 
 
-class RecordTooLargeError(RecordError, _KafkaPythonRecordTooLargeError):
+# kafka-python ships no type information (as above)
+class RecordTooLargeError(RecordError, _KafkaPythonRecordTooLargeError):  # type: ignore[misc]
     """The fetch returned bytes but not one complete batch: the batch at ``offset``
     is larger than the partition fetch size (Java's RecordTooLargeException;
     ``kafka.consumer.fetcher.RecordTooLargeError``)."""

@@ -147,7 +147,7 @@ def _batch_v2(
 
 def _check_offsets(cols: _Columns, mark: tuple, base_offset: int, last_offset: int, min_offset: int) -> None:
     """As decode_partition's: the batch's records it keeps must rise within the batch's range."""
-    got = cols.ints[_FIELDS * mark[0] :: _FIELDS]
+    got: Sequence[int] = cols.ints[_FIELDS * mark[0] :: _FIELDS]
     if base_offset < min_offset:
         got = [o for o in got if o >= min_offset]
     if got and (got[0] < base_offset or got[-1] > last_offset or any(b <= a for a, b in pairwise(got))):
@@ -207,7 +207,7 @@ def _add_records(cols: _Columns, records: Sequence) -> None:
     """ConsumerRecords with bytes keys and values (legacy batches, or records already decoded) to columns."""
     if not records:
         return
-    parts = []
+    parts: list[bytes | bytearray | memoryview] = []
     pos = 0
     ints = cols.ints
     first = index = len(cols)

@@ -30,7 +30,7 @@ _MAX_VARINT = 9
 LIMIT = 1 << 62  # bases and deltas beyond this go to the exact loop (no int64 overflow when added)
 
 
-def scan(buf: bytes, count: int, start: int, starts, *, _zz=_ZIGZAG, _varint=varint) -> None:
+def scan(buf: bytes | memoryview, count: int, start: int, starts, *, _zz=_ZIGZAG, _varint=varint) -> None:
     """Append the ``count`` record starts of batch payload ``buf`` (plus ``start``) to ``starts``.
 
     ValueError (or IndexError) if the records' lengths do not chain to the end of ``buf``.

@@ -30,6 +30,15 @@ CODECS = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD
 ABORT, COMMIT = 0, 1
 
 
+def _codec_id(codec: int | str) -> int:
+    """A codec given by name or id as its id; an unknown name fails as ``compress`` fails on it."""
+    if isinstance(codec, int):
+        return codec
+    if codec in CODECS:
+        return CODECS[codec]
+    raise ValueError(f"unknown codec {codec}")
+
+
 class Rec(NamedTuple):
     """A record to write: ``offset_delta`` None means the next one (gaps mimic compaction)."""
 
@@ -54,7 +63,7 @@ def batch(
     snappy_framing: str = "xerial",
 ) -> bytes:
     """One magic v2 batch as the broker stores it."""
-    codec = CODECS.get(codec, codec)
+    codec = _codec_id(codec)
     if producer_id >= 0 and base_sequence < 0:
         base_sequence = 0
     builder = DefaultRecordBatchBuilder(
@@ -121,7 +130,7 @@ def legacy_batch(
     (0..n-1) and the wrapper carries the absolute offset of the last one; v0
     inner offsets are absolute.
     """
-    codec = CODECS.get(codec, codec)
+    codec = _codec_id(codec)
     keys = keys if keys is not None else [None] * len(values)
     inner = LegacyRecordBatchBuilder(magic=magic, compression_type=NONE, batch_size=1 << 30)
     for i, (key, value) in enumerate(zip(keys, values, strict=False)):

@@ -31,7 +31,8 @@ def coverage(
 ) -> tuple[list[int], list[int]]:
     """(covered, missing) transition indexes of ``spec``; ``kind`` counts only that test kind."""
     seen = records.get(spec.machine, {})
-    covered, missing = [], []
+    covered: list[int] = []
+    missing: list[int] = []
     for t in spec.transitions:
         kinds = seen.get(t.index, {})
         hit = bool(kinds.get(kind)) if kind else bool(kinds)

@@ -8,43 +8,60 @@ states, event table), so its documented semantics hold: queued triggers, excepti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
+from typing import Protocol, cast
 
 from transitions import Event, State, Transition
 
 from ._errors import IllegalTransition
 
 
+class _Owner(Protocol):
+    """What a transition tells its SpecMachine (a protocol: _machine imports this module, not back)."""
+
+    def _stayed(self, transition: LeanTransition) -> None: ...
+    def _entered(self, transition: LeanTransition) -> float: ...
+    def _arm(self, state: str, now: float) -> None: ...
+
+
+# The compiler passes bound methods only, never callback names, so every callback list of these
+# classes holds plain callables (transitions' stubs also allow a name, a str).
+_Hooks = list[Callable[[], object]]
+
+
 class LeanState(State):
     """Enter/exit callbacks are plain callables with no arguments."""
 
     def enter(self, event_data):
-        for fn in self.on_enter:
+        for fn in cast("_Hooks", self.on_enter):
             fn()
 
     def exit(self, event_data):
-        for fn in self.on_exit:
+        for fn in cast("_Hooks", self.on_exit):
             fn()
 
 
 class LeanTransition(Transition):
     """Conditions and callbacks are pre-resolved; ``owner`` records the change and arms timeouts."""
 
-    owner = None  # the SpecMachine (set on each instance by the compiler)
+    owner: _Owner | None = None  # the SpecMachine (set on each instance by the compiler)
     index = -1  # spec transition index
     trigger_name = ""
-    checks: tuple = ()  # ((callable, expected_truth), ...)
+    checks: tuple[tuple[Callable[[], object], bool], ...] = ()  # ((callable, expected_truth), ...)
     internal = False  # stays in the state: no exit/entry, the visit goes on
+    dest: str  # the compiler always gives a destination (the source for '=')
 
     def execute(self, event_data):
         for fn, expected in self.checks:
             if bool(fn()) is not expected:
                 return False
-        for fn in self.before:
+        for fn in cast("_Hooks", self.before):
             fn()
+        assert self.owner is not None  # set by the compiler right after it creates the transition
         if self.internal:
             self.owner._stayed(self)
-            for fn in self.after:
+            for fn in cast("_Hooks", self.after):
                 fn()
             return True
         states = event_data.machine.states
@@ -53,7 +70,7 @@ class LeanTransition(Transition):
         now = self.owner._entered(self)
         states[self.dest].enter(event_data)
         self.owner._arm(self.dest, now)  # after on_enter, so computed durations see its effects
-        for fn in self.after:
+        for fn in cast("_Hooks", self.after):
             fn()
         return True
 

@@ -15,7 +15,9 @@ class TransitionRecord(NamedTuple):
     trigger: str
     dest: str
     time: float  # the machine clock's now_ms() when the state changed
-    index: int  # the transition's position in its spec (coverage counts these)
+    # the transition's position in its spec (coverage counts these); the field shadows tuple.index,
+    # which NamedTuple allows at runtime but mypy reports as an incompatible override
+    index: int  # type: ignore[assignment]
     instance: str = ""  # which machine object (several consumers share a spec)
 
 

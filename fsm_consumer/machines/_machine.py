@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from transitions import Machine
 
@@ -31,10 +31,13 @@ class _TransitionsMachine(Machine):
     state_cls = LeanState
     transition_cls = LeanTransition
     event_cls = LeanEvent
+    fsm_ignored: Mapping[str, frozenset[str]]  # trigger -> states where it is a no-op (read by LeanEvent)
 
 
 class _Carrier:
     """The object transitions keeps the state on; the real model stays free of its helper methods."""
+
+    state: str  # set by transitions (the initial state) and by LeanTransition
 
 
 def resolve_durations(spec: Spec, config: Any = None, overrides: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -134,7 +137,8 @@ class SpecMachine:
                 self._machine.add_transition(
                     t.trigger, source, t.dest_from(source), before=fns(t.before), after=fns(t.after)
                 )
-                compiled = self._machine.events[t.trigger].transitions[source][-1]
+                # transition_cls is LeanTransition: every transition the machine creates is one
+                compiled = cast(LeanTransition, self._machine.events[t.trigger].transitions[source][-1])
                 compiled.owner, compiled.index, compiled.checks = self, t.index, checks
                 compiled.trigger_name = t.trigger
                 compiled.internal = t.internal

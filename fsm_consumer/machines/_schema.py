@@ -7,7 +7,7 @@ import functools
 import json
 from pathlib import Path
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # no stubs: types-jsonschema is not a dependency
 
 from ._paths import schema_path
 from ._yaml import Located

@@ -94,7 +94,12 @@ def load_located(text: str, file: str) -> Located:
             return out
         if isinstance(node, yaml.SequenceNode):
             return [build(child, path + (i,)) for i, child in enumerate(node.value)]
-        if node.tag == _BOOL_TAG and node.style is None and node.value.lower() in _SURPRISE_BOOLS:
+        if (
+            node.tag == _BOOL_TAG
+            and isinstance(node, yaml.ScalarNode)  # always, once mappings and sequences are handled
+            and node.style is None
+            and node.value.lower() in _SURPRISE_BOOLS
+        ):
             raise SpecError(
                 f"value {node.value!r} is read by YAML 1.1 as a boolean; quote it "
                 f'("{node.value}") if a name is meant, or write true/false',

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 from kafka.protocol.consumer import OffsetCommitRequest
 
@@ -37,6 +38,9 @@ from ..policy import Action, Backoffs, classify, public_error
 from ..structs import OffsetAndMetadata, TopicPartition
 from ._base import FOREVER, Outgoing, error_of
 from ._committed import CommittedOffsets
+
+if TYPE_CHECKING:
+    from ._membership import MembershipManager
 
 log = logging.getLogger("fsm_consumer.commit")
 
@@ -106,7 +110,7 @@ class CommitManager:
         self._bg = background_events
         self._metrics = metrics
         self._held = held
-        self.membership = None  # set in group mode: generation and member id
+        self.membership: MembershipManager | None = None  # set in group mode: generation and member id
         self._queue: list[_Commit] = []
         # a failing commit, lookup or partition is retried a few times a second at most (the error policy)
         self._retries = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)  # per commit
@@ -170,6 +174,7 @@ class CommitManager:
         if mode in _SENDABLE:
             return None
         m = self.membership
+        assert m is not None  # without a membership the mode is "simple", which can send
         state = m.machine.state
         group = self._config.group_id
         if mode == "rebalancing":
@@ -285,7 +290,8 @@ class CommitManager:
                 Outgoing(
                     self._commit_request(commit.offsets, commit.stamp),
                     node,
-                    lambda p, n, c=commit: self._on_commit(p, n, c),
+                    # mypy cannot type a lambda with default arguments (python/mypy#15459)
+                    lambda p, n, c=commit: self._on_commit(p, n, c),  # type: ignore[misc]
                     max_version=9,
                 )
             )

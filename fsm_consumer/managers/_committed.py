@@ -79,7 +79,8 @@ class CommittedOffsets:
                 Outgoing(
                     self._fetch_request(ready),
                     node,
-                    lambda p, n, tps=frozenset(ready): self._on_positions(p, n, tps),
+                    # mypy cannot type a lambda with default arguments (python/mypy#15459)
+                    lambda p, n, tps=frozenset(ready): self._on_positions(p, n, tps),  # type: ignore[misc]
                     max_version=7,
                 )
             )
@@ -93,7 +94,8 @@ class CommittedOffsets:
                 Outgoing(
                     self._fetch_request(event.partitions),
                     node,
-                    lambda p, n, ev=event: self._on_lookup(p, n, ev),
+                    # mypy cannot type a lambda with default arguments (python/mypy#15459)
+                    lambda p, n, ev=event: self._on_lookup(p, n, ev),  # type: ignore[misc]
                     max_version=7,
                 )
             )
@@ -167,6 +169,7 @@ class CommittedOffsets:
     def _deny(self, code: int, tps) -> None:
         """Hold what the user must fix; the partitions are not asked for again while it is held."""
         group = self._config.group_id
+        held: list[tuple[tuple[object, ...], BaseException]]  # (held-error key, error)
         if code == _GROUP_AUTHORIZATION_FAILED:
             held = [(("group",), public_error(code, f"OffsetFetch of the committed offsets of group {group!r}"))]
         elif code == _TOPIC_AUTHORIZATION_FAILED:
@@ -218,6 +221,7 @@ class CommittedOffsets:
         return False
 
     def _on_lookup(self, pending, now: float, event: FetchCommittedEvent) -> None:
+        assert event.future is not None  # committed() waits on it
         if event.future.done:
             self._retries.succeeded(event)
             return

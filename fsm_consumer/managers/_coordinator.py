@@ -64,6 +64,7 @@ class CoordinatorManager:
         self._send = True
 
     def on_ready(self) -> None:
+        assert self._found is not None  # the machine gets ready only after a FindCoordinator answer
         node_id, host, port = self._found
         self.node = _COORDINATOR_ID_BASE - node_id
         if self.brokers.get(self.node) != (host, port):

@@ -91,7 +91,8 @@ class FetchManager:
                 Outgoing(
                     self._request(plan, max_bytes),
                     node,
-                    lambda pending, n, node=node, sent=sent, mb=max_bytes: self.on_response(pending, n, node, sent, mb),
+                    # mypy cannot type a lambda with default arguments (python/mypy#15459)
+                    lambda pending, n, node=node, sent=sent, mb=max_bytes: self.on_response(pending, n, node, sent, mb),  # type: ignore[misc]
                     timeout_ms=self._config.request_timeout_ms + self._config.fetch_max_wait_ms,
                     min_version=7 if plan.session_id else 4,
                     max_version=12,

@@ -9,7 +9,8 @@ specs/membership.yaml) holds who it is in the group and what it owns; this holds
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import kafka.errors as ke
 
@@ -29,14 +30,77 @@ from ._group_requests import (
 )
 from ._leader import LeaderRound, partition_counts
 
+if TYPE_CHECKING:
+    from .._config import ConsumerConfig
+    from ..assignors import Assignor
+    from ..machines import SpecMachine
+    from ..state import SubscriptionState
+    from ..structs import TopicPartition
+    from ._coordinator import CoordinatorManager
+    from ._heartbeat import HeartbeatTimer
+    from ._metadata import MetadataManager
+
 log = logging.getLogger("fsm_consumer.membership")
+
+
+class GroupMember(Protocol):
+    """What ``GroupExchange`` uses of its member (``MembershipManager`` is one): properties are only read,
+    attributes are also written (what the coordinator's answers say about the member)."""
+
+    member_id: str
+    generation: int
+    group_protocol: str | None
+    leader_id: str | None
+    fatal: BaseException | None
+    _joined_topics: tuple[str, ...]  # the topics of the last JoinGroup
+    _new: frozenset[TopicPartition]  # the assignment of the last SyncGroup
+
+    @property
+    def _config(self) -> ConsumerConfig: ...
+
+    @property
+    def _metadata(self) -> MetadataManager: ...
+
+    @property
+    def _subs(self) -> SubscriptionState: ...
+
+    @property
+    def _coordinator(self) -> CoordinatorManager: ...
+
+    @property
+    def machine(self) -> SpecMachine: ...
+
+    @property
+    def heartbeat(self) -> HeartbeatTimer: ...
+
+    @property
+    def protocol(self) -> RebalanceProtocol: ...
+
+    @property
+    def assignors(self) -> Sequence[Assignor]: ...
+
+    @property
+    def owned(self) -> frozenset[TopicPartition]: ...
+
+    @property
+    def _joined_counts(self) -> Mapping[str, int]: ...
+
+    def _subscribed_topics(self) -> tuple[str, ...]: ...
+
+    def _leave_needed(self) -> bool: ...
+
+    def _request_rejoin(self, why: str) -> None: ...
+
+    def _record(self, what: str, partitions: Iterable[TopicPartition]) -> None: ...
+
+    def _fail(self, code: int, what: str) -> None: ...
 
 
 class GroupExchange:
     """The requests in flight for one member, the round's leader data, and when the next may go."""
 
-    def __init__(self, member: Any) -> None:
-        self.m = member  # the MembershipManager (typed loosely: importing it here would make a cycle)
+    def __init__(self, member: GroupMember) -> None:
+        self.m = member  # the MembershipManager
         config = member._config
         self._round = LeaderRound(config.group_id, member._metadata, config.request_timeout_ms)
         self._request_in_flight = False  # a JoinGroup or SyncGroup
@@ -58,7 +122,7 @@ class GroupExchange:
         wait = FOREVER
         self._watch_metadata()
         state = m.machine.state
-        request = m.machine.attribute("request")
+        request: str | None = m.machine.attribute("request")
         if request == "none" or self._sent_visit == m.machine.visit:
             request = None  # this visit's request went out already
         if request == "leave" and not m._leave_needed():
@@ -96,7 +160,8 @@ class GroupExchange:
                     Outgoing(
                         heartbeat_request(m._config, m.generation, m.member_id),
                         node,
-                        lambda pending, answered, sent=(m.member_id, m.generation), at=now: self._on_heartbeat(
+                        # mypy cannot type a lambda with default arguments (python/mypy#15459)
+                        lambda pending, answered, sent=(m.member_id, m.generation), at=now: self._on_heartbeat(  # type: ignore[misc]
                             pending, answered, sent, at
                         ),
                     )
@@ -191,9 +256,10 @@ class GroupExchange:
         m = self.m
         assignment: dict[str, Assignment] = {}
         if m.leader_id == m.member_id:
-            assignment = self._assign()
-            if assignment is None:
+            assigned = self._assign()
+            if assigned is None:
                 return []  # waiting for metadata of topics other members subscribe to
+            assignment = assigned
         self._request_in_flight = True
         request = sync_group_request(m._config, m.generation, m.member_id, m.group_protocol, assignment)
         visit, sent = m.machine.visit, m.machine.now
@@ -294,7 +360,8 @@ class GroupExchange:
         request = leave_group_request(m._config, m.member_id)
         self.leave_in_flight = True
         log.info("group %s: LeaveGroup as %s (state %s)", m._config.group_id, m.member_id, m.machine.state)
-        return Outgoing(request, node, lambda pending, now, visit=m.machine.visit: self._on_leave(pending, now, visit))
+        # mypy cannot type a lambda with default arguments (python/mypy#15459)
+        return Outgoing(request, node, lambda pending, now, visit=m.machine.visit: self._on_leave(pending, now, visit))  # type: ignore[misc]
 
     def _on_leave(self, pending, now: float, visit: int) -> None:
         m = self.m

@@ -4,12 +4,16 @@ are sorted by, and when an answer renewed the member's session."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
 
 from ..assignors import Assignment, Subscription, encode_assignment, encode_subscription
 from ..structs import TopicPartition
+
+if TYPE_CHECKING:
+    from ..assignors import Assignor
 
 COORDINATOR_ERRORS = {14, 15, 16}  # load in progress, not available, not coordinator
 FENCED = {22, 25}  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID
@@ -35,7 +39,7 @@ def join_group_request(
     generation: int,
     topics: tuple[str, ...],
     owned: tuple[TopicPartition, ...],
-    assignors: list[Any],
+    assignors: Sequence[Assignor],
 ) -> JoinGroupRequest:
     """JoinGroup offering each assignor with this member's subscription (and, cooperative, what it owns)."""
     protocols = []

@@ -36,7 +36,7 @@ def partition_counts(metadata: Any, topics: Any) -> dict[str, int]:
 class LeaderRound:
     """The members of the generation just joined and, when this member leads, the assignment's inputs."""
 
-    def __init__(self, group_id: str, metadata: Any, request_timeout_ms: float) -> None:
+    def __init__(self, group_id: str | None, metadata: Any, request_timeout_ms: float) -> None:
         self._group_id = group_id
         self._metadata = metadata
         self._request_timeout_ms = request_timeout_ms

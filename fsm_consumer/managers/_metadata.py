@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from kafka.protocol.metadata import MetadataRequest
@@ -22,6 +22,9 @@ from ..errors import KafkaTimeoutError
 from ..policy import Action, Backoffs, classify, public_error
 from ..structs import TopicPartition
 from ._base import FOREVER, Outgoing
+
+if TYPE_CHECKING:
+    from ..events import ApplicationEvent
 
 log = logging.getLogger("fsm_consumer.metadata")
 _BOOTSTRAP = ("bootstrap",)  # the held error's key
@@ -60,7 +63,7 @@ class MetadataManager:
         self._need = True
         self._extra: set[str] = set()
         self._in_flight = False
-        self._waiters: list[tuple[object, float]] = []  # (event, requested at) for TopicMetadataEvent
+        self._waiters: list[tuple[ApplicationEvent, float]] = []  # (event, requested at) for TopicMetadataEvent
         self.all_topics_wanted = False  # pattern subscriptions need every topic
 
     @property

@@ -76,8 +76,9 @@ class OffsetsManager:
             for node, ts in by_node.items():
                 for tp in ts:
                     self._resetting[tp] = ready[tp]
+                # mypy cannot type a lambda with default arguments (python/mypy#15459)
                 out.append(
-                    Outgoing(self._request(ts), node, lambda p, n, ts=ts: self._on_reset(p, n, ts), min_version=1)
+                    Outgoing(self._request(ts), node, lambda p, n, ts=ts: self._on_reset(p, n, ts), min_version=1)  # type: ignore[misc]
                 )
         for probe in [p for p in self._probes if not p.in_flight]:
             node = self._metadata.leader(probe.tp)
@@ -90,13 +91,15 @@ class OffsetsManager:
                 Outgoing(
                     probe_request(probe.tp, probe.reported - 1, self._isolation),
                     node,
-                    lambda p, n, pr=probe: self._on_probe(p, n, pr),
+                    # mypy cannot type a lambda with default arguments (python/mypy#15459)
+                    lambda p, n, pr=probe: self._on_probe(p, n, pr),  # type: ignore[misc]
                     min_version=4,
                     max_version=12,
                 )
             )
         # API lookups
         for lookup in list(self._events):
+            assert lookup.event.future is not None  # a lookup's event has a future: the application waits on it
             if lookup.event.future.done:
                 self._events.remove(lookup)
                 continue
@@ -130,7 +133,8 @@ class OffsetsManager:
                     Outgoing(
                         self._request(ts),
                         node,
-                        lambda p, n, lk=lookup, ts=ts: self._on_lookup(p, n, lk, ts),
+                        # mypy cannot type a lambda with default arguments (python/mypy#15459)
+                        lambda p, n, lk=lookup, ts=ts: self._on_lookup(p, n, lk, ts),  # type: ignore[misc]
                         min_version=1,
                     )
                 )
@@ -188,6 +192,7 @@ class OffsetsManager:
             self._holding[key] = error
         error = self._holding[key]
         for lookup in list(self._events):
+            assert lookup.event.future is not None  # a lookup's event has a future: the application waits on it
             if not lookup.event.future.done and any(key in _keys(t) for t in lookup.event.timestamps):
                 self._events.remove(lookup)
                 lookup.event.fail(error)
@@ -242,6 +247,7 @@ class OffsetsManager:
 
     def _on_lookup(self, pending, now: float, lookup: _Lookup, timestamps) -> None:
         lookup.in_flight -= set(timestamps)
+        assert lookup.event.future is not None  # a lookup's event has a future: the application waits on it
         if lookup.event.future.done:  # failed meanwhile (a held error) or timed out
             return
         if pending.error is not None:

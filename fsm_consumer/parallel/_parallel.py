@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from queue import Empty, SimpleQueue
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, IllegalStateError, RebalanceInProgressError
 from ..fetch import OffsetAndMetadata, TopicPartition
@@ -26,6 +26,11 @@ from ._partition import PartitionRun
 from ._progress import METADATA_LIMIT, PartitionProgress
 from ._scheduler import ORDERINGS, Job, Scheduler, lane_of
 from ._workers import AsyncWorkers, Attempts, Outcome, ThreadWorkers, is_async
+
+if TYPE_CHECKING:
+    from ..consumer import Consumer
+    from ..consumer._group_api import RebalanceListener
+    from ..structs import ConsumerRecord
 
 log = logging.getLogger("fsm_consumer.parallel")
 _SIZE_CHECK_EVERY = 64  # completions of a partition between metadata size checks within one loop pass
@@ -42,7 +47,7 @@ def _now_ms() -> float:
     return time.monotonic() * 1000
 
 
-def _positive(name: str, value: Any) -> int:
+def _positive(name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}", key=name)
     return value
@@ -54,15 +59,15 @@ class ParallelConsumer:
 
     def __init__(
         self,
-        consumer: Any,
-        handler: Callable[[Any], Any],
+        consumer: Consumer,
+        handler: Callable[[ConsumerRecord], object] | Callable[[ConsumerRecord], Awaitable[object]],
         *,
         parallelism: int = 16,
         ordering: str = "key",
         max_in_flight: int = 1000,
         commit_interval_ms: int = 1000,
         retries: int = 0,
-        on_failure: Callable[[Any, BaseException], Any] | None = None,
+        on_failure: Callable[[ConsumerRecord, BaseException], object] | None = None,
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 10_000,
         revoke_timeout_ms: int | None = None,
@@ -100,10 +105,16 @@ class ParallelConsumer:
         self._completions: SimpleQueue[Outcome] = SimpleQueue()
         attempts = Attempts(retries, retry_backoff_ms, retry_backoff_max_ms, on_failure)
         self._scheduler = Scheduler(ordering, parallelism)
-        kind = AsyncWorkers if is_async(handler) else ThreadWorkers
-        self._workers = kind(self._scheduler, handler, parallelism, attempts, self._completions, self._woken.set)
-        if kind is AsyncWorkers:
+        self._workers: AsyncWorkers | ThreadWorkers
+        if is_async(handler):
+            self._workers = AsyncWorkers(
+                self._scheduler, handler, parallelism, attempts, self._completions, self._woken.set
+            )
             self._scheduler.on_ready = self._workers.notify
+        else:
+            self._workers = ThreadWorkers(
+                self._scheduler, handler, parallelism, attempts, self._completions, self._woken.set
+            )
         self._parts: dict[TopicPartition, PartitionRun] = {}
         self._paused: set[TopicPartition] = set()
         self._full = False
@@ -123,14 +134,14 @@ class ParallelConsumer:
         self._abort: BaseException | None = None  # KeyboardInterrupt, SystemExit...: raised as itself
         self._stop = threading.Event()
         self._state = "new"  # new -> running -> done
-        self._user_listener: Any = None
+        self._user_listener: RebalanceListener | None = None  # the one given to subscribe(), called after ours
         self._swapped = False
 
     # -- the public surface ----------------------------------------------------------------------------
     def __enter__(self) -> ParallelConsumer:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def stop(self) -> None:
@@ -211,8 +222,8 @@ class ParallelConsumer:
         if records:
             self._submit(records)
 
-    def _submit(self, records: dict) -> None:
-        jobs = []
+    def _submit(self, records: Mapping[TopicPartition, Sequence[ConsumerRecord]]) -> None:
+        jobs: list[Job] = []
         ordering = self.ordering
         for tp, recs in records.items():
             part = self._parts.get(tp)
@@ -222,8 +233,9 @@ class ParallelConsumer:
             elif part.sought_back(recs[0].offset):  # one poll's records of a partition come in offset order
                 part = self._restart(part, recs[0].offset)
             for rec in recs:
+                lane = lane_of(ordering, tp, rec.key)  # first: a key that names no lane changes nothing
                 if part.receive(rec.offset):
-                    jobs.append(Job(tp, rec.offset, rec, lane_of(ordering, tp, rec.key), part))
+                    jobs.append(Job(tp, rec.offset, rec, lane, part))
                 else:
                     self._counts["skipped"] += 1
         self._in_flight += len(jobs)
@@ -245,6 +257,7 @@ class ParallelConsumer:
                 continue  # a worker ended outside any record
             self._in_flight -= 1
             part = job.owner
+            assert part is not None  # every job is submitted with its partition's run (_submit)
             counts["retried"] += outcome.retried
             if outcome.error is not None:
                 counts["failed"] += 1
@@ -280,7 +293,7 @@ class ParallelConsumer:
         self._paused = (self._paused | pause) - resume
 
     # -- commits ---------------------------------------------------------------------------------------
-    def _offsets(self, parts) -> dict:
+    def _offsets(self, parts: Iterable[PartitionRun]) -> dict[TopicPartition, OffsetAndMetadata]:
         out = {}
         for part in parts:
             value = part.to_commit()
@@ -296,7 +309,11 @@ class ParallelConsumer:
             return
         self._commit_pending = True
 
-        def done(committed, error, offsets=offsets) -> None:
+        def done(
+            committed: Mapping[TopicPartition, OffsetAndMetadata],
+            error: BaseException | None,
+            offsets: dict[TopicPartition, OffsetAndMetadata] = offsets,
+        ) -> None:
             self._commit_pending = False
             if error is not None:
                 self._counts["commit-errors"] += 1
@@ -317,7 +334,7 @@ class ParallelConsumer:
 
         self.consumer.commit_async(offsets, callback=done)
 
-    def _commit_sync(self, offsets: dict, why: str) -> None:
+    def _commit_sync(self, offsets: dict[TopicPartition, OffsetAndMetadata], why: str) -> None:
         if not offsets or not self._group:
             return
         try:
@@ -333,7 +350,7 @@ class ParallelConsumer:
             )
 
     # -- partitions coming and going -------------------------------------------------------------------
-    def _adopt(self, tps) -> list[PartitionRun]:
+    def _adopt(self, tps: Iterable[TopicPartition]) -> list[PartitionRun]:
         """Runs for newly owned partitions, their progress restored from the committed offset's metadata."""
         now = _now_ms()
         out = []
@@ -346,6 +363,7 @@ class ParallelConsumer:
                     progress = PartitionProgress.restore(found.offset, found.metadata, limit=self.metadata_limit)
             part = PartitionRun(tp, progress, self, self._settings, now, self.metadata_limit)
             if progress is not None:
+                assert found is not None  # progress is restored only from a committed offset found
                 part.committed = (found.offset, found.metadata or "")
             self._parts[tp] = part
             self._scheduler.release(tp)  # a partition that comes back hands out again
@@ -358,6 +376,7 @@ class ParallelConsumer:
         commit (its queued records dropped; those running finish, their completions no longer count) and
         a new run tracks the partition from ``offset``, so the next commit is the sought position."""
         tp, now = old.tp, _now_ms()
+        assert old.progress is not None  # sought_back() is True only with progress
         log.info(
             "parallel consumer: %s-%d sought back to %d (received up to %d): its progress restarts there",
             tp.topic,
@@ -371,7 +390,7 @@ class ParallelConsumer:
         self._scheduler.release(tp)
         return part
 
-    def _give_up(self, tps, trigger: str) -> None:
+    def _give_up(self, tps: Iterable[TopicPartition], trigger: str) -> None:
         """Revoked (drain, commit) or lost (drop) partitions, then forget them."""
         now = _now_ms()
         parts = [self._parts[tp] for tp in map(lambda t: TopicPartition(*t), tps) if tp in self._parts]
@@ -414,7 +433,7 @@ class ParallelConsumer:
             self._woken.wait(0.01)
             self._woken.clear()
 
-    def _offsets_final(self) -> dict:
+    def _offsets_final(self) -> dict[TopicPartition, OffsetAndMetadata]:
         final, self._final = self._final, {}
         return {tp: OffsetAndMetadata(offset, metadata, -1) for tp, (offset, metadata) in final.items()}
 
@@ -443,18 +462,18 @@ class ParallelConsumer:
             self._paused = set()
 
     # -- the Owner protocol of PartitionRun (the spec's effects) ----------------------------------------
-    def hold(self, tp, below: int | None = None) -> None:
+    def hold(self, tp: TopicPartition, below: int | None = None) -> None:
         self._scheduler.hold(tp, below)
 
-    def unhold(self, tp) -> None:
+    def unhold(self, tp: TopicPartition) -> None:
         self._scheduler.release(tp)
 
-    def drop_queued(self, tp) -> int:
+    def drop_queued(self, tp: TopicPartition) -> int:
         dropped = self._scheduler.drop(tp)
         self._in_flight -= dropped
         return dropped
 
-    def final_commit(self, tp, offset: int, metadata: str) -> None:
+    def final_commit(self, tp: TopicPartition, offset: int, metadata: str) -> None:
         self._final[tp] = (offset, metadata)
 
     # -- the rebalance listener ------------------------------------------------------------------------

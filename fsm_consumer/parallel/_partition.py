@@ -10,22 +10,31 @@ notes the last commit. The effects on the consumer and the scheduler go through 
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..machines import SpecMachine, shipped_spec
 from ._progress import PartitionProgress
 
+if TYPE_CHECKING:
+    from ..structs import TopicPartition
+
 
 class Owner(Protocol):
-    def hold(self, tp: Any, below: int | None = None) -> None: ...
-    def unhold(self, tp: Any) -> None: ...
-    def drop_queued(self, tp: Any) -> int: ...
-    def final_commit(self, tp: Any, offset: int, metadata: str) -> None: ...
+    def hold(self, tp: TopicPartition, below: int | None = None) -> None: ...
+    def unhold(self, tp: TopicPartition) -> None: ...
+    def drop_queued(self, tp: TopicPartition) -> int: ...
+    def final_commit(self, tp: TopicPartition, offset: int, metadata: str) -> None: ...
 
 
 class PartitionRun:
     def __init__(
-        self, tp: Any, progress: PartitionProgress | None, owner: Owner, settings: Any, now: float, limit: int
+        self,
+        tp: TopicPartition,
+        progress: PartitionProgress | None,
+        owner: Owner,
+        settings: object,  # what the spec's durations read (revoke_timeout_ms), by attribute or key
+        now: float,
+        limit: int,
     ) -> None:
         self.tp = tp
         self.progress = progress  # None until the first record when nothing was committed
@@ -59,6 +68,7 @@ class PartitionRun:
     def complete(self, offset: int) -> None:
         self.out -= 1
         self.completed += 1
+        assert self.progress is not None  # set by receive(), which every completed record went through
         self.progress.complete(offset)
 
     def fail(self, offset: int) -> None:
@@ -108,6 +118,7 @@ class PartitionRun:
     # -- the spec's hooks ----------------------------------------------------------------------------
     def hold(self) -> None:
         # only the lowest unfinished record may run: completing it can only shrink the encoding
+        assert self.progress is not None  # blocked is entered (and stays) only with progress: check_size()
         self.owner.hold(self.tp, below=self.progress.committable + 1)
 
     def unhold(self) -> None:

@@ -50,7 +50,7 @@ def _varint_len(value: int) -> int:
     return max(1, (value.bit_length() + 6) // 7)
 
 
-def _b64(data: bytes) -> str:
+def _b64(data: bytes | bytearray) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 

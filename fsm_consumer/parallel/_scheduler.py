@@ -24,9 +24,18 @@ import threading
 import zlib
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from ..structs import ConsumerRecord, TopicPartition
+    from ._partition import PartitionRun
 
 ORDERINGS = ("key", "partition", "unordered")
+
+#: A lane: the records of one key of a partition (``key`` None: the partition's records without a key, or
+#: all of them for ``ordering="partition"``). The key is the record's key as the key deserializer gave it: equal
+#: keys share a lane, so it must be hashable.
+Lane: TypeAlias = "tuple[TopicPartition, Hashable]"
 
 
 class Job:
@@ -34,7 +43,14 @@ class Job:
 
     __slots__ = ("tp", "offset", "record", "lane", "attempts", "owner")
 
-    def __init__(self, tp: Any, offset: int, record: Any, lane: Hashable | None, owner: Any = None) -> None:
+    def __init__(
+        self,
+        tp: TopicPartition,
+        offset: int,
+        record: ConsumerRecord,
+        lane: Lane | None,
+        owner: PartitionRun | None = None,
+    ) -> None:
         self.tp = tp
         self.offset = offset
         self.record = record
@@ -43,19 +59,46 @@ class Job:
         self.owner = owner  # whose record it is (the partition's run when it was received)
 
 
-def lane_of(ordering: str, tp: Any, key: bytes | None) -> Hashable | None:
-    """The lane of a record: None means no ordering constraint."""
+def lane_of(ordering: str, tp: TopicPartition, key: object) -> Lane | None:
+    """The lane of a record: None means no ordering constraint. Raises TypeError for a key that cannot name
+    a lane (a deserializer that returns a dict or a list), before any of its partition's state changes."""
     if ordering == "key":
-        return (tp, key) if key is not None else (tp, None)
+        if key is None or isinstance(key, (bytes, str)):
+            return (tp, key)
+        if isinstance(key, (bytearray, memoryview)):
+            return (tp, bytes(key))
+        if not _hashes(key):
+            raise TypeError(
+                f"ordering='key' needs record keys that can be compared and hashed; the key deserializer gave "
+                f"a {type(key).__name__} (a record of {tp.topic}-{tp.partition}): return bytes, str or another "
+                "hashable value from it (a tuple, not a list), or use ordering='partition'"
+            )
+        return (tp, key)
     if ordering == "partition":
         return (tp, None)
     return None
 
 
-def _home(lane: Hashable, ranges: int) -> int:
-    """The worker range of a lane: its key's hash (crc32: the same in every process), cut into equal ranges."""
+def _hashes(key: object) -> bool:
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
+
+
+def _home(lane: Lane, ranges: int) -> int:
+    """The worker range of a lane: its key's hash, cut into equal ranges (crc32 for bytes and str: the same in
+    every process; any other key by Python's hash, which is all one process needs)."""
     tp, key = lane
-    h = zlib.crc32(key) if key is not None else zlib.crc32(f"{tp[0]}-{tp[1]}".encode())
+    if key is None:
+        h = zlib.crc32(f"{tp[0]}-{tp[1]}".encode())
+    elif isinstance(key, bytes):
+        h = zlib.crc32(key)
+    elif isinstance(key, str):
+        h = zlib.crc32(key.encode())
+    else:
+        h = hash(key) & 0xFFFFFFFF
     return (h * ranges) >> 32
 
 
@@ -66,14 +109,14 @@ class Scheduler:
         self.ordering = ordering
         self._ranges = parallelism
         self._lock = threading.Condition()
-        self._lanes: dict[Hashable, deque[Job]] = {}  # lane -> its queued jobs (not running)
-        self._busy: set[Hashable] = set()  # lanes with a running job
-        self._ready: list[deque[Hashable]] = [deque() for _ in range(parallelism)]
+        self._lanes: dict[Lane, deque[Job]] = {}  # lane -> its queued jobs (not running)
+        self._busy: set[Lane] = set()  # lanes with a running job
+        self._ready: list[deque[Lane]] = [deque() for _ in range(parallelism)]
         self._free: deque[Job] = deque()  # unordered jobs
-        self._held: dict[Any, int | None] = {}  # held partition -> hand out only offsets below
-        self._parked: dict[Any, list[Hashable]] = {}  # held partition -> its ready lanes
+        self._held: dict[TopicPartition, int | None] = {}  # held partition -> hand out only offsets below
+        self._parked: dict[TopicPartition, list[Lane]] = {}  # held partition -> its ready lanes
         self._queued = 0
-        self._by_tp: dict[Any, int] = {}  # queued jobs per partition
+        self._by_tp: dict[TopicPartition, int] = {}  # queued jobs per partition
         self._closed = False
         self.on_ready = on_ready  # wakes an event loop (async handlers)
 
@@ -100,7 +143,7 @@ class Scheduler:
         if added and self.on_ready is not None:
             self.on_ready()
 
-    def hold(self, tp: Any, below: int | None = None) -> None:
+    def hold(self, tp: TopicPartition, below: int | None = None) -> None:
         with self._lock:
             moved = tp in self._held and self._held[tp] != below
             self._held[tp] = below
@@ -110,7 +153,7 @@ class Scheduler:
                         self._make_ready(lane)
                 self._lock.notify_all()
 
-    def release(self, tp: Any) -> None:
+    def release(self, tp: TopicPartition) -> None:
         with self._lock:
             self._held.pop(tp, None)
             for lane in self._parked.pop(tp, ()):
@@ -119,7 +162,7 @@ class Scheduler:
         if self.on_ready is not None:
             self.on_ready()
 
-    def drop(self, tp: Any) -> int:
+    def drop(self, tp: TopicPartition) -> int:
         """Forget the queued (not running) jobs of ``tp``; returns how many."""
         with self._lock:
             dropped = 0
@@ -182,14 +225,14 @@ class Scheduler:
             self.on_ready()
 
     # -- under the lock --------------------------------------------------------------------------
-    def _make_ready(self, lane: Hashable) -> None:
+    def _make_ready(self, lane: Lane) -> None:
         tp = lane[0]
         if tp in self._held and not self._allowed(tp, self._lanes[lane][0].offset):
             self._parked.setdefault(tp, []).append(lane)
         else:
             self._ready[_home(lane, self._ranges)].append(lane)
 
-    def _allowed(self, tp: Any, offset: int) -> bool:
+    def _allowed(self, tp: TopicPartition, offset: int) -> bool:
         """Whether a held partition may still hand out ``offset``."""
         below = self._held[tp]
         return below is not None and offset < below
@@ -211,7 +254,7 @@ class Scheduler:
                 return job
         return None
 
-    def _pop(self, ready: deque[Hashable]) -> Job | None:
+    def _pop(self, ready: deque[Lane]) -> Job | None:
         while ready:
             lane = ready.popleft()
             queue = self._lanes.get(lane)

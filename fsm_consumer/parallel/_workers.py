@@ -19,11 +19,21 @@ import asyncio
 import inspect
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from queue import SimpleQueue
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias, TypeGuard
 
 from ._scheduler import Job, Scheduler
+
+if TYPE_CHECKING:
+    from ..structs import ConsumerRecord
+
+#: ``handler(record)`` run on a worker thread; what it returns is ignored.
+Handler: TypeAlias = "Callable[[ConsumerRecord], object]"
+#: ``async def handler(record)`` awaited on the workers' event loop; what it returns is ignored.
+AsyncHandler: TypeAlias = "Callable[[ConsumerRecord], Awaitable[object]]"
+#: ``on_failure(record, exc)``: called (on the worker) when a record failed for good; its result is ignored.
+FailureHook: TypeAlias = "Callable[[ConsumerRecord, BaseException], object]"
 
 log = logging.getLogger("fsm_consumer.parallel")
 
@@ -60,7 +70,7 @@ class Attempts:
         retries: int,
         backoff_ms: float,
         backoff_max_ms: float,
-        on_failure: Callable[[Any, BaseException], Any] | None,
+        on_failure: FailureHook | None,
     ) -> None:
         self.retries = retries
         self.backoff_ms = backoff_ms
@@ -68,7 +78,8 @@ class Attempts:
         self.on_failure = on_failure
 
     def pause_s(self, attempt: int) -> float:
-        return min(self.backoff_ms * 2 ** (attempt - 1), self.backoff_max_ms) / 1000
+        factor: int = 2 ** (attempt - 1)  # an int (attempt >= 1); typeshed cannot tell for int ** int
+        return min(self.backoff_ms * factor, self.backoff_max_ms) / 1000
 
     def after(self, job: Job, exc: BaseException, stopping: bool) -> Outcome | float:
         """What follows a failed attempt: the job's outcome, or the seconds to wait before retrying."""
@@ -92,7 +103,9 @@ class Attempts:
         return Outcome(job, None, job.attempts - 1, True)
 
 
-def _hand_over(outcome: Outcome, scheduler: Scheduler, completions: SimpleQueue, wake: Callable[[], None]) -> None:
+def _hand_over(
+    outcome: Outcome, scheduler: Scheduler, completions: SimpleQueue[Outcome], wake: Callable[[], None]
+) -> None:
     """Hand ``outcome`` to the application thread, then free the job's lane (its next record becomes
     ready) unless the record failed for good: that key's later records must not run before it."""
     completions.put(outcome)
@@ -105,10 +118,10 @@ class ThreadWorkers:
     def __init__(
         self,
         scheduler: Scheduler,
-        handler: Callable[[Any], Any],
+        handler: Handler,
         parallelism: int,
         attempts: Attempts,
-        completions: SimpleQueue,
+        completions: SimpleQueue[Outcome],
         wake: Callable[[], None],
     ) -> None:
         self._scheduler = scheduler
@@ -170,10 +183,10 @@ class AsyncWorkers:
     def __init__(
         self,
         scheduler: Scheduler,
-        handler: Callable[[Any], Any],
+        handler: AsyncHandler,
         parallelism: int,
         attempts: Attempts,
-        completions: SimpleQueue,
+        completions: SimpleQueue[Outcome],
         wake: Callable[[], None],
     ) -> None:
         self._scheduler = scheduler
@@ -275,7 +288,7 @@ def _cancelling() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-def is_async(handler: Callable[..., Any]) -> bool:
+def is_async(handler: Callable[..., object]) -> TypeGuard[Callable[..., Awaitable[object]]]:
     # an instance whose class defines ``async def __call__`` is an async handler too
     call = getattr(type(handler), "__call__", None)  # noqa: B004 - the method itself, not whether it is callable
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)

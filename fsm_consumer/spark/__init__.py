@@ -19,13 +19,18 @@ standalone cluster from the pyspark installation. Needs the spark extra: ``pip i
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._cluster import ClusterStartError, StandaloneCluster
 from ._consumer_sink import ConsumerSink, WrittenBatch
 from ._options import KafkaOptionError
 from ._source import NAME, KafkaDataSource
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
-def register(spark) -> None:
+
+def register(spark: SparkSession) -> None:
     """Make ``format("fsm_kafka")`` available to ``spark`` (a SparkSession)."""
     spark.dataSource.register(KafkaDataSource)
 

@@ -8,12 +8,19 @@ and endingOffsets (default latest) resolved to offsets, checked against the log'
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from pyspark.sql.datasource import DataSourceReader
 
 from ._offsets import OffsetLookup, describe, report_data_loss, resolve
 from ._options import KafkaOptionError, OffsetSpec, ReadOptions
 from ._ranges import KafkaRange, split
 from ._read import read_range
+
+if TYPE_CHECKING:
+    from pyarrow import RecordBatch
+    from pyspark.sql.datasource import InputPartition
 
 
 def plan_batch(opts: ReadOptions, lookup: OffsetLookup) -> list[KafkaRange]:
@@ -67,5 +74,5 @@ class KafkaBatchReader(DataSourceReader):
         finally:
             lookup.close()
 
-    def read(self, partition):
+    def read(self, partition: InputPartition) -> Iterator[RecordBatch]:
         return read_range(self.opts, partition)

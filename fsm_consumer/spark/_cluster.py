@@ -16,7 +16,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..broker._ports import LOOPBACK, free_loopback_port
 from ..broker._process import GuardedProcess
@@ -76,14 +78,15 @@ class StandaloneCluster:
         self._procs.append(proc)
         return proc
 
-    def _status(self) -> dict | None:
+    def _status(self) -> dict[str, Any] | None:
         try:
             with urllib.request.urlopen(f"http://{LOOPBACK}:{self.ui_port}/json/", timeout=2) as answer:
-                return json.load(answer)
+                status: dict[str, Any] = json.load(answer)  # the master's JSON status page: an object
+                return status
         except (OSError, ValueError):
             return None
 
-    def _wait(self, what: str, proc: GuardedProcess, ready) -> None:
+    def _wait(self, what: str, proc: GuardedProcess, ready: Callable[[], bool]) -> None:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if not proc.alive():
@@ -132,13 +135,11 @@ class StandaloneCluster:
                     str(self.workdir / "work"),
                 ],
             )
-            self._wait(
-                f"worker {i}",
-                worker,
-                lambda n=i + 1: (
-                    sum(1 for w in (self._status() or {}).get("workers", []) if w.get("state") == "ALIVE") >= n
-                ),
-            )
+
+            def workers_up(n: int = i + 1) -> bool:
+                return sum(1 for w in (self._status() or {}).get("workers", []) if w.get("state") == "ALIVE") >= n
+
+            self._wait(f"worker {i}", worker, workers_up)
         return self
 
     def alive_workers(self) -> int:

@@ -9,11 +9,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..consumer import ConsumerRebalanceListener
 from ..errors import CommitFailedError, RebalanceInProgressError, WakeupException
 from ..fetch import TopicPartition
+
+if TYPE_CHECKING:
+    import re
+
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from ..consumer import Consumer
 
 _log = logging.getLogger("fsm_consumer.spark.sink")
 _POLL_STEP_MS = 200  # how often run() looks at until() and the clock while no record comes
@@ -73,8 +81,8 @@ class ConsumerSink:
 
     def __init__(
         self,
-        consumer,
-        spark,
+        consumer: Consumer,
+        spark: SparkSession,
         path: str | None = None,
         *,
         table: str | None = None,
@@ -83,7 +91,7 @@ class ConsumerSink:
         options: dict[str, str] | None = None,
         max_records: int = 10_000,
         max_wait_ms: float = 5_000,
-        transform: Callable[[Any], Any] | None = None,
+        transform: Callable[[DataFrame], DataFrame] | None = None,
         on_written: Callable[[WrittenBatch], None] | None = None,
     ) -> None:
         config = consumer.config
@@ -107,7 +115,7 @@ class ConsumerSink:
         self.partition_by, self.options = list(partition_by or ()), dict(options or {})
         self.max_records, self.max_wait_ms = max_records, max_wait_ms
         self.transform, self.on_written = transform, on_written
-        self._pending: list = []  # pyarrow Tables polled, not written
+        self._pending: list[pa.Table] = []  # pyarrow Tables polled, not written
         self._pending_rows = 0
         self._first_at: float | None = None  # monotonic ms when the first pending row came
         self._written: dict[TopicPartition, int] = {}  # next offsets written, not committed yet
@@ -120,7 +128,12 @@ class ConsumerSink:
         """A rebalance listener that flushes and commits on revocation, then calls ``user``'s."""
         return _FlushingListener(self, user)
 
-    def subscribe(self, topics: Iterable[str] = (), pattern=None, listener=None) -> None:
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        pattern: str | re.Pattern[str] | None = None,
+        listener: ConsumerRebalanceListener | None = None,
+    ) -> None:
         """``consumer.subscribe`` with ``listener`` wrapped by :meth:`listener`."""
         self.consumer.subscribe(topics, pattern=pattern, listener=self.listener(listener))
 
@@ -165,7 +178,7 @@ class ConsumerSink:
         ):
             self.flush()
 
-    def _add(self, batch) -> None:
+    def _add(self, batch: pa.RecordBatch) -> None:
         import pyarrow as pa
 
         table = pa.Table.from_batches([batch])
@@ -281,24 +294,24 @@ class _FlushingListener(ConsumerRebalanceListener):
     def __init__(self, sink: ConsumerSink, user: ConsumerRebalanceListener | None) -> None:
         self.sink, self.user = sink, user
 
-    def on_partitions_revoked(self, revoked):
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
         try:
             self.sink._on_revoked(revoked)
         finally:
             if self.user is not None:
                 self.user.on_partitions_revoked(revoked)
 
-    def on_partitions_assigned(self, assigned):
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         if self.user is not None:
             self.user.on_partitions_assigned(assigned)
 
-    def on_partitions_lost(self, lost):
+    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
         self.sink._forget(set(lost))  # no commit possible: their new owner reads them again
         if self.user is not None:
             self.user.on_partitions_lost(lost)
 
 
-def _offset_bounds(table) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+def _offset_bounds(table: pa.Table) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
     grouped = table.group_by(["topic", "partition"]).aggregate([("offset", "min"), ("offset", "max")])
     first, nxt = {}, {}
     for row in grouped.to_pylist():

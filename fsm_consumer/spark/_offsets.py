@@ -11,14 +11,19 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._options import EARLIEST, LATEST, KafkaOptionError, OffsetSpec, ReadOptions, TopicPartitionKey
+
+if TYPE_CHECKING:
+    from ..consumer import Consumer
+    from ..fetch import TopicPartition
 
 log = logging.getLogger("fsm_consumer.spark")
 T = TypeVar("T")
 Offsets = dict[TopicPartitionKey, int]
+JsonOffsets = dict[str, dict[str, int]]  # Spark's Kafka source's offsets: {"topic": {"0": 23}}
 
 _LOSS_HINT = (
     "Some data may have been lost because they are not available in Kafka any more; either the data "
@@ -39,14 +44,14 @@ def report_data_loss(opts: ReadOptions, message: str) -> None:
     log.warning("%s. Some data may have been lost; going on because failOnDataLoss is false.", message)
 
 
-def encode(offsets: Offsets) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
+def encode(offsets: Offsets) -> JsonOffsets:
+    out: JsonOffsets = {}
     for (topic, p), offset in sorted(offsets.items()):
         out.setdefault(topic, {})[str(p)] = int(offset)
     return out
 
 
-def decode(offsets: dict | None) -> Offsets:
+def decode(offsets: Mapping[str, Mapping[str, Any]] | None) -> Offsets:
     return {(topic, int(p)): int(o) for topic, parts in (offsets or {}).items() for p, o in parts.items()}
 
 
@@ -59,16 +64,16 @@ class OffsetLookup:
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        self._consumer = None
+        self._consumer: Consumer | None = None
 
-    def _client(self):
+    def _client(self) -> Consumer:
         if self._consumer is None:
             from ..consumer import Consumer
 
             self._consumer = Consumer(**self.opts.consumer_config(group_id=None, enable_auto_commit=False))
         return self._consumer
 
-    def _retry(self, what: Callable[[Any], T]) -> T:
+    def _retry(self, what: Callable[[Consumer], T]) -> T:
         """``what(consumer)``, tried again ``fetchOffset.numRetries`` times on a timeout."""
         from ..errors import KafkaTimeoutError
 
@@ -96,7 +101,7 @@ class OffsetLookup:
         if opts.assign is not None:
             wanted = sorted(opts.assign)
             for topic in sorted({t for t, _ in wanted}):
-                have = self._retry(lambda c, topic=topic: c.partitions_for_topic(topic))
+                have = self._partitions_for(topic)
                 missing = [p for t, p in wanted if t == topic and p not in have]
                 if missing:
                     what = f"has partitions {sorted(have)}" if have else "does not exist"
@@ -105,6 +110,7 @@ class OffsetLookup:
         if opts.subscribe is not None:
             topics = list(opts.subscribe)
         else:
+            assert opts.pattern is not None  # parse() sets exactly one of subscribe, subscribePattern, assign
             pattern = re.compile(opts.pattern)
             internal = self._client().config.exclude_internal_topics
             topics = sorted(
@@ -114,9 +120,12 @@ class OffsetLookup:
             )
         out = []
         for topic in topics:
-            parts = self._retry(lambda c, topic=topic: c.partitions_for_topic(topic))
+            parts = self._partitions_for(topic)
             out += [(topic, p) for p in sorted(parts or ())]
         return out
+
+    def _partitions_for(self, topic: str) -> set[int]:
+        return self._retry(lambda c: c.partitions_for_topic(topic))
 
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> Offsets:
         return self._offsets(tps, "beginning_offsets")
@@ -130,7 +139,7 @@ class OffsetLookup:
         wanted = [TopicPartition(t, p) for t, p in tps]
         if not wanted:
             return {}
-        found = self._retry(lambda c: getattr(c, method)(wanted))
+        found: dict[TopicPartition, int] = self._retry(lambda c: getattr(c, method)(wanted))
         missing = [tp for tp in wanted if tp not in found]
         if missing:
             raise RuntimeError(f"{method} gave no offset for {describe(missing)}")
@@ -143,7 +152,7 @@ class OffsetLookup:
             return {}
         asked = {TopicPartition(t, p): ts for (t, p), ts in timestamps.items()}
         found = self._retry(lambda c: c.offsets_for_times(asked))
-        return {(tp.topic, tp.partition): (None if found.get(tp) is None else found[tp].offset) for tp in asked}
+        return {(tp.topic, tp.partition): (None if (hit := found.get(tp)) is None else hit.offset) for tp in asked}
 
 
 # -- resolving an option ----------------------------------------------------------------------------------
@@ -173,6 +182,7 @@ def resolve(
     if spec.kind == "latest":
         return hi(tps)
     if spec.kind in ("offsets", "timestamps"):
+        assert spec.offsets is not None  # parse() gives these kinds their per-partition numbers
         given = set(spec.offsets)
         if given != set(tps):
             raise KafkaOptionError(
@@ -182,11 +192,17 @@ def resolve(
                 f"{describe(tps)}" + (" (use -1 for latest, -2 for earliest)" if spec.kind == "offsets" else ""),
             )
     if spec.kind == "offsets":
+        assert spec.offsets is not None
         out = dict(spec.offsets)
         first = lo([tp for tp, o in out.items() if o == EARLIEST])
         last = hi([tp for tp, o in out.items() if o == LATEST])
         return {tp: first.get(tp, last.get(tp, o)) for tp, o in sorted(out.items())}
-    stamps = {tp: spec.timestamp for tp in tps} if spec.kind == "timestamp" else dict(spec.offsets)
+    if spec.kind == "timestamp":
+        assert spec.timestamp is not None  # parse() gives a "timestamp" spec its timestamp
+        stamps = {tp: spec.timestamp for tp in tps}
+    else:
+        assert spec.offsets is not None
+        stamps = dict(spec.offsets)
     found = lookup.for_times(stamps)
     none = sorted(tp for tp, o in found.items() if o is None)
     if none and not ending and by_timestamp_strategy == "error":

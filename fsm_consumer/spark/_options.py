@@ -319,7 +319,7 @@ def _unknown(option: str) -> KafkaOptionError:
     )
 
 
-def _bound(opt, side: str, *, allowed: tuple[str, ...]) -> OffsetSpec | None:
+def _bound(opt: Mapping[str, str], side: str, *, allowed: tuple[str, ...]) -> OffsetSpec | None:
     """Where reading starts or ends (``side``: "starting" or "ending"), from whichever option is given."""
     by_time, by_times, by_offsets = f"{side}Timestamp", f"{side}OffsetsByTimestamp", f"{side}Offsets"
     if by_time in opt:
@@ -396,7 +396,10 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
     if group is not None and not str(group).strip():
         raise KafkaOptionError("commitToGroup", "the group id is empty")
 
-    def number(name: str, minimum: int, default: int | None = None) -> int | None:
+    def number(name: str, minimum: int) -> int | None:
+        return None if name not in opt else _long(name, opt[name], minimum=minimum)
+
+    def number_or(name: str, minimum: int, default: int) -> int:
         return default if name not in opt else _long(name, opt[name], minimum=minimum)
 
     return ReadOptions(
@@ -412,9 +415,9 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
         max_records_per_partition=number("maxRecordsPerPartition", 1),
         fail_on_data_loss=_bool("failOnDataLoss", opt.get("failOnDataLoss", "true")),
         include_headers=_bool("includeHeaders", opt.get("includeHeaders", "false")),
-        poll_timeout_ms=number("kafkaConsumer.pollTimeoutMs", 1, DEFAULT_POLL_TIMEOUT_MS),
-        fetch_retries=number("fetchOffset.numRetries", 0, 3),
-        fetch_retry_interval_ms=number("fetchOffset.retryIntervalMs", 0, 10),
+        poll_timeout_ms=number_or("kafkaConsumer.pollTimeoutMs", 1, DEFAULT_POLL_TIMEOUT_MS),
+        fetch_retries=number_or("fetchOffset.numRetries", 0, 3),
+        fetch_retry_interval_ms=number_or("fetchOffset.retryIntervalMs", 0, 10),
         commit_to_group=None if group is None else str(group).strip(),
         kafka_params=params,
         given=frozenset(opt) | ({"kafka.bootstrap.servers"} if servers else frozenset()),
@@ -428,6 +431,7 @@ def _refuse(spec: OffsetSpec | None, kind: str, sentinel: int, side: str) -> Non
     if spec.kind == kind:
         raise KafkaOptionError(spec.option, f"{side} offset can't be {kind} for batch queries on Kafka")
     if spec.kind == "offsets":
+        assert spec.offsets is not None  # parse() gives an "offsets" spec its per-partition offsets
         for (topic, p), offset in spec.offsets.items():
             if offset == sentinel:
                 raise KafkaOptionError(

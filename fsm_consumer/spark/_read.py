@@ -14,18 +14,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ._offsets import log, report_data_loss
 from ._options import ReadOptions
 from ._ranges import KafkaRange
 from ._schema import to_spark
 
+if TYPE_CHECKING:
+    from pyarrow import RecordBatch
+    from pyspark.sql.datasource import InputPartition
+
+    from ..consumer import Consumer
+    from ..fetch import TopicPartition
+
 _POLL_MS = 500  # one poll_batch() wait
 _STALL_CHECK_S = 1.0  # no progress for this long: look at the log's bounds
 _MAX_ROWS = 200_000  # rows per poll_batch() at most (one Arrow batch handed to Spark)
 
 
-def read_range(opts: ReadOptions, r: KafkaRange) -> Iterator:
+def read_range(opts: ReadOptions, r: InputPartition) -> Iterator[RecordBatch]:
     """Spark's rows of offsets ``[r.start, r.end)`` of one topic-partition, as pyarrow RecordBatches."""
     if not isinstance(r, KafkaRange) or r.size <= 0:
         return  # pyspark plans InputPartition(None) for a read with nothing to read
@@ -80,7 +88,9 @@ def read_range(opts: ReadOptions, r: KafkaRange) -> Iterator:
         consumer.close(autocommit=False, timeout_ms=5000)
 
 
-def _out_of_range(opts: ReadOptions, consumer, tp, where: str, position: int, end: int, exc: Exception) -> int:
+def _out_of_range(
+    opts: ReadOptions, consumer: Consumer, tp: TopicPartition, where: str, position: int, end: int, exc: Exception
+) -> int:
     """Apache Kafka said the position is outside the log: where to go on from (``end``: stop)."""
     first = consumer.beginning_offsets([tp]).get(tp, position)
     last = consumer.end_offsets([tp]).get(tp, position)
@@ -96,7 +106,7 @@ def _out_of_range(opts: ReadOptions, consumer, tp, where: str, position: int, en
     return end
 
 
-def _check_start(opts: ReadOptions, consumer, tp, where: str, start: int, got: int) -> None:
+def _check_start(opts: ReadOptions, consumer: Consumer, tp: TopicPartition, where: str, start: int, got: int) -> None:
     first = consumer.beginning_offsets([tp]).get(tp, start)
     if first > start:
         report_data_loss(
@@ -104,7 +114,9 @@ def _check_start(opts: ReadOptions, consumer, tp, where: str, start: int, got: i
         )
 
 
-def _stalled(opts: ReadOptions, consumer, tp, where: str, position: int, end: int, since: float) -> int:
+def _stalled(
+    opts: ReadOptions, consumer: Consumer, tp: TopicPartition, where: str, position: int, end: int, since: float
+) -> int:
     """No progress for a while: a range past the log's end is data loss; below its start, records
     aged out; otherwise keep waiting up to kafkaConsumer.pollTimeoutMs."""
     last = consumer.end_offsets([tp]).get(tp)

@@ -10,13 +10,18 @@ Executors hand Spark ``pyarrow.RecordBatch``es whose schema is exactly what pysp
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
 
 _FIELDS = "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, timestampType int"
 _HEADERS = "headers array<struct<key: string, value: binary>>"
 
 
 @lru_cache(maxsize=2)
-def spark_schema(include_headers: bool):
+def spark_schema(include_headers: bool) -> StructType:
     """The StructType of the rows (Spark's Kafka source's, to the field)."""
     from pyspark.sql.types import (
         ArrayType,
@@ -48,14 +53,14 @@ def spark_schema(include_headers: bool):
 
 
 @lru_cache(maxsize=2)
-def arrow_schema(include_headers: bool):
+def arrow_schema(include_headers: bool) -> pa.Schema:
     """The Arrow schema pyspark expects the record batches of a read to have."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(spark_schema(include_headers), timezone="UTC")
 
 
-def to_spark(batch, include_headers: bool):
+def to_spark(batch: pa.RecordBatch, include_headers: bool) -> pa.RecordBatch:
     """One ``poll_batch()`` RecordBatch (a single topic-partition's rows) as Spark's Kafka rows."""
     import pyarrow as pa
 

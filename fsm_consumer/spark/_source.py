@@ -7,15 +7,24 @@ Reads (``spark.read`` / ``spark.readStream``) take Spark's Kafka source options 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql.datasource import DataSource
 
-from ._options import check_batch, check_stream, parse
+from ._options import ReadOptions, check_batch, check_stream, parse
 from ._schema import spark_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from ._batch import KafkaBatchReader
+    from ._stream import KafkaStreamReader
+    from ._write import KafkaBatchWriter, KafkaStreamWriter
 
 NAME = "fsm_kafka"
 
 
-def _check_schema(schema, opts) -> None:
+def _check_schema(schema: StructType | None, opts: ReadOptions) -> None:
     """Like Spark's Kafka source, the schema is fixed: a user-specified one is refused."""
     expected = spark_schema(opts.include_headers)
     if schema is not None and schema != expected:
@@ -33,30 +42,30 @@ class KafkaDataSource(DataSource):
     def name(cls) -> str:
         return NAME
 
-    def schema(self):
+    def schema(self) -> StructType:
         # reads only (pyspark does not ask a write for it): every read option is checked here, at load()
         return spark_schema(parse(self.options).include_headers)
 
-    def reader(self, schema):
+    def reader(self, schema: StructType) -> KafkaBatchReader:
         from ._batch import KafkaBatchReader
 
         opts = check_batch(parse(self.options))
         _check_schema(schema, opts)
         return KafkaBatchReader(opts)
 
-    def streamReader(self, schema):
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:
         from ._stream import KafkaStreamReader
 
         opts = check_stream(parse(self.options))
         _check_schema(schema, opts)
         return KafkaStreamReader(opts)
 
-    def writer(self, schema, overwrite: bool):
+    def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
         from ._write import KafkaBatchWriter
 
         return KafkaBatchWriter(dict(self.options), schema, overwrite)  # overwrite is refused: topics are append-only
 
-    def streamWriter(self, schema, overwrite: bool):
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
         from ._write import KafkaStreamWriter
 
         return KafkaStreamWriter(dict(self.options), schema, overwrite)

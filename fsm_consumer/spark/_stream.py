@@ -17,13 +17,22 @@ the only truth: the group is never read. See ``KafkaStreamReader.commit`` for wh
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from ._offsets import OffsetLookup, Offsets, decode, describe, encode, log, report_data_loss, resolve
+from ._offsets import JsonOffsets, OffsetLookup, Offsets, decode, describe, encode, log, report_data_loss, resolve
 from ._options import OffsetSpec, ReadOptions
 from ._ranges import KafkaRange, split
 from ._read import read_range
+
+if TYPE_CHECKING:
+    from pyarrow import RecordBatch
+    from pyspark.sql.datasource import InputPartition
+
+    from ..consumer import Consumer
 
 
 def rate_limit(limit: int, start: Offsets, until: Offsets) -> Offsets:
@@ -46,18 +55,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self._lookup: OffsetLookup | None = None
-        self._committer = None
+        self._committer: Consumer | None = None
         self._committed: Offsets | None = None
-        self._initial: dict | None = None
+        self._initial: JsonOffsets | None = None
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         # only the options travel to the executors; the consumers stay on the driver
         return {"opts": self.opts}
 
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["opts"])
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        type(self).__init__(self, state["opts"])
 
     @property
     def lookup(self) -> OffsetLookup:
@@ -66,7 +75,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._lookup
 
     # -- offsets ---------------------------------------------------------------------------------------
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> JsonOffsets:
         tps = self.lookup.partitions()
         spec = self.opts.starting or OffsetSpec("latest", "startingOffsets")
         offsets = resolve(spec, tps, self.lookup, ending=False, by_timestamp_strategy=self.opts.by_timestamp_strategy)
@@ -82,7 +91,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Trigger.AvailableNow: read what is there now and no further, in as many batches as the limit needs."""
         self._target = self.lookup.latest(self.lookup.partitions())
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: JsonOffsets, limit: ReadLimit) -> JsonOffsets:
         # Spark asks for the next batch only once the batches up to ``start`` have finished
         self._commit_to_group(start, finished=start != self._initial)
         begin = decode(start)
@@ -106,10 +115,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # partitions that went away stay out: partitions() reports them (failOnDataLoss)
         return encode(until)
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> JsonOffsets | None:
         return None if self._latest is None else encode(self._latest)
 
-    def partitions(self, start: dict, end: dict) -> list[KafkaRange]:
+    def partitions(self, start: JsonOffsets, end: JsonOffsets) -> list[KafkaRange]:
         begin, until = decode(start), decode(end)
         gone = sorted(set(begin) - set(until))
         if gone:
@@ -122,6 +131,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = []
         for tp, e in sorted(until.items()):
             s = begin.get(tp, earliest.get(tp))
+            assert s is not None  # a partition not in begin is new: lookup.earliest gave its offset
             if e < s:
                 report_data_loss(
                     self.opts,
@@ -132,11 +142,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ranges.append(KafkaRange(tp[0], tp[1], s, e))
         return split(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
 
-    def read(self, partition):
+    def read(self, partition: InputPartition) -> Iterator[RecordBatch]:
         return read_range(self.opts, partition)
 
     # -- progress ----------------------------------------------------------------------------------------
-    def commit(self, end: dict) -> None:
+    def commit(self, end: JsonOffsets) -> None:
         """Spark's signal that the batches up to ``end`` are finished and their offsets no longer needed.
 
         Spark calls it one batch late: when it plans batch N+1 (after writing its offsets to the
@@ -149,7 +159,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         self._commit_to_group(end, finished=True)
 
-    def _commit_to_group(self, offsets: dict, *, finished: bool) -> None:
+    def _commit_to_group(self, offsets: JsonOffsets, *, finished: bool) -> None:
         if self.opts.commit_to_group is None or not finished:
             return
         done = decode(offsets)

@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import difflib
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from ._options import KafkaOptionError
+
+if TYPE_CHECKING:
+    from pyarrow import RecordBatch
 
 _PREFIX = "kafka."
 # KafkaProducer settings that are Python objects, or that would break the bytes the rows give
@@ -62,7 +65,8 @@ class KafkaWriteError(RuntimeError):
 def _producer_defaults() -> dict[str, Any]:
     from kafka import KafkaProducer
 
-    return KafkaProducer.DEFAULT_CONFIG
+    defaults: dict[str, Any] = KafkaProducer.DEFAULT_CONFIG  # kafka-python is untyped
+    return defaults
 
 
 def _convert(option: str, key: str, text: Any, default: Any) -> Any:
@@ -171,7 +175,7 @@ class _Acks:
         self.acked = self.failed = 0
         self.first_error: BaseException | None = None
 
-    def ok(self, _metadata) -> None:
+    def ok(self, _metadata: object) -> None:
         with self.lock:
             self.acked += 1
 
@@ -186,7 +190,7 @@ def _utf8(value: Any) -> bytes | None:
     return value.encode("utf-8") if isinstance(value, str) else value
 
 
-def _headers(entries: list[dict] | None, column: str) -> list[tuple[str, bytes]]:
+def _headers(entries: Sequence[Mapping[str, Any] | None] | None, column: str) -> list[tuple[str, bytes]]:
     if not entries:
         return []
     out = []
@@ -198,7 +202,7 @@ def _headers(entries: list[dict] | None, column: str) -> list[tuple[str, bytes]]
     return out
 
 
-def send_batches(plan: WritePlan, batches: Iterator) -> KafkaWriteCommitMessage:
+def send_batches(plan: WritePlan, batches: Iterable[RecordBatch]) -> KafkaWriteCommitMessage:
     """Send every row of ``batches`` (pyarrow RecordBatches) with one KafkaProducer, flush, and raise
     KafkaWriteError unless every record was acknowledged."""
     from kafka import KafkaProducer
@@ -260,13 +264,13 @@ class KafkaBatchWriter(DataSourceArrowWriter):
             raise ValueError("fsm_kafka cannot overwrite: Kafka topics are append-only (use mode append)")
         self.plan = WritePlan.of(options, schema)
 
-    def write(self, iterator: Iterator) -> KafkaWriteCommitMessage:
+    def write(self, iterator: Iterator[RecordBatch]) -> KafkaWriteCommitMessage:
         return send_batches(self.plan, iterator)
 
-    def commit(self, messages: list) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         pass  # every record was acknowledged when its task returned
 
-    def abort(self, messages: list) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         pass  # what succeeded tasks sent stays in Kafka: nothing can take it back
 
 
@@ -278,11 +282,11 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         # complete mode (overwrite) sends the whole result every micro-batch, as Spark's Kafka sink does
         self.plan = WritePlan.of(options, schema)
 
-    def write(self, iterator: Iterator) -> KafkaWriteCommitMessage:
+    def write(self, iterator: Iterator[RecordBatch]) -> KafkaWriteCommitMessage:
         return send_batches(self.plan, iterator)
 
-    def commit(self, messages: list, batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         pass
 
-    def abort(self, messages: list, batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         pass

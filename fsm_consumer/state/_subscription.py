@@ -199,7 +199,12 @@ class SubscriptionState:
     def fetchable(self) -> list[tuple[TopicPartition, int, int, int]]:
         """(tp, position, leader_epoch, epoch) for partitions a Fetch may include now."""
         with self._lock:
-            return [(tp, s.position, s.leader_epoch, s.epoch) for tp, s in self._parts.items() if s.fetchable]
+            # ``fetchable`` implies a position; the second test only tells the type checker
+            return [
+                (tp, s.position, s.leader_epoch, s.epoch)
+                for tp, s in self._parts.items()
+                if s.fetchable and s.position is not None
+            ]
 
     def without_offset(self, partitions: Iterable[TopicPartition] | None = None) -> set[TopicPartition]:
         """Partitions (of ``partitions``, default all) needing a reset under the 'none' policy."""

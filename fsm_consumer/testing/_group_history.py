@@ -400,7 +400,8 @@ def summarize(
         members=dict(members),
     )
     if produced is not None:
-        partitions, never, lost = {}, 0, 0
+        partitions: dict[str, dict[str, Any]] = {}
+        never = lost = 0
         for tp, made in produced.items():
             tp = _tp(tp)
             offsets = set(range(made)) if isinstance(made, int) else set(made)

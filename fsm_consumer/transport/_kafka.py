@@ -174,9 +174,9 @@ class KafkaTransport(Transport):
                 connecting = node if connecting is None else connecting
             elif state == "disconnected":
                 idle = node if idle is None else idle
-        for node in (best, connecting, idle):
-            if node is not None:
-                return node
+        for choice in (best, connecting, idle):
+            if choice is not None:
+                return choice
         return None
 
     def disconnect(self, node: int) -> None:
@@ -371,8 +371,10 @@ class KafkaTransport(Transport):
         candidates = self._broker_ids or self._bootstrap_ids
         errors = [c.auth_error for n in candidates if (c := self._conns.get(n)) is not None]
         if errors and len(errors) == len(candidates) and all(isinstance(e, AuthenticationError) for e in errors):
+            first = errors[0]
+            assert first is not None  # every one is an AuthenticationError (checked just above)
             for pending in waiting:
-                self._fail(pending, clone_error(errors[0]))
+                self._fail(pending, clone_error(first))
             waiting.clear()
 
     def _retire_bootstrap(self) -> None:

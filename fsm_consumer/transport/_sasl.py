@@ -306,7 +306,7 @@ class ScramMechanism:
     def step(self, server_bytes: bytes) -> bytes | None:
         """Answer server-first with client-final; verify server-final (returns None)."""
         if self._state is _State.AWAIT_SERVER_FIRST:
-            handler = self._client_final
+            handler: Callable[[bytes], bytes | None] = self._client_final
         else:
             _expect(self._state, _State.AWAIT_SERVER_FINAL, "step")
             handler = self._verify_server_final

@@ -83,7 +83,7 @@ def receive(sock: socket.socket, buf: memoryview, reader: FrameReader) -> Iterat
         room = reader.room()
         direct = room is not None and len(room) >= _DIRECT_READ_MIN
         try:
-            n = sock.recv_into(room if direct else buf)
+            n = sock.recv_into(room if direct and room is not None else buf)  # (direct implies a room)
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         if n == 0:

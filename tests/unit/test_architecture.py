@@ -25,11 +25,12 @@ def test_the_subscription_state_table_says_who_calls_what():
 def test_the_checker_sees_an_import_from_below():
     lines = TOOL["DOC"].read_text().split("\n")
     rows = TOOL["layer_rows"](lines)
-    (first, _), (second, _) = rows[1], rows[2]  # swap machines and broker: both import nothing, still fine
-    lines[first], lines[second] = lines[second], lines[first]
+    at = {units[0]: i for i, units in rows}
+    # swap machines and broker: both import nothing, still fine
+    lines[at["machines"]], lines[at["broker"]] = lines[at["broker"]], lines[at["machines"]]
     assert TOOL["check_layers"](lines, False) == []
-    transport = next(i for i, units in rows if units == ["transport"])
-    machines = next(i for i, units in rows if units == ["machines"])
+    lines[at["machines"]], lines[at["broker"]] = lines[at["broker"]], lines[at["machines"]]
+    transport, machines = at["transport"], at["machines"]
     lines[transport], lines[machines] = lines[machines], lines[transport]  # transport imports machines
     assert any("transport imports machines" in f for f in TOOL["check_layers"](lines, False))
 

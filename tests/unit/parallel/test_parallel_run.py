@@ -161,6 +161,30 @@ def test_a_failure_without_on_failure_raises_promptly_after_committing_what_was_
     assert no_worker_left()
 
 
+def test_str_keys_keep_key_order_and_an_unhashable_key_ends_run_with_a_clear_error():
+    # a key deserializer's output, not bytes: str keys order as bytes keys do
+    seen: list[tuple[str, int]] = []
+    consumer = LogConsumer(20, key=lambda i: f"k{i % 3}")
+
+    def handle(record) -> None:
+        seen.append((record.key, record.offset))
+        if len(seen) == 20:
+            pc.stop()
+
+    pc = ParallelConsumer(consumer, handle, parallelism=4, ordering="key", revoke_timeout_ms=LONG_REVOKE_MS)
+    raised, _ = run_until_it_ends(pc)
+    assert raised is None
+    for key in ("k0", "k1", "k2"):
+        offsets = [o for k, o in seen if k == key]
+        assert offsets == sorted(offsets) and len(offsets) == 7 - (key == "k2")
+    consumer = LogConsumer(5, key=lambda i: {"id": i})  # a dict names no lane
+    pc = ParallelConsumer(consumer, lambda r: None, parallelism=2, ordering="key", revoke_timeout_ms=LONG_REVOKE_MS)
+    raised, took = run_until_it_ends(pc)
+    assert isinstance(raised, TypeError) and "ordering='partition'" in str(raised)
+    assert pc.metrics()["in-flight"] == 0 and consumer.commits == []  # nothing half received
+    assert no_worker_left()
+
+
 def test_a_failure_lets_the_running_records_of_other_keys_finish_and_commits_them():
     consumer = LogConsumer(8, key=lambda i: b"k%d" % i)  # every record its own key: all run at once
     finished: list[int] = []

@@ -27,6 +27,20 @@ def test_lanes_by_ordering():
         Scheduler("random", 4)
 
 
+def test_deserialized_keys_name_lanes_and_an_unhashable_one_is_a_clear_error():
+    # a key deserializer may return str, int or a tuple: equal keys share a lane and run in order
+    s = Scheduler("key", 2)
+    s.submit(jobs(TP0, ["k", "k", 7, (1, "x")]))
+    taken = [s.try_take(w) for w in (0, 1, 0, 1)]
+    offsets = sorted(j.offset for j in taken if j is not None)
+    assert offsets == [0, 2, 3]  # "k"'s second record waits for its first
+    assert lane_of("key", TP0, bytearray(b"a")) == (TP0, b"a")
+    for unhashable in ({"id": 1}, [1, 2], (1, [2])):
+        with pytest.raises(TypeError, match="ordering='partition'"):
+            lane_of("key", TP0, unhashable)
+    assert lane_of("partition", TP0, {"id": 1}) == (TP0, None)  # no lane by key: any key will do
+
+
 def test_a_lane_hands_out_its_next_record_only_when_the_last_is_done():
     s = Scheduler("key", 2)
     s.submit(jobs(TP0, [b"a", b"a", b"b"]))
