@@ -282,8 +282,9 @@ class ConsumerConfig:
     sasl_plain_password: str | None = attrs.field(default=None, repr=False)
     # OAUTHBEARER: kafka-python's AbstractTokenProvider shape, token() and optionally extensions()
     sasl_oauth_token_provider: Any = attrs.field(default=None, repr=False)
-    # debugging
-    debug_history_path: str | None = None
+    # a history of this consumer as JSON lines, appended to this file (docs/histories.md); a line per
+    # partition per poll: for test runs and incidents
+    history_path: str | None = None
 
     def __attrs_post_init__(self) -> None:
         _cross_checks(self)

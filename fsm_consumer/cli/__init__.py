@@ -27,6 +27,12 @@ def _ingest(argv: list[str]) -> int:
     return ingest(argv)
 
 
+def _check_history(argv: list[str]) -> int:
+    from ._history import check_history
+
+    return check_history(argv)
+
+
 def _broker(argv: list[str]) -> int:
     from ._broker import broker
 
@@ -37,6 +43,7 @@ _COMMANDS["ingest"] = _ingest
 _COMMANDS["broker"] = _broker
 _COMMANDS["demo"] = _demo
 _COMMANDS["consume"] = _consume
+_COMMANDS["check-history"] = _check_history
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,6 +63,9 @@ class Consumer(GroupApi, Lookups):
         self._transport, self._metadata, self._collector = parts.transport, parts.metadata, parts.collector
         self._lifecycle, self._background_machine = parts.lifecycle, parts.background_machine
         self._group, self._thread = parts.group, parts.thread
+        self._history = history = parts.history
+        if history is not None:
+            history.started(config)
         self._thread.start()
         try:
             if subscription is not None:
@@ -112,10 +115,13 @@ class Consumer(GroupApi, Lookups):
                 error = event.error
             elif isinstance(event, CallbackEvent):
                 error = None
+                began = self._clock.now_ms()
                 try:
                     event.fn(*event.args)
                 except Exception as exc:  # the callback's failure is the caller's, after the ack
                     error = exc
+                if self._history is not None:
+                    self._history.callback(event.fn, event.args, self._clock.now_ms() - began, error)
                 if event.ack is not None:
                     event.ack(error)
             else:
@@ -218,6 +224,8 @@ class Consumer(GroupApi, Lookups):
             raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
         tp = _tp(partition)
         self._subs.seek(tp, offset, leader_epoch)
+        if self._history is not None:
+            self._history.write("seek", tp=[tp.topic, tp.partition], to=offset)
         self._held.release(("partition", tp))  # the user moved past what was held for it
         self._wake_background()
 
@@ -227,6 +235,8 @@ class Consumer(GroupApi, Lookups):
         self._subs.request_reset(tps, strategy)
         for tp in tps:
             self._held.release(("partition", tp))
+            if self._history is not None:
+                self._history.write("seek", tp=[tp.topic, tp.partition], to=strategy)
         self._wake_background()
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
@@ -320,7 +330,9 @@ class Consumer(GroupApi, Lookups):
             raise ValueError(f"max_records must be >= 1, got {max_records!r}")
         self._metrics.polls += 1
         self._check_wakeup()  # also when records are waiting: a pending wakeup() is never lost behind data
-        deadline = self._clock.now_ms() + timeout_ms
+        started = self._clock.now_ms()
+        self._collector.call_started = started  # a history's "read" lines say when their poll began
+        deadline = started + timeout_ms
         if self._group is not None:  # restarts the poll-interval timer, rejoins a stale member
             self._app_queue.put(PollEvent(future=None, at_ms=deadline - timeout_ms))
         while True:
@@ -350,6 +362,8 @@ class Consumer(GroupApi, Lookups):
             raise StopIteration("the consumer is closed")
         if self._iterator is None:
             self._iterator = self._records()
+        if self._history is not None:
+            self._collector.call_started = self._clock.now_ms()
         try:
             return next(self._iterator)
         except BaseException:
@@ -457,6 +471,9 @@ class Consumer(GroupApi, Lookups):
         finally:
             self._closed = True
             self._iterator = None
+            if self._history is not None:
+                self._history.write("closed")
+                self._history.close()
 
     def __enter__(self) -> Self:
         return self

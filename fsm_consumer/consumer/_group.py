@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .._metrics import Metrics
     from ..engine import ApplicationEventProcessor, BackgroundLifecycle
     from ..events import ApplicationEventQueue, BackgroundEventQueue
+    from ..history._writer import HistoryWriter
     from ..machines import SpecMachine
     from ..managers import MetadataManager, Outgoing, RequestManager
     from ..state import HeldErrors, SubscriptionState
@@ -34,6 +35,7 @@ class GroupParts:
         processor: ApplicationEventProcessor,
         metrics: Metrics,
         held: HeldErrors,
+        history: HistoryWriter | None = None,
     ) -> None:
         self.coordinator = CoordinatorManager(config, background_machine, held)
         lifecycle.coordinator = self.coordinator
@@ -55,7 +57,9 @@ class GroupParts:
             post_app_event=app_queue.put,
             metrics=metrics,
             held=held,
+            history=history,
         )
+        self.membership.machine.observer = history.transition if history is not None else None
         self.commits.membership = self.membership
         lifecycle.closers.extend([self.membership, self.commits])
         self.unsubscribes: list[UnsubscribeEvent] = []  # waiting for the member to have left

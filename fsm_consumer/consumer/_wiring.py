@@ -16,6 +16,7 @@ from ..engine import ApplicationEventProcessor, BackgroundLifecycle, NetworkThre
 from ..events import ApplicationEventQueue, BackgroundEventQueue, Signal
 from ..fetch._buffer import FetchBuffer
 from ..fetch._collector import FetchCollector
+from ..history._writer import HistoryWriter
 from ..machines import MonotonicClock, SpecMachine, shipped_spec
 from ..managers import FetchManager, MetadataManager, OffsetsManager, SelfAssignManager
 from ..state import HeldErrors, SubscriptionState
@@ -41,6 +42,7 @@ class Parts:
     background_machine: SpecMachine
     group: GroupParts | None
     thread: NetworkThread
+    history: HistoryWriter | None  # the history_path file's writer
 
 
 def wire(config: ConsumerConfig, transport: Transport | None, clock: MonotonicClock, signal: Signal) -> Parts:
@@ -53,6 +55,14 @@ def wire(config: ConsumerConfig, transport: Transport | None, clock: MonotonicCl
     bg = BackgroundEventQueue(signal)
     buffer = FetchBuffer(config.fetch_buffer_max_bytes, on_data=signal.set)
     transport = transport or KafkaTransport(config, clock=clock)
+    history = HistoryWriter(config.history_path, config.client_id) if config.history_path else None
+    if history is not None:
+        held.on_new = lambda key, error: history.write("held", key=repr(key), error=repr(error))
+        subs.on_position = lambda tp, offset, why: history.write(
+            "reset", tp=[tp.topic, tp.partition], to=offset, why=why
+        )
+        if hasattr(transport, "machine_observer"):
+            transport.machine_observer = history.transition  # every connection's machine
     app_queue.bind_waker(transport.wakeup)
     metadata = MetadataManager(config, subs.topics_needed, held, getattr(transport, "node_states", None))
     offsets = OffsetsManager(config, subs, metadata, bg, held)
@@ -63,10 +73,11 @@ def wire(config: ConsumerConfig, transport: Transport | None, clock: MonotonicCl
         shipped_spec("background"), lifecycle, config=config, instance=config.client_id, now=clock.now_ms()
     )
     lifecycle.machine = machine
+    machine.observer = history.transition if history is not None else None
     processor = ApplicationEventProcessor(
         metadata=metadata, offsets=offsets, lifecycle=lifecycle, machine=machine, subscription=subs
     )
-    collector = FetchCollector(config, subs, buffer, transport.wakeup, metrics, clock)
+    collector = FetchCollector(config, subs, buffer, transport.wakeup, metrics, clock, history=history)
     group = (
         GroupParts(
             config,
@@ -79,6 +90,7 @@ def wire(config: ConsumerConfig, transport: Transport | None, clock: MonotonicCl
             processor=processor,
             metrics=metrics,
             held=held,
+            history=history,
         )
         if config.group_id
         else None
@@ -114,4 +126,5 @@ def wire(config: ConsumerConfig, transport: Transport | None, clock: MonotonicCl
         background_machine=machine,
         group=group,
         thread=thread,
+        history=history,
     )

@@ -24,12 +24,16 @@ import gc
 import logging
 import operator
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..state._subscription import Take
 from ..structs import TopicPartition
 from ._buffer import CompletedFetch, FetchBuffer
 from ._decode import decode_partition
 from ._errors import DeserializationError
+
+if TYPE_CHECKING:
+    from ..history._writer import HistoryWriter
 
 _OFFSET = operator.attrgetter("offset")
 log = logging.getLogger("fsm_consumer.fetch")
@@ -74,9 +78,18 @@ class _Draining:
 
 class FetchCollector:
     def __init__(
-        self, config, subscription, buffer: FetchBuffer, wake_background: Callable[[], None], metrics, clock=None
+        self,
+        config,
+        subscription,
+        buffer: FetchBuffer,
+        wake_background: Callable[[], None],
+        metrics,
+        clock=None,
+        history: HistoryWriter | None = None,
     ) -> None:
         self._subs = subscription
+        self._history = history  # history_path: a "read" line per hand-out, a "skip" per position moved past
+        self.call_started = 0.0  # when the poll() or next() handing out began (set only for a history)
         self._clock = clock
         self._buffer = buffer
         self._wake = wake_background
@@ -95,6 +108,22 @@ class FetchCollector:
 
     def _now(self) -> float | None:
         return self._clock.now_ms() if self._clock is not None else None
+
+    def _note_read(
+        self, tp: TopicPartition, first: int, last: int, count: int, start: int, end: int, now: float | None
+    ) -> None:
+        """A "read" line; its time is ``now``, the one the hand-out checked the member's lease at."""
+        assert self._history is not None
+        fields: dict[str, Any] = {"from": start, "to": end}  # "from" is a keyword: no keyword argument
+        self._history.write(
+            "read",
+            t=now,
+            tp=[tp.topic, tp.partition],
+            offsets=[first, last],
+            count=count,
+            t_poll_start=self.call_started,
+            **fields,
+        )
 
     def has_data(self) -> bool:
         return self._current is not None or len(self._buffer) > 0 or self._error is not None
@@ -140,9 +169,12 @@ class FetchCollector:
         if lent is None or lent[0] != tp:
             return False  # collected again since, or not lent at all
         _, epoch, start, left = lent
-        outcome = self._subs.take(tp, epoch, start, record.offset + 1, record.leader_epoch, self._now())
+        now = self._now()
+        outcome = self._subs.take(tp, epoch, start, record.offset + 1, record.leader_epoch, now)
         if outcome:
             lent[2], lent[3] = record.offset + 1, left - 1
+            if self._history is not None:
+                self._note_read(tp, record.offset, record.offset, 1, start, record.offset + 1, now)
             return True
         self._lent = None
         if outcome is Take.STALE:
@@ -204,9 +236,8 @@ class FetchCollector:
             # the check and the position move are one step under the subscription's lock: if the
             # partition changed since it was fetched (revoked, sought, reassigned) none of these
             # records are handed out; without ``advance`` the same check, the position left as it is
-            outcome = subs.take(
-                tp, fetch.epoch, cur.pos, pos if advance else None, cur.leader_epoch, self._now()
-            )  # decoding took time: the lease is checked as of now
+            now = self._now()  # decoding took time: the lease is checked as of now
+            outcome = subs.take(tp, fetch.epoch, cur.pos, pos if advance else None, cur.leader_epoch, now)
             if outcome is Take.EXPIRED:
                 expired = True
                 break
@@ -216,6 +247,10 @@ class FetchCollector:
                 continue
             if not advance:
                 self._lent = [tp, fetch.epoch, cur.pos, end - cur.index]
+            elif self._history is not None:
+                self._note_read(
+                    tp, cur.offset_at(cur.index), cur.offset_at(end - 1), end - cur.index, cur.pos, pos, now
+                )
             chunk = cur.take(cur.index, end)
             if columnar:
                 out.setdefault(tp, []).append(chunk)
@@ -263,6 +298,10 @@ class FetchCollector:
         if not subs.take(fetch.tp, fetch.epoch, cur.pos, cur.next_offset, cur.leader_epoch):
             self._drop_stale()
             return False
+        if self._history is not None and cur.next_offset != cur.pos:
+            self._history.write(
+                "skip", tp=[fetch.tp.topic, fetch.tp.partition], **{"from": cur.pos, "to": cur.next_offset}
+            )
         subs.release_fetch(fetch.tp, fetch.epoch, to_back=True)
         self._finish()
         error = cur.error

@@ -6,7 +6,7 @@ Nothing here knows about Kafka, threads or sockets. Time enters only through a C
 from ._clock import Clock, FakeClock, MonotonicClock
 from ._errors import IllegalTransition, SpecError
 from ._load import all_spec_paths, load_spec, parse_spec, shipped_spec
-from ._log import TransitionRecord, add_observer, remove_observer
+from ._log import Observer, TransitionRecord, add_observer, remove_observer
 from ._machine import SpecMachine, resolve_durations
 from ._model import Duration, Spec, State, Timeout, Transition
 from ._paths import schema_path, specs_dir
@@ -17,6 +17,7 @@ __all__ = [
     "FakeClock",
     "IllegalTransition",
     "MonotonicClock",
+    "Observer",
     "Spec",
     "SpecError",
     "SpecMachine",

@@ -21,7 +21,7 @@ from transitions import Machine
 from ._clock import Clock
 from ._errors import IllegalTransition, SpecError
 from ._lean import LeanEvent, LeanState, LeanTransition
-from ._log import TransitionRecord, logger, observers
+from ._log import Observer, TransitionRecord, logger, observers
 from ._model import Spec
 
 _DEBUG = 10
@@ -97,6 +97,7 @@ class SpecMachine:
         self.spec = spec
         self.name = spec.machine
         self.instance = instance
+        self.observer: Observer | None = None  # this machine's state changes (a consumer's history)
         self.model = model
         self._clock = clock
         self.durations = resolve_durations(spec, config, durations)
@@ -284,6 +285,8 @@ class SpecMachine:
                 rec.trigger,
                 rec.dest,
             )
+        if self.observer is not None:
+            self.observer(rec)
         for fn in observers():
             fn(rec)
         return rec

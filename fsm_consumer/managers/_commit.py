@@ -441,9 +441,8 @@ class CommitManager:
             sent = commit.sent_at if commit.sent_at else None
             history.write(
                 "commit",
-                member_id,
-                generation,
-                now,
+                member=member_id,
+                generation=generation,
                 error=None if error is None else repr(error),
                 sent_ago_ms=None if sent is None else round(now - sent, 3),
                 offsets=[[tp.topic, tp.partition, om.offset] for tp, om in sorted(commit.offsets.items())],

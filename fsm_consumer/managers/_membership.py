@@ -15,13 +15,13 @@ import logging
 
 from ..assignors import RebalanceProtocol, resolve
 from ..events import CallbackAckEvent, CallbackEvent
+from ..history._writer import HistoryWriter, tp_list
 from ..machines import SpecMachine, shipped_spec
 from ..policy import public_error
 from ..structs import TopicPartition
 from ._base import Outgoing
 from ._group_exchange import GroupExchange
 from ._heartbeat import HeartbeatTimer
-from ._history import MemberHistory
 from ._leader import partition_counts, subscribed_topics
 
 log = logging.getLogger("fsm_consumer.membership")
@@ -33,7 +33,18 @@ _ACK_TRIGGER = {"revoke": "revoke_acked", "assign": "assign_acked", "lost": "los
 
 class MembershipManager:
     def __init__(
-        self, config, *, subscription, metadata, coordinator, commits, background_events, post_app_event, metrics, held
+        self,
+        config,
+        *,
+        subscription,
+        metadata,
+        coordinator,
+        commits,
+        background_events,
+        post_app_event,
+        metrics,
+        held,
+        history: HistoryWriter | None = None,
     ) -> None:
         self._config = config
         self._subs = subscription
@@ -73,9 +84,7 @@ class MembershipManager:
         self.rebalance_last_ms: float | None = None
         self.rebalance_total_ms = 0.0
         self.history: list = []  # (event, partitions, time, generation), bounded
-        self.history_file = (
-            MemberHistory(config.debug_history_path, config.client_id) if config.debug_history_path else None
-        )
+        self.history_file = history  # the consumer's history (history_path), or None
         # no clock: the engine ticks this machine each loop and passes `now` to every fire
         self.machine = SpecMachine(shipped_spec("membership"), self, config=config, instance=config.client_id)
         self._exchange = GroupExchange(self)
@@ -115,8 +124,6 @@ class MembershipManager:
 
     def on_app_poll(self, now: float) -> None:
         self._last_poll = now
-        if self.history_file is not None:
-            self.history_file.write("poll", self.member_id, self.generation, now)
         self.machine.restart_timer("poll", now)
         self.machine.fire("poll_resumed", now)
 
@@ -355,11 +362,7 @@ class MembershipManager:
         self.history.append((what, tuple(sorted(partitions)), self.machine.now, self.generation))
         if self.history_file is not None:
             self.history_file.write(
-                what,
-                self.member_id,
-                self.generation,
-                self.machine.now,
-                partitions=[[tp.topic, tp.partition] for tp in sorted(partitions)],
+                what, member=self.member_id, generation=self.generation, partitions=tp_list(partitions)
             )
         if len(self.history) > 10_000:
             del self.history[:5_000]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, IllegalStateError, RebalanceInProgressError
 from ..fetch import OffsetAndMetadata, TopicPartition
 from ._errors import HandlerFailedError, noted
+from ._history import recording
 from ._listener import DrainingListener
 from ._partition import PartitionRun
 from ._progress import METADATA_LIMIT, PartitionProgress
@@ -30,6 +31,7 @@ from ._workers import AsyncWorkers, Attempts, Outcome, ThreadWorkers, is_async
 if TYPE_CHECKING:
     from ..consumer import Consumer
     from ..consumer._group_api import RebalanceListener
+    from ..history._writer import HistoryWriter
     from ..structs import ConsumerRecord
 
 log = logging.getLogger("fsm_consumer.parallel")
@@ -106,14 +108,17 @@ class ParallelConsumer:
         attempts = Attempts(retries, retry_backoff_ms, retry_backoff_max_ms, on_failure)
         self._scheduler = Scheduler(ordering, parallelism)
         self._workers: AsyncWorkers | ThreadWorkers
-        if is_async(handler):
+        # the consumer's history (history_path): a line per handler attempt, a run's start, its machine
+        self._history: HistoryWriter | None = getattr(consumer, "_history", None)  # duck-typed consumers: none
+        work = recording(handler, self._history) if self._history is not None else handler
+        if is_async(work):
             self._workers = AsyncWorkers(
-                self._scheduler, handler, parallelism, attempts, self._completions, self._woken.set
+                self._scheduler, work, parallelism, attempts, self._completions, self._woken.set
             )
             self._scheduler.on_ready = self._workers.notify
         else:
             self._workers = ThreadWorkers(
-                self._scheduler, handler, parallelism, attempts, self._completions, self._woken.set
+                self._scheduler, work, parallelism, attempts, self._completions, self._woken.set
             )
         self._parts: dict[TopicPartition, PartitionRun] = {}
         self._paused: set[TopicPartition] = set()
@@ -367,6 +372,7 @@ class ParallelConsumer:
                 part.committed = (found.offset, found.metadata or "")
             self._parts[tp] = part
             self._scheduler.release(tp)  # a partition that comes back hands out again
+            self._note_run(part, found.offset if progress is not None and found is not None else None)
             out.append(part)
         return out
 
@@ -388,7 +394,15 @@ class ParallelConsumer:
         part = PartitionRun(tp, None, self, self._settings, now, self.metadata_limit)
         self._parts[tp] = part
         self._scheduler.release(tp)
+        self._note_run(part, offset)
         return part
+
+    def _note_run(self, part: PartitionRun, offset: int | None) -> None:
+        if self._history is not None:
+            part.machine.observer = self._history.transition
+            self._history.write(
+                "parallel_restart", tp=[part.tp.topic, part.tp.partition], offset=offset, ordering=self.ordering
+            )
 
     def _give_up(self, tps: Iterable[TopicPartition], trigger: str) -> None:
         """Revoked (drain, commit) or lost (drop) partitions, then forget them."""

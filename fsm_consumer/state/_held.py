@@ -18,13 +18,16 @@ class HeldErrors:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: dict[Hashable, BaseException] = {}
+        self.on_new: Callable[[Hashable, BaseException], None] | None = None  # a newly held error (a history)
 
     def hold(self, key: Hashable, error: BaseException) -> bool:
         """Hold ``error`` for ``key``; True if nothing was held for it before (log it then, once)."""
         with self._lock:
             new = key not in self._held
             self._held[key] = error
-            return new
+        if new and self.on_new is not None:
+            self.on_new(key, error)
+        return new
 
     def release(self, key: Hashable) -> bool:
         with self._lock:

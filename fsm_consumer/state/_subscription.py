@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import IllegalStateError
@@ -51,6 +51,8 @@ class SubscriptionState:
         self.pattern: re.Pattern[str] | None = None
         self.listener: Any = None
         self.changes = 0  # bumps on every assignment change (for the engine)
+        # the background thread set a position (tp, offset, why: a reset strategy or "committed"): a history
+        self.on_position: Callable[[TopicPartition, int, str], None] | None = None
         # records are handed out only before this time (engine clock ms): the group member's session
         # deadline, so a member frozen past it hands out nothing before its background thread has
         # declared the partitions lost (a plain float store, read without the lock)
@@ -345,6 +347,8 @@ class SubscriptionState:
             s.position, s.leader_epoch, s.reset_strategy = offset, leader_epoch, None
             s.invalidate()
         self._notify()
+        if self.on_position is not None:
+            self.on_position(tp, offset, strategy)
         return True
 
     def set_committed_position(self, tp: TopicPartition, offset: int | None, leader_epoch: int = -1) -> None:
@@ -359,6 +363,8 @@ class SubscriptionState:
                 s.position, s.leader_epoch = offset, leader_epoch
                 s.invalidate()
         self._notify()
+        if self.on_position is not None and offset is not None and offset >= 0:
+            self.on_position(tp, offset, "committed")
 
     def update_watermarks(self, tp: TopicPartition, high: int, lso: int, log_start: int) -> None:
         s = self._parts.get(tp)

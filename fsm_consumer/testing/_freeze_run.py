@@ -1,7 +1,8 @@
 """Members of one cooperative-sticky group in their own processes while records flow, one of them frozen
-(SIGSTOP) for twice the session timeout again and again; then ``_group_history``'s checker over what
-every member logged. Used by tests/integration/group/test_group_frozen_member.py (short) and
-tools/group-freeze-check (long). Needs confluent-kafka (a dev dependency) to create the topic and produce.
+(SIGSTOP) for twice the session timeout again and again; then the history checker (``fsm_consumer.history``,
+rules L E D M C K) over the histories the members' consumers wrote (``history_path``). Used by
+tests/integration/group/test_group_frozen_member.py (short) and tools/group-freeze-check (long). Needs
+confluent-kafka (a dev dependency) to create the topic and produce.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from ._group_history import CheckResult, check, load_histories
+from ..history import CheckResult, check, load
 
 __all__ = ["run"]
 
@@ -47,6 +48,7 @@ def run(
     records: int | None = None,
     create_topic: bool = True,
     log: Callable[[str], None] | None = None,
+    commit_log: Callable[[str], list[tuple[str, int, int]]] | None = None,
 ) -> CheckResult:
     """Create ``topic``, produce ``produce_rate`` records/s, start ``members`` member processes, and once
     all own partitions: steady for ``freeze_every_s`` (and until member 0 owns partitions again), member 0
@@ -128,15 +130,21 @@ def run(
     finally:
         producer.stop()
         context["exit_codes"] = _stop_all(procs)
-    events, unparsable = load_histories(p.out for p in procs)
+    # a plain producer's records of a new topic sit at offsets 0..n-1: rule L takes the counts
+    counts = {tp: (max(offsets) + 1 if offsets else 0) for tp, offsets in produced.items()}
+    broker_commits = commit_log(group) if commit_log is not None else None  # the broker's own word (Kafka)
+    result = check(load([f"{p.out}.lib" for p in procs]), produced=counts, broker_commits=broker_commits)
     context.update(
-        unparsable_lines=unparsable,
         members=members,
         partitions=partitions,
         session_timeout_ms=session_timeout_ms,
         group=group,
+        produced=sum(map(len, produced.values())),
+        produced_not_contiguous=sum(counts[tp] - len(offsets) for tp, offsets in produced.items()),
+        broker_commit_log_entries=None if broker_commits is None else len(broker_commits),
     )
-    return check(events, produced, context)
+    result.summary["context"] = context
+    return result
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 10.0) -> None:

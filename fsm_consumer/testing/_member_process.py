@@ -1,12 +1,13 @@
 """One cooperative-sticky group member in its own process (so it can be frozen with SIGSTOP), logging
-its history as JSON lines for ``_group_history``'s checker:
+its own view as JSON lines (what the run watches), its consumer's history beside it (``OUT.lib``, for
+``fsm_consumer.history``'s checker):
 
     python -m fsm_consumer.testing._member_process --bootstrap HOST:PORT --group G --topic T --name m0 \
         --out m0.jsonl [--session-timeout-ms N --heartbeat-interval-ms N --max-poll-records N \
         --commit every-poll|auto]
 
 SIGTERM (or SIGINT) ends the poll loop; the consumer is closed and a last "closed" line written. The
-library's own member history goes to ``OUT.lib`` (``debug_history_path``).
+library's own history goes to ``OUT.lib`` (``history_path``).
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         request_timeout_ms=args.request_timeout_ms,
         # Tansu 0.6 fails a follower's SyncGroup that reaches it before the leader's (group_harness.FAST)
         follower_sync_delay_ms=400,
-        debug_history_path=args.out + ".lib",
+        history_path=args.out + ".lib",
     )
     if args.max_poll_records is not None:
         config["max_poll_records"] = args.max_poll_records

@@ -13,7 +13,7 @@ from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
 
-from ..machines import Clock, MonotonicClock
+from ..machines import Clock, MonotonicClock, Observer
 from ._base import Pending, Transport
 from ._connection import _HANDSHAKE_STATES, Connection
 from ._errors import AuthenticationError, ConnectionLost, NodeNotReady, RequestTimedOut, clone_error
@@ -51,6 +51,7 @@ class KafkaTransport(Transport):
         self._read_buffer = memoryview(bytearray(self.settings.sock_chunk_bytes))
         self.broker_release: tuple[int, ...] | None = None
         self._conns: dict[int, Connection] = {}
+        self.machine_observer: Observer | None = None  # given to each connection's machine (a history)
         self._addresses: dict[int, tuple[str, int]] = {}
         self._bootstrap_ids: list[int] = []
         for index, address in enumerate(self.settings.bootstrap_servers):
@@ -287,6 +288,7 @@ class KafkaTransport(Transport):
                 versions_known=self._versions_known,
                 auth_verdict=self._auth_verdict,
             )
+            conn.machine.observer = self.machine_observer
             self._conns[node] = conn
         return conn
 

@@ -118,7 +118,11 @@ def test_commit_of_a_fenced_generation_fails(broker, make_topic):
 
 
 def test_member_history_as_json_lines(broker, make_topic, produce, tmp_path):
+    """history_path: the lines of docs/histories.md, checked by fsm_consumer.history (every rule holds)."""
     import json
+
+    from fsm_consumer import ConsumerRebalanceListener
+    from fsm_consumer.history import check, load
 
     topic = make_topic(partitions=2)
     produce(topic, count=10)
@@ -126,19 +130,36 @@ def test_member_history_as_json_lines(broker, make_topic, produce, tmp_path):
     c = Consumer(
         bootstrap_servers=broker.bootstrap_servers,
         group_id=f"h-{topic}",
-        debug_history_path=str(path),
+        history_path=str(path),
         **{**FAST, "auto_commit_interval_ms": 100},
     )
-    c.subscribe([topic])
+    c.subscribe([topic], listener=ConsumerRebalanceListener())
     assert len(_read(c, 10, timeout_s=20)) == 10
+    ends = c.end_offsets([TopicPartition(topic, 0), TopicPartition(topic, 1)])
     c.close()
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     events = [e["event"] for e in lines]
-    assert {"joined", "assigned", "poll", "commit", "revoked"} <= set(events)
+    assert events[0] == "started" and events[-1] == "closed"
+    assert {"assigned", "read", "commit", "revoked", "callback", "transition", "reset"} <= set(events)
+    assert len({e["consumer"] for e in lines}) == 1
     assigned = next(e for e in lines if e["event"] == "assigned")
     assert sorted(map(tuple, assigned["partitions"])) == [(topic, 0), (topic, 1)] and assigned["generation"] >= 0
+    reads = [e for e in lines if e["event"] == "read"]
+    assert sum(e["count"] for e in reads) == 10
+    for e in reads:  # every record of a plain producer: offsets contiguous, the position after the last
+        first, last = e["offsets"]
+        assert e["count"] == last - first + 1 and e["to"] == last + 1 and e["from"] <= first
+        assert e["t_poll_start"] <= e["t"] and e["generation"] == assigned["generation"]
     commits = [e for e in lines if e["event"] == "commit" and e["error"] is None]
     assert any(sum(o[2] for o in e["offsets"]) == 10 for e in commits)
+    machines = {e["machine"].split("/")[0] for e in lines if e["event"] == "transition"}
+    assert {"background", "membership", "connection"} <= machines
+    callbacks = [e["name"] for e in lines if e["event"] == "callback"]
+    assert "on_partitions_assigned" in callbacks and "on_partitions_revoked" in callbacks
+    histories = load([path])
+    assert sum(ends.values()) == 10
+    result = check(histories, produced={topic: {tp.partition: end for tp, end in ends.items()}})
+    assert result.ok, result.format()
 
 
 def test_commits_during_a_cooperative_rebalance_are_retriable_not_fatal(broker, make_topic, produce, members):

@@ -1,7 +1,8 @@
 """Issue 12's acceptance point, short: three member processes in one cooperative-sticky group, one frozen
-(SIGSTOP) for twice the session timeout again and again while records flow; the checker over their logged
-histories finds no record read by two members of one generation, no commit moving backwards and no
-record read again below a commit. tools/group-freeze-check is the long run."""
+(SIGSTOP) for twice the session timeout again and again while records flow; the history checker
+(fsm_consumer.history) over the histories their consumers wrote finds nothing lost (L), one owner at a
+time (E), no re-read below a commit (D), positions without gaps (M) and no commit backwards (C).
+tools/group-freeze-check is the long run."""
 
 import time
 
@@ -30,13 +31,14 @@ def test_a_member_frozen_past_its_session_again_and_again(broker, make_topic, tm
         heartbeat_interval_ms=300,
         drain_timeout_s=10,
     )
-    report = result.format()
+    report = f"{result.format()}\n{result.summary['context']}"
     print(report, f"\nrun took {time.monotonic() - began:.1f} s")
     s = result.summary
     assert s["context"]["freezes_owning"] >= 2, report  # each a member with partitions to lose
-    assert result.violations == [], report
-    assert all(s["members"][f"m{i}"]["records_read"] > 0 for i in range(3)), report
-    assert s["produced"] > 0 and s["never_read"] == 0, report
+    assert result.violations == [] and result.ok, report
+    read = {c["client"]: c["records_read"] for c in s["consumers"].values()}
+    assert sorted(read) == ["m0", "m1", "m2"] and all(read.values()), report
+    assert s["context"]["produced"] > 0 and result.status("L") == "passed", report
 
 
 @pytest.mark.timeout(150)
@@ -61,15 +63,14 @@ def test_members_frozen_in_turn_two_at_once(broker, make_topic, tmp_path):
         rotate=True,
         freeze_s=4,
         create_topic=False,
+        # on Apache Kafka rule C judges commits by the broker's own log (__consumer_offsets)
+        commit_log=broker.commit_log if broker.kind == "kafka" else None,
     )
-    report = result.format()
+    report = f"{result.format()}\n{result.summary['context']}"
     print(report)
-    if broker.kind == "kafka":
-        from fsm_consumer.testing import broker_commits_backwards
-
-        commit_log = broker.commit_log(result.summary["context"]["group"])
-        assert commit_log and broker_commits_backwards(commit_log) == [], commit_log[-20:]
     s = result.summary
+    if broker.kind == "kafka":
+        assert s["context"]["broker_commit_log_entries"], report
     assert s["context"]["freezes_owning"] >= 4, report
-    assert result.violations == [], report
-    assert s["produced"] > 0 and s["never_read"] == 0, report
+    assert result.violations == [] and result.ok, report
+    assert s["context"]["produced"] > 0 and result.status("L") == "passed", report

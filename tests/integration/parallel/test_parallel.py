@@ -109,6 +109,42 @@ def test_records_of_a_key_are_handled_one_at_a_time_in_offset_order(broker, make
     consumer.close()
 
 
+def test_a_history_records_each_handled_record_and_the_checker_sees_key_order(broker, make_topic, produce, tmp_path):
+    """history_path on the consumer: a ParallelConsumer adds a line per handler call; rule K holds."""
+    import json
+
+    from fsm_consumer.history import check, load
+
+    topic = make_topic(partitions=2)
+    total = 600
+    produce(topic, total, key=lambda i: b"key-%d" % (i % 7), value=b"x")
+    path = tmp_path / "member.jsonl"
+    consumer = group_consumer(broker, history_path=str(path))
+    consumer.subscribe([topic])
+    done = []
+
+    def handler(record):
+        time.sleep(0.0005)
+        done.append(record.offset)
+        if len(done) == total:
+            pc.stop()
+
+    with ParallelConsumer(consumer, handler, parallelism=8) as pc:
+        thread, errors = run_in_thread(pc)
+        thread.join(60)
+    assert not thread.is_alive() and not errors
+    ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(2)])
+    consumer.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    handled = [e for e in lines if e["event"] == "handled"]
+    assert len(handled) == total and all(e["outcome"] == "ok" for e in handled)
+    assert len({e["key"] for e in handled}) == 7 and all(e["t_start"] <= e["t"] for e in handled)
+    assert {tuple(e["tp"]) for e in lines if e["event"] == "parallel_restart"} == {(topic, 0), (topic, 1)}
+    assert any(e["event"] == "transition" and e["machine"].startswith("parallel/") for e in lines)
+    result = check(load([path]), produced={topic: {tp.partition: end for tp, end in ends.items()}})
+    assert result.ok, result.format()
+
+
 def test_a_killed_process_leaves_no_committed_record_to_handle_again(broker, make_topic, produce, tmp_path):
     topic = make_topic(partitions=4)
     total = 20_000

@@ -1,0 +1,80 @@
+"""Consumer histories (docs/histories.md) and their checker.
+
+A consumer given ``history_path`` writes JSON lines of what it owned, handed out, committed and did;
+``load`` reads those of a directory, ``check`` judges them by the rules ``RULES`` (L E D M C K) and
+returns a ``CheckResult``: its ``violations`` (``Violation``: the rule, a one-line message naming the
+consumers, partition, offsets and times, the details, the transitions of those consumers around it) and
+a ``summary``; ``CheckResult.format()`` is what ``fsm-consumer check-history`` prints.
+
+    from fsm_consumer.history import check, load, read_produced
+
+    result = check(load("histories/"), produced=read_produced("produced.json"))
+    assert result.ok, result.format()
+
+The rule functions (``rule_l`` ... ``rule_k``) each take the lines (or a ``Timeline``) and return that
+rule's violations.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._check import WINDOW_MS, CheckResult, check, summarize
+    from ._load import History, HistoryError, Unparseable, load, read_broker_commits, read_produced
+    from ._model import Timeline
+    from ._rules import broker_backwards, normalize_produced, rule_c, rule_d, rule_e, rule_k, rule_l, rule_m
+    from ._violation import RULES, Violation
+
+# imported when first used: every consumer imports this package (its history writer lives here), few check
+_WHERE = {
+    **dict.fromkeys(("WINDOW_MS", "CheckResult", "check", "summarize"), "._check"),
+    **dict.fromkeys(
+        ("History", "HistoryError", "Unparseable", "load", "read_broker_commits", "read_produced"), "._load"
+    ),
+    "Timeline": "._model",
+    **dict.fromkeys(
+        ("broker_backwards", "normalize_produced", "rule_c", "rule_d", "rule_e", "rule_k", "rule_l", "rule_m"),
+        "._rules",
+    ),
+    **dict.fromkeys(("RULES", "Violation"), "._violation"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+__all__ = [
+    "RULES",
+    "WINDOW_MS",
+    "CheckResult",
+    "History",
+    "HistoryError",
+    "Timeline",
+    "Unparseable",
+    "Violation",
+    "broker_backwards",
+    "check",
+    "load",
+    "normalize_produced",
+    "read_broker_commits",
+    "read_produced",
+    "rule_c",
+    "rule_d",
+    "rule_e",
+    "rule_k",
+    "rule_l",
+    "rule_m",
+    "summarize",
+]

@@ -1,0 +1,206 @@
+"""Running the rules over a history, and the result: the violations (each with the ``transition`` lines
+of its consumers around it) and a summary of what the history holds."""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ._load import History
+from ._model import TP, Event, NoStart, Timeline, as_timeline, fmt_tp
+from ._rules import broker_backwards, rule_c, rule_d, rule_e, rule_k, rule_l, rule_m
+from ._violation import RULES, Violation
+
+#: how far (ms) from a violation's time the transitions of its consumers are kept
+WINDOW_MS = 2000.0
+
+
+@dataclass
+class CheckResult:
+    """The violations, in rule order (L E D M C K), each rule's by time; ``summary`` (a dict) holds the totals
+    and, under ``"rules"``, each rule's ``status``: ``"passed"``, ``"violated"`` or ``"not checked"``."""
+
+    violations: list[Violation]
+    summary: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        """No violation, and a history that was checked whole: at least one line, and none that lacked
+        the fields its event needs (``summary["malformed"]``). A rule not checked (L without the produced
+        counts) is no violation: see ``status``."""
+        return not self.violations and not self.summary["malformed"] and self.summary["lines"] > 0
+
+    def by_rule(self) -> dict[str, list[Violation]]:
+        out: dict[str, list[Violation]] = {rule: [] for rule in RULES}
+        for v in self.violations:
+            out.setdefault(v.rule, []).append(v)
+        return out
+
+    def status(self, rule: str) -> str:
+        return str(self.summary["rules"][rule]["status"])
+
+    def format(self, limit: int = 10, transitions: int = 10) -> str:
+        """The summary, then at most ``limit`` violations of each rule (and how many there were), each with
+        at most ``transitions`` transition lines of its consumers, the nearest to it in time."""
+        from ._report import format_result
+
+        return format_result(self, limit=limit, transitions=transitions)
+
+
+def check(
+    history: History | Timeline | Iterable[Mapping[str, Any]],
+    produced: Mapping[Any, Any] | None = None,
+    broker_commits: Iterable[Sequence[Any]] | None = None,
+    *,
+    window_ms: float = WINDOW_MS,
+) -> CheckResult:
+    """Every rule over a history (``load()``'s, or the lines themselves).
+
+    ``produced``: ``{"topic": {"partition": count}}`` (or ``{(topic, partition): count}``): records at
+    offsets ``0..count-1``; without it rule L is not checked (and says so). ``broker_commits``: the
+    broker's commit log, ``(topic, partition, offset)`` in the order they took effect: C's "backwards"
+    is judged from it instead of from the histories."""
+    loaded = history if isinstance(history, History) else None
+    tl = as_timeline(history.events if isinstance(history, History) else history)
+    log = None if broker_commits is None else [tuple(e) for e in broker_commits]
+    found = {
+        "L": rule_l(tl, produced),
+        "E": rule_e(tl),
+        "D": rule_d(tl),
+        "M": rule_m(tl),
+        "C": rule_c(tl, log),
+        "K": rule_k(tl),
+    }
+    context = _Transitions(tl, window_ms)
+    violations: list[Violation] = []
+    for rule in RULES:
+        found[rule].sort(key=lambda v: (v.t is None, v.t or 0.0))
+        violations.extend(context.attach(v) for v in found[rule])
+    summary = summarize(tl, loaded)
+    allowed = broker_backwards(tl, log)[1] if log is not None else 0
+    summary["rules"] = {
+        rule: dict(
+            title=title,
+            status="not checked"
+            if (rule == "L" and produced is None) or not tl.events
+            else ("violated" if found[rule] else "passed"),
+            violations=len(found[rule]),
+            note=_note(rule, tl, produced, log, allowed),
+        )
+        for rule, title in RULES.items()
+    }
+    return CheckResult(violations, summary)
+
+
+def _note(
+    rule: str, tl: Timeline, produced: Mapping[Any, Any] | None, log: list[tuple[Any, ...]] | None, allowed: int
+) -> str:
+    if rule == "L" and produced is None:
+        return "no produced counts given (--produced): nothing is known to be lost or not"
+    if rule == "C" and log is not None:
+        return (
+            f"backwards judged from the broker's commit log ({len(log)} entries); {allowed} backwards step(s) "
+            "allowed by a seek/reset of the partition in the histories (the log has no times: not checked "
+            "that it came between); ahead judged from the histories"
+        )
+    if rule == "C":
+        return "judged from the histories' commit lines (no broker commit log given)"
+    if rule == "K" and not tl.handled:
+        return "no handled lines (no ParallelConsumer): nothing to check"
+    return ""
+
+
+class _Transitions:
+    """Each consumer's ``transition`` lines by time, to attach those near a violation to it."""
+
+    def __init__(self, tl: Timeline, window_ms: float) -> None:
+        self.window = window_ms
+        self.lines = tl.transitions
+        self.times = {name: [float(e["t"]) for e in lines] for name, lines in tl.transitions.items()}
+
+    def attach(self, v: Violation) -> Violation:
+        if v.t is None or not v.consumers:
+            return v
+        near: list[Event] = []
+        for name in v.consumers:
+            times = self.times.get(name, [])
+            lo = bisect.bisect_left(times, v.t - self.window)
+            hi = bisect.bisect_right(times, v.t + self.window)
+            near.extend(self.lines[name][lo:hi])
+        near.sort(key=lambda e: float(e["t"]))
+        return replace(v, transitions=tuple(near))
+
+
+def _union(ranges: list[tuple[int, int]]) -> int:
+    total, reach = 0, -1
+    for first, last in sorted(ranges):
+        if last > reach:
+            total += last - max(first, reach + 1) + 1
+            reach = last
+    return total
+
+
+def summarize(tl: Timeline, history: History | None = None) -> dict[str, Any]:
+    """Totals, no verdicts: files and lines, consumers, records read (distinct, re-read), commits, handler
+    calls, lines not understood."""
+    consumers: dict[str, dict[str, Any]] = {}
+    for c in tl.consumers.values():
+        consumers[c.name] = dict(
+            client=c.client,
+            group=None if c.group is NoStart.UNKNOWN else c.group,
+            started=c.group is not NoStart.UNKNOWN,
+            records_read=0,
+            reads=c.counts.get("read", 0),
+            commits=0,
+            commits_failed=0,
+            assigned=c.counts.get("assigned", 0),
+            revoked=c.counts.get("revoked", 0),
+            lost=c.counts.get("lost", 0),
+            session_expired=c.counts.get("session_expired", 0),
+            handled=c.counts.get("handled", 0),
+            generations=sorted(c.generations),
+            closed=c.closed,
+            first_t=c.first_t,
+            last_t=c.last_t,
+        )
+    ranges: dict[TP, list[tuple[int, int]]] = defaultdict(list)
+    records = span = 0
+    for r in tl.reads:
+        consumers[r.consumer]["records_read"] += r.count
+        records += r.count
+        span += r.last - r.first + 1
+        ranges[r.tp].append((r.first, r.last))
+    commit_lines: dict[int, tuple[str, bool]] = {}  # a commit line expands to several partitions
+    for k in tl.commits:
+        commit_lines[k.i] = (k.consumer, k.acked)
+    for name, acked in commit_lines.values():
+        consumers[name]["commits" if acked else "commits_failed"] += 1
+    distinct = sum(_union(rs) for rs in ranges.values())
+    out: dict[str, Any] = dict(
+        consumers=consumers,
+        groups=sorted({"(no group)" if c["group"] is None else c["group"] for c in consumers.values() if c["started"]}),
+        lines=len(tl.events),
+        records_read=records,
+        distinct_offsets=distinct,
+        rereads=span - distinct,  # offsets handed out again (by any consumer)
+        partitions_read=sorted(fmt_tp(tp) for tp in ranges),
+        commits=sum(1 for _, acked in commit_lines.values() if acked),
+        commits_failed=sum(1 for _, acked in commit_lines.values() if not acked),
+        committed_offsets=sum(1 for k in tl.commits if k.acked),
+        handled=len(tl.handled),
+        malformed=len(tl.malformed),
+        malformed_sample=[f"{reason}: {dict(line)}"[:200] for reason, line in tl.malformed[:5]],
+        unknown_events=tl.unknown_events,
+    )
+    if history is not None:
+        out.update(
+            files=len(history.files),
+            file_lines=history.lines,
+            unparseable=len(history.unparseable),
+            torn=sum(1 for u in history.unparseable if u.at_end),
+            unparseable_sample=[str(u) for u in history.unparseable[:5]],
+        )
+    return out

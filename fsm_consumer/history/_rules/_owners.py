@@ -1,0 +1,181 @@
+"""Rule E: one owner at a time."""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+
+from .._model import TP, GroupKey, Interval, Read, Timeline, as_timeline, fmt_group, fmt_range, fmt_t, fmt_tp
+from .._violation import Violation
+from ._shared import Lines, dedupe, in_window, span, times
+
+
+def rule_e(lines: Lines) -> list[Violation]:
+    """E: one owner at a time, whatever the generations.
+
+    * When a consumer Y is assigned a partition while another consumer X still owns it (X's interval
+      began before Y's and has not ended), X's reads of it in the overlap are violations, except one:
+      a read whose poll began before Y's ``assigned`` and which is X's only read in the overlap (the poll
+      under way when X froze). Several such Y in one interval of X: one read in all the overlaps.
+    * A read of a partition by a consumer that does not own it (outside its own intervals) while another
+      consumer owns it is a violation (no allowance).
+    * Two consumers, both alive at the time (their histories' first to last lines overlap), handing out
+      an offset of a partition in one generation (>= 0) is a violation (the read the first point allows
+      excepted)."""
+    tl = as_timeline(lines)
+    out: list[Violation] = []
+    for group, scope in tl.scopes():
+        allowed: set[int] = set()
+        out.extend(_overlaps(scope, allowed))
+        out.extend(_outside(scope))
+        out.extend(_same_generation(scope, group, allowed))
+    return dedupe(out)
+
+
+def _reads_by(tl: Timeline) -> dict[tuple[str, TP], list[Read]]:
+    out: dict[tuple[str, TP], list[Read]] = defaultdict(list)
+    for r in tl.reads:  # in line order
+        out[(r.consumer, r.tp)].append(r)
+    return out
+
+
+def _intervals_by_tp(tl: Timeline) -> dict[TP, list[Interval]]:
+    out: dict[TP, list[Interval]] = defaultdict(list)
+    for v in tl.intervals:
+        out[v.tp].append(v)
+    return out
+
+
+def _overlaps(tl: Timeline, allowed: set[int]) -> list[Violation]:
+    reads = _reads_by(tl)
+    out: list[Violation] = []
+    for tp, intervals in sorted(_intervals_by_tp(tl).items()):
+        starts = [v.start_i for v in intervals]  # the intervals are ordered by start
+        for x in intervals:
+            # every interval of another consumer that began while x held the partition, and x's reads in
+            # the overlap: x is stale there (frozen, or cut off without knowing it yet)
+            found: list[tuple[Interval, list[Read]]] = []
+            for y in intervals[bisect.bisect_right(starts, x.start_i) : bisect.bisect_left(starts, x.end_i)]:
+                if y.consumer != x.consumer:
+                    inside = in_window(reads.get((x.consumer, tp), []), y.start_i, min(x.end_i, y.end_i))
+                    if inside:
+                        found.append((y, inside))
+            stale = {r.i for _, inside in found for r in inside}
+            if len(stale) == 1 and all(inside[0].t_poll_start < y.start_t for y, inside in found):
+                allowed.update(stale)  # the one poll under way when x froze
+                continue
+            out.extend(_overlap(tp, x, y, inside) for y, inside in found)
+    return out
+
+
+def _overlap(tp: TP, x: Interval, y: Interval, inside: list[Read]) -> Violation:
+    late = sum(1 for r in inside if r.t_poll_start >= y.start_t)
+    lo, hi = span(inside)
+    records = sum(r.count for r in inside)
+    gens = sorted({r.generation for r in inside})
+    return Violation(
+        "E",
+        f"{fmt_tp(tp)}: {x.consumer} handed out offsets {fmt_range(lo, hi)} ({records} records in "
+        f"{len(inside)} reads at {times(inside)}, {late} of them in polls begun after "
+        f"{y.consumer}'s assignment; it believed generation {'/'.join(map(str, gens))}) while "
+        f"{y.consumer} owned it (assigned at {fmt_t(y.start_t)}, generation {y.generation}); "
+        f"{x.consumer} had it from {fmt_t(x.start_t)} (generation {x.generation}) until "
+        f"{fmt_t(x.end_t)} ({x.ended_by})",
+        t=inside[0].t,
+        consumers=(x.consumer, y.consumer),
+        tp=tp,
+        offsets=(lo, hi),
+        details=dict(
+            stale=x.consumer,
+            owner=y.consumer,
+            window=(y.start_t, min(x.end_t, y.end_t)),
+            reads=len(inside),
+            late_polls=late,
+            records=records,
+            stale_interval=x,
+            owner_interval=y,
+        ),
+    )
+
+
+def _outside(tl: Timeline) -> list[Violation]:
+    by_tp = _intervals_by_tp(tl)
+    out = []
+    for (name, tp), reads in sorted(_reads_by(tl).items()):
+        others = [v for v in by_tp.get(tp, []) if v.consumer != name]
+        if not others:
+            continue
+        mine = [v for v in by_tp.get(tp, []) if v.consumer == name]  # ordered, disjoint
+        starts = [v.start_i for v in mine]
+        found: dict[Interval, list[Read]] = defaultdict(list)
+        for r in reads:
+            n = bisect.bisect_right(starts, r.i)
+            if n and mine[n - 1].holds(r.i):
+                continue
+            for v in others:
+                if v.holds(r.i):
+                    found[v].append(r)
+        for owner, rs in found.items():
+            ended = [v for v in mine if v.end_i <= rs[0].i]
+            if ended:
+                last = max(ended, key=lambda v: v.end_i)
+                why = f"its own ownership had ended at {fmt_t(last.end_t)} ({last.ended_by})"
+            else:
+                why = "it had not been assigned it"
+            lo, hi = span(rs)
+            out.append(
+                Violation(
+                    "E",
+                    f"{fmt_tp(tp)}: {name} handed out offsets {fmt_range(lo, hi)} ({len(rs)} reads at {times(rs)}, "
+                    f"generation {'/'.join(map(str, sorted({r.generation for r in rs})))}) while {owner.consumer} "
+                    f"owned it (assigned at {fmt_t(owner.start_t)}, generation {owner.generation}), and {why}",
+                    t=rs[0].t,
+                    consumers=(name, owner.consumer),
+                    tp=tp,
+                    offsets=(lo, hi),
+                    details=dict(reader=name, owner=owner.consumer, reads=len(rs), owner_interval=owner),
+                )
+            )
+    return out
+
+
+def _same_generation(tl: Timeline, group: GroupKey, allowed: set[int]) -> list[Violation]:
+    life = {c.name: (c.first_i, c.last_i) for c in tl.consumers.values()}
+
+    def coexist(a: str, b: str) -> bool:
+        return life[a][0] <= life[b][1] and life[b][0] <= life[a][1]
+
+    by: dict[tuple[TP, int], list[Read]] = defaultdict(list)
+    for r in tl.reads:
+        if r.generation >= 0 and r.i not in allowed:
+            by[(r.tp, r.generation)].append(r)
+    out = []
+    for (tp, generation), reads in sorted(by.items()):
+        reads.sort(key=lambda r: (r.first, r.i))
+        active: list[Read] = []
+        pairs: dict[tuple[str, str], list[tuple[int, int, Read, Read]]] = defaultdict(list)
+        for r in reads:
+            active = [a for a in active if a.last >= r.first]
+            for a in active:
+                if a.consumer != r.consumer and coexist(a.consumer, r.consumer):
+                    first, second = (a, r) if a.i < r.i else (r, a)
+                    pairs[(first.consumer, second.consumer)].append((r.first, min(r.last, a.last), first, second))
+            active.append(r)
+        for (c1, c2), found in sorted(pairs.items()):
+            lo, hi = min(f[0] for f in found), max(f[1] for f in found)
+            _, _, r1, r2 = min(found, key=lambda f: f[3].i)
+            out.append(
+                Violation(
+                    "E",
+                    f"{fmt_tp(tp)}: offsets {fmt_range(lo, hi)} handed out by both {c1} (e.g. "
+                    f"{fmt_range(r1.first, r1.last)} at {fmt_t(r1.t)}) and {c2} (e.g. {fmt_range(r2.first, r2.last)} "
+                    f"at {fmt_t(r2.t)}) in generation {generation} of {fmt_group(group)} "
+                    f"({len(found)} overlapping pairs of reads)",
+                    t=r2.t,
+                    consumers=(c1, c2),
+                    tp=tp,
+                    offsets=(lo, hi),
+                    details=dict(generation=generation, pairs=len(found), reads=(r1, r2)),
+                )
+            )
+    return out
