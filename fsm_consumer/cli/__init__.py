@@ -33,6 +33,12 @@ def _check_history(argv: list[str]) -> int:
     return check_history(argv)
 
 
+def _timeline(argv: list[str]) -> int:
+    from ._timeline import timeline
+
+    return timeline(argv)
+
+
 def _broker(argv: list[str]) -> int:
     from ._broker import broker
 
@@ -44,6 +50,7 @@ _COMMANDS["broker"] = _broker
 _COMMANDS["demo"] = _demo
 _COMMANDS["consume"] = _consume
 _COMMANDS["check-history"] = _check_history
+_COMMANDS["timeline"] = _timeline
 
 
 def main(argv: list[str] | None = None) -> int:

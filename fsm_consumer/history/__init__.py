@@ -12,7 +12,8 @@ a ``summary``; ``CheckResult.format()`` is what ``fsm-consumer check-history`` p
     assert result.ok, result.format()
 
 The rule functions (``rule_l`` ... ``rule_k``) each take the lines (or a ``Timeline``) and return that
-rule's violations.
+rule's violations. ``draw_timeline`` draws the lines as one SVG picture (``fsm-consumer timeline``): every
+consumer's states, ownership, reads, commits and faults on one time axis, with the violations marked.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from ._load import History, HistoryError, Unparseable, load, read_broker_commits, read_produced
     from ._model import Timeline
     from ._rules import broker_backwards, normalize_produced, rule_c, rule_d, rule_e, rule_k, rule_l, rule_m
+    from ._timeline import draw_timeline
     from ._violation import RULES, Violation
 
 # imported when first used: every consumer imports this package (its history writer lives here), few check
@@ -34,6 +36,7 @@ _WHERE = {
         ("History", "HistoryError", "Unparseable", "load", "read_broker_commits", "read_produced"), "._load"
     ),
     "Timeline": "._model",
+    "draw_timeline": "._timeline",
     **dict.fromkeys(
         ("broker_backwards", "normalize_produced", "rule_c", "rule_d", "rule_e", "rule_k", "rule_l", "rule_m"),
         "._rules",
@@ -66,6 +69,7 @@ __all__ = [
     "Violation",
     "broker_backwards",
     "check",
+    "draw_timeline",
     "load",
     "normalize_produced",
     "read_broker_commits",
