@@ -212,10 +212,20 @@ class SpecMachine:
 
     def restart_timer(self, name: str, since: float) -> None:
         """Re-arm timer ``name`` to run its whole duration from ``since`` (a heartbeat answered: the
-        time it was sent) while the machine is in one of the timer's states, also after it fired."""
+        time it was sent) while the machine is in one of the timer's states, also after it fired. Never
+        earlier than it runs already: a lease renewed by a newer request is not cut short by the late
+        answer to an older one."""
         if self.state in self._timers[name].states:
-            self._timer_due[name] = since + self.durations[self._timers[name].after]
-            self._update_next()
+            due = since + self.durations[self._timers[name].after]
+            running = self._timer_due.get(name)
+            if running is None or due > running:
+                self._timer_due[name] = due
+                self._update_next()
+
+    def timer_ran_out(self, name: str) -> bool:
+        """Whether timer ``name`` runs and its deadline has passed (it fires at the next tick)."""
+        due = self._timer_due.get(name)
+        return due is not None and due <= self._now
 
     @property
     def timers_running(self) -> bool:

@@ -54,6 +54,7 @@ class GroupMember(Protocol):
     fatal: BaseException | None
     _joined_topics: tuple[str, ...]  # the topics of the last JoinGroup
     _new: frozenset[TopicPartition]  # the assignment of the last SyncGroup
+    _synced: Assignment | None  # and as decoded, for the assignors once it is installed
 
     @property
     def _config(self) -> ConsumerConfig: ...
@@ -290,16 +291,13 @@ class GroupExchange:
         if code == 0:
             data = r.assignment
             assignment = decode_assignment(bytes(data) if data is not None else b"")
-            m._new = frozenset(assignment.partitions)
+            m._new, m._synced = frozenset(assignment.partitions), assignment
             log.info(
                 "group %s: generation %d assigns %s",
                 m._config.group_id,
                 m.generation,
                 sorted(tp.partition for tp in m._new),
             )
-            for a in m.assignors:
-                if a.name == m.group_protocol:
-                    a.on_assignment(assignment, m.generation)
             m.machine.restart_timer("session", heard(pending, sent))
             m.machine.fire("synced", now)
         else:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from ..assignors import RebalanceProtocol, resolve
+from ..assignors import Assignment, RebalanceProtocol, resolve
 from ..events import CallbackAckEvent, CallbackEvent
 from ..history._writer import HistoryWriter, tp_list
 from ..machines import SpecMachine, shipped_spec
@@ -66,6 +66,7 @@ class MembershipManager:
         self.leader_id: str | None = None
         self.owned: frozenset[TopicPartition] = frozenset()
         self._new: frozenset[TopicPartition] = frozenset()
+        self._synced: Assignment | None = None  # the last SyncGroup's, told to the assignor when installed
         self._to_revoke: frozenset[TopicPartition] = frozenset()
         self._added: frozenset[TopicPartition] = frozenset()
         self._lost: frozenset[TopicPartition] = frozenset()
@@ -161,6 +162,9 @@ class MembershipManager:
     def owns_partitions(self) -> bool:
         return bool(self.owned)
 
+    def session_ran_out(self) -> bool:
+        return self.machine.timer_ran_out("session")
+
     def rejoin_after_assign(self) -> bool:
         return self._revoked_this_round
 
@@ -223,6 +227,10 @@ class MembershipManager:
         self._added = self._new - self.owned
         self._own(self._new)
         self._record("assigned", self._added)
+        if self._synced is not None:  # a sticky assignor remembers what it was given (never a stale round's)
+            for a in self.assignors:
+                if a.name == self.group_protocol:
+                    a.on_assignment(self._synced, self.generation)
 
     def request_assign_callback(self) -> None:
         # eager: always tell the listener (Java does, even when empty); cooperative: only additions

@@ -11,8 +11,9 @@ from types import SimpleNamespace
 
 import kafka.errors as ke
 import pytest
-from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest
+from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
 
+from fsm_consumer.assignors import Assignment, encode_assignment
 from fsm_consumer.events import CallbackAckEvent, CallbackEvent
 from fsm_consumer.managers import MembershipManager
 
@@ -119,6 +120,53 @@ def test_an_eager_first_join_held_past_the_session_keeps_its_membership():
         members=[],
     )
     assert manager.machine.state == "syncing" and manager.member_id == "me"
+
+
+def sync_answered_after(ms: float, heartbeat_ok_at: float | None = None):
+    """A first join (nothing owned) answered at once; its SyncGroup answered ``ms`` later (a member frozen
+    with the answer waiting in its socket); with ``heartbeat_ok_at``, a heartbeat sent that long after the
+    SyncGroup was answered OK before it."""
+    manager, clock = make(0)
+    manager.on_subscription_changed(clock.now_ms())
+    answer(
+        sent(manager, clock, JoinGroupRequest),
+        clock,
+        error_code=0,
+        member_id="me",
+        generation_id=2,
+        protocol_name="cooperative-sticky",
+        leader="other",
+        members=[],
+    )
+    sync = sent(manager, clock, SyncGroupRequest)
+    if heartbeat_ok_at is not None:
+        clock.advance(heartbeat_ok_at)
+        answer(sent(manager, clock, HeartbeatRequest), clock, error_code=0)  # the group still has it
+        clock.advance(ms - heartbeat_ok_at)
+    else:
+        clock.advance(ms)
+    tick(manager, clock)  # the session runs out first: nothing owned, the round goes on
+    answer(sync, clock, error_code=0, assignment=encode_assignment(Assignment(partitions=[T0, T1])))
+    return manager, clock
+
+
+def test_a_sync_answer_read_after_the_session_ran_out_is_not_installed():
+    """Found by the history checker's timeline: a member frozen while its SyncGroup was in flight woke,
+    took the answer (an old generation's) and owned partitions the group had given to another member.
+    Now the membership is dropped and the member rejoins, no callback runs, nothing is owned."""
+    manager, clock = sync_answered_after(2 * SESSION)
+    steps = [(r.source, r.trigger, r.dest) for r in manager.machine.log][-2:]
+    assert steps == [("syncing", "synced", "fenced"), ("fenced", "lost_acked", "joining")]  # lost nothing: rejoins
+    assert manager.owned == frozenset() and manager._subs.assignment() == set()
+    assert manager.session_expiries == 1 and manager.generation == -1 and manager.member_id == ""
+
+
+def test_a_sync_answered_late_while_heartbeats_were_answered_is_installed():
+    """Heartbeats answered while SyncGroup was held (Kafka accepts them while the group completes the
+    rebalance) renew the lease: a late SyncGroup answer then is the group's word, not a stale one."""
+    manager, clock = sync_answered_after(SESSION + 500, heartbeat_ok_at=SESSION - 500)
+    assert manager.machine.state == "stable" and manager.owned == {T0, T1}  # no listener: no callback
+    assert manager.session_expiries == 0
 
 
 def test_an_acknowledgement_after_the_member_went_fatal_is_ignored():
