@@ -48,8 +48,8 @@ __all__ = ["Connection", "clone_error"]
 logger = logging.getLogger("fsm_consumer.transport")
 
 _READ, _WRITE = selectors.EVENT_READ, selectors.EVENT_WRITE
-_HANDSHAKE_STATES = frozenset({"connecting", "tls_hello", "tls_handshake", "api_versions", "authenticating"})
-_TLS_STATES = frozenset({"tls_hello", "tls_handshake"})
+# the values of connection.yaml's `phase` attribute in which the connection is being set up
+SETTING_UP = frozenset({"connecting", "tls", "handshake"})
 
 _Handler = Callable[[ApiMessage], None]
 
@@ -166,7 +166,7 @@ class Connection:
         state = self.state
         if state == "connecting":
             self._finish_connect()
-        elif state in _TLS_STATES:
+        elif self.machine.attribute("phase") == "tls":
             # Evidence that the peer answered the ClientHello. Bytes that arrive while the first
             # do_handshake() is still running are read unseen; only a loopback peer is that fast.
             if mask & _READ:
@@ -183,7 +183,7 @@ class Connection:
     def flush(self) -> None:
         """Write what the socket accepts of the output buffer; the rest waits for writability."""
         sock = self.sock
-        if sock is None or not self._out or self.state in ("connecting", "tls_hello", "tls_handshake"):
+        if sock is None or not self._out or self.machine.attribute("phase") in ("connecting", "tls"):
             return
         try:
             write_some(sock, self._out)
@@ -469,7 +469,7 @@ class Connection:
     def _tls_failed(self, exc: SslHandshakeError) -> None:
         # Like Java, a refused certificate is an authentication failure: requests fail now and the
         # backoff is the max (the spec's authentication_failed edge out of tls_handshake).
-        if self.machine.state in _TLS_STATES:
+        if self.machine.attribute("phase") == "tls":
             self.authentication_failed(exc)
         else:
             self.auth_error = exc

@@ -15,7 +15,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from ..machines import Clock, MonotonicClock, Observer
 from ._base import Pending, Transport
-from ._connection import _HANDSHAKE_STATES, Connection
+from ._connection import SETTING_UP, Connection
 from ._errors import AuthenticationError, ConnectionLost, NodeNotReady, RequestTimedOut, clone_error
 from ._settings import KafkaSettings
 from ._waker import Waker
@@ -166,14 +166,17 @@ class KafkaTransport(Transport):
         best, best_load, connecting, idle = None, None, None, None
         for node in candidates[self._rotation :] + candidates[: self._rotation]:
             conn = self._conns.get(node)
-            state = conn.state if conn is not None else "disconnected"
-            if state == "ready":
-                load = conn.outstanding  # type: ignore[union-attr]
+            if conn is None:
+                idle = node if idle is None else idle
+                continue
+            phase = conn.machine.attribute("phase")  # connection.yaml says what each state is good for
+            if phase == "ready":
+                load = conn.outstanding
                 if best_load is None or load < best_load:
                     best, best_load = node, load
-            elif state in _HANDSHAKE_STATES:
+            elif phase in SETTING_UP:
                 connecting = node if connecting is None else connecting
-            elif state == "disconnected":
+            elif conn.state == "disconnected":
                 idle = node if idle is None else idle
         for choice in (best, connecting, idle):
             if choice is not None:
