@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 
-from .._model import TP, GroupKey, Interval, Read, Timeline, as_timeline, fmt_group, fmt_range, fmt_t, fmt_tp
+from .._model import TP, Commit, GroupKey, Interval, Read, Timeline, as_timeline, fmt_group, fmt_range, fmt_t, fmt_tp
 from .._violation import Violation
 from ._shared import Lines, dedupe, in_window, span, times
 
@@ -16,7 +16,9 @@ def rule_e(lines: Lines) -> list[Violation]:
     * When a consumer Y is assigned a partition while another consumer X still owns it (X's interval
       began before Y's and has not ended), X's reads of it in the overlap are violations, except one:
       a read whose poll began before Y's ``assigned`` and which is X's only read in the overlap (the poll
-      under way when X froze). Several such Y in one interval of X: one read in all the overlaps.
+      under way when X froze), provided X committed none of it (no acknowledged commit of X past the read's
+      first offset sent after Y's assignment). Several such Y in one interval of X: one read in all the
+      overlaps.
     * A read of a partition by a consumer that does not own it (outside its own intervals) while another
       consumer owns it is a violation (no allowance).
     * Two consumers, both alive at the time (their histories' first to last lines overlap), handing out
@@ -62,7 +64,18 @@ def _overlaps(tl: Timeline, allowed: set[int]) -> list[Violation]:
                         found.append((y, inside))
             stale = {r.i for _, inside in found for r in inside}
             if len(stale) == 1 and all(inside[0].t_poll_start < y.start_t for y, inside in found):
-                allowed.update(stale)  # the one poll under way when x froze
+                # the one poll under way when x froze: allowed, as long as x did not commit it
+                read = found[0][1][0]
+                since = min(y.start_t for y, _ in found)
+                covering = [
+                    k
+                    for k in tl.commits
+                    if k.consumer == x.consumer and k.tp == tp and k.acked and k.sent >= since and k.offset > read.first
+                ]
+                if not covering:
+                    allowed.update(stale)
+                    continue
+                out.append(_committed_stale(tp, x, found[0][0], read, covering[0]))
                 continue
             out.extend(_overlap(tp, x, y, inside) for y, inside in found)
     return out
@@ -95,6 +108,21 @@ def _overlap(tp: TP, x: Interval, y: Interval, inside: list[Read]) -> Violation:
             stale_interval=x,
             owner_interval=y,
         ),
+    )
+
+
+def _committed_stale(tp: TP, x: Interval, y: Interval, read: Read, commit: Commit) -> Violation:
+    return Violation(
+        "E",
+        f"{fmt_tp(tp)}: {x.consumer} handed out offsets {fmt_range(read.first, read.last)} at {fmt_t(read.t)} from the "
+        f"poll under way when it froze (begun {fmt_t(read.t_poll_start)}) while {y.consumer} owned it (assigned at "
+        f"{fmt_t(y.start_t)}), and committed {commit.offset} past them (sent {fmt_t(commit.sent)}, acknowledged "
+        f"{fmt_t(commit.t)}): the records of that poll may be handed out, never committed",
+        t=commit.t,
+        consumers=(x.consumer, y.consumer),
+        tp=tp,
+        offsets=(read.first, read.last),
+        details=dict(stale=x.consumer, owner=y.consumer, read=read, commit=commit, owner_interval=y),
     )
 
 

@@ -253,6 +253,15 @@ def test_e_the_one_poll_under_way_at_a_freeze_is_allowed() -> None:
     assert result.ok, result.format()
 
 
+def test_e_the_one_poll_under_way_at_a_freeze_may_be_handed_out_never_committed() -> None:
+    events = frozen([read(A, 205, 1, 0, 10, 14, poll=40), commit(A, 205.5, 1, {0: 15}, sent=205.2)])
+    (v,) = only(events, "E").violations
+    assert v.offsets == (10, 14) and v.consumers == (A, B)
+    assert "committed 15 past them" in v.message and "never committed" in v.message
+    failed = frozen([read(A, 205, 1, 0, 10, 14, poll=40), commit(A, 205.5, 1, {0: 15}, sent=205.2, error="fenced")])
+    assert check(failed).ok  # refused by the broker: nothing committed
+
+
 def test_e_a_stale_consumer_reading_on_while_the_new_owner_owns_the_partition() -> None:
     # the thawed a hands out its frozen poll and then polls again, in its old generation
     result = only(frozen([read(A, 205, 1, 0, 10, 14, poll=40), read(A, 205.5, 1, 0, 15, 19, poll=205.2)]), "E")
