@@ -1,13 +1,19 @@
-"""One cooperative-sticky group member in its own process (so it can be frozen with SIGSTOP), logging
-its own view as JSON lines (what the run watches), its consumer's history beside it (``OUT.lib``, for
-``fsm_consumer.history``'s checker):
+"""One group member in its own process (so it can be frozen with SIGSTOP or killed with SIGKILL),
+logging its own view as JSON lines (what the run watches), its consumer's history beside it (``OUT.lib``,
+for ``fsm_consumer.history``'s checker):
 
     python -m fsm_consumer.testing._member_process --bootstrap HOST:PORT --group G --topic T --name m0 \
         --out m0.jsonl [--session-timeout-ms N --heartbeat-interval-ms N --max-poll-records N \
-        --commit every-poll|auto]
+        --commit every-poll|auto --strategy range|cooperative-sticky --instance-id ID \
+        --parallel N --handler-sleep-ms MS]
 
-SIGTERM (or SIGINT) ends the poll loop; the consumer is closed and a last "closed" line written. The
-library's own history goes to ``OUT.lib`` (``history_path``).
+By default a poll loop (cooperative-sticky, a dynamic member, ``commit()`` after every poll). ``--strategy``
+chooses the assignor, ``--instance-id`` makes it a static member (``group_instance_id``), ``--parallel N``
+runs a ``ParallelConsumer`` (N workers, ``ordering="key"``, its own commits) over the consumer instead of
+the loop, its handler sleeping up to ``--handler-sleep-ms`` and logging each record as a one-record "read".
+A thread writes a "leader" line whenever the member becomes or stops being the group's leader. SIGTERM (or
+SIGINT) ends the loop (or the ``ParallelConsumer``'s run); the consumer is closed and a last "closed" line
+written. The library's own history goes to ``OUT.lib`` (``history_path``).
 """
 
 from __future__ import annotations
@@ -15,32 +21,42 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
 from kafka.errors import KafkaError
 
 from ..consumer import Consumer, ConsumerRebalanceListener
+from ..parallel import ParallelConsumer
+from ..structs import ConsumerRecord
 
 __all__ = ["main"]
 
 
 class History:
-    """The member's JSON lines; line-buffered, so a kill or a freeze loses at most the line being written."""
+    """The member's JSON lines; line-buffered, so a kill or a freeze loses at most the line being written.
+    A ``ParallelConsumer``'s workers write too: one lock."""
 
     def __init__(self, path: str, name: str) -> None:
         self._file = open(path, "a", encoding="utf-8", buffering=1)
         self._name = name
+        self._lock = threading.Lock()
 
     def write(self, event: str, t: float | None = None, **fields: Any) -> None:
         line = {"t": round(time.monotonic() * 1000 if t is None else t, 3), "member": self._name, "event": event}
         line.update(fields)
-        self._file.write(json.dumps(line) + "\n")
+        text = json.dumps(line) + "\n"
+        with self._lock:
+            if not self._file.closed:  # a worker or the leadership thread may outlive close()
+                self._file.write(text)
 
     def close(self) -> None:
-        self._file.close()
+        with self._lock:
+            self._file.close()
 
 
 def _now_ms() -> float:
@@ -107,21 +123,47 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="every-poll: commit() after each non-empty poll, logged; auto: the library's "
         "auto-commit (not logged here, only in OUT.lib)",
     )
-    return p.parse_args(argv)
+    p.add_argument("--strategy", choices=["range", "cooperative-sticky"], default="cooperative-sticky")
+    p.add_argument("--instance-id", default=None, help="group_instance_id: a static member (default: dynamic)")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run a ParallelConsumer (N workers, ordering key) instead of the poll loop; it commits itself",
+    )
+    p.add_argument(
+        "--handler-sleep-ms",
+        type=float,
+        default=2.0,
+        help="--parallel: each record's handler sleeps a uniform 0..MS (default 2)",
+    )
+    args = p.parse_args(argv)
+    if args.parallel is not None and (args.parallel < 1 or args.commit != "every-poll"):
+        p.error("--parallel takes N >= 1 and commits itself (not with --commit auto)")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     history = History(args.out, args.name)
-    stop = []
+    stop: list[bool] = []
+    running: list[ParallelConsumer] = []
+
+    def on_signal(*_: object) -> None:  # the loop notices within one poll timeout
+        stop.append(True)
+        if running:
+            running[-1].stop()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.append(True))  # the loop notices within one poll timeout
+        signal.signal(sig, on_signal)
     every_poll = args.commit == "every-poll"
     config: dict[str, Any] = dict(
         bootstrap_servers=args.bootstrap,
         group_id=args.group,
         client_id=args.name,
-        partition_assignment_strategy=["cooperative-sticky"],
+        partition_assignment_strategy=[args.strategy],
+        group_instance_id=args.instance_id,
         auto_offset_reset="earliest",
         enable_auto_commit=not every_poll,
         session_timeout_ms=args.session_timeout_ms,
@@ -133,12 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.max_poll_records is not None:
         config["max_poll_records"] = args.max_poll_records
-    history.write("started", pid=os.getpid(), config=config)
+    history.write("started", pid=os.getpid(), config=config, parallel=args.parallel)
     listener = Listener(history)
     consumer = Consumer(**config)
     listener.consumer = consumer
     consumer.subscribe([args.topic], listener=listener)
+    threading.Thread(target=_follow_leadership, args=(consumer, history, stop), daemon=True).start()
     try:
+        if args.parallel is not None:
+            _run_parallel(consumer, args.parallel, args.handler_sleep_ms, history, stop, running)
         while not stop:
             started = _now_ms()
             try:
@@ -175,6 +220,56 @@ def main(argv: list[str] | None = None) -> int:
             history.write("closed")
             history.close()
     return 0
+
+
+def _is_leader(consumer: Consumer) -> bool:
+    """Whether the group's last JoinGroup answer named this member its leader (a test aid's peek at the
+    membership: the churn run spares the leader where a broker cannot replace one, docs/brokers.md)."""
+    membership = getattr(getattr(consumer, "_group", None), "membership", None)
+    return membership is not None and bool(membership.member_id) and membership.leader_id == membership.member_id
+
+
+def _follow_leadership(consumer: Consumer, history: History, stop: list[bool]) -> None:
+    """A "leader" line whenever the member becomes or stops being the group's leader (checked every 0.1 s)."""
+    was: bool | None = None
+    while not stop:
+        try:
+            now = _is_leader(consumer)
+            if now != was:
+                history.write("leader", leader=now, generation=consumer.group_metadata().generation_id)
+                was = now
+        except Exception:  # the consumer closing under it: the member is stopping anyway
+            return
+        time.sleep(0.1)
+
+
+def _run_parallel(
+    consumer: Consumer,
+    workers: int,
+    sleep_ms: float,
+    history: History,
+    stop: list[bool],
+    running: list[ParallelConsumer],
+) -> None:
+    """A ``ParallelConsumer`` over ``consumer`` until ``stop``; one that ends on an error is logged and
+    followed by a new one (as the poll loop logs an error and polls again)."""
+
+    def handle(record: ConsumerRecord) -> None:
+        if sleep_ms > 0:
+            time.sleep(random.uniform(0, sleep_ms) / 1000)
+        offsets = [record.offset, record.offset]
+        history.write("read", tp=[record.topic, record.partition], offsets=offsets, count=1, by="handler")
+
+    while not stop:
+        pc = ParallelConsumer(consumer, handle, parallelism=workers, ordering="key")
+        running.append(pc)  # before the check: a signal from now on stops this one
+        if stop:
+            break
+        try:
+            pc.run()
+        except KafkaError as exc:  # logged; the run judges by the history
+            history.write("poll_error", error=repr(exc))
+            time.sleep(0.05)
 
 
 def _commit(consumer: Consumer, history: History) -> None:
