@@ -52,6 +52,7 @@ class EmbeddedBroker(LoopbackBroker):
         start_timeout: float = 10.0,
         stop_grace: float = 3.0,
         binary: str | os.PathLike[str] | None = None,
+        advertised_port: int | None = None,
     ) -> None:
         if storage not in ("memory", "s3"):
             raise ValueError(f"storage must be 'memory' or 's3', not {storage!r}")
@@ -63,6 +64,8 @@ class EmbeddedBroker(LoopbackBroker):
         self.binary = locate_tansu(binary)
         self._fixed_port = port is not None
         self._port = port if port is not None else free_loopback_port()
+        #: the port Metadata names for this broker (default its own): a proxy in front of it (testing.FaultProxy)
+        self.advertised_port = advertised_port
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
         self._s3: LocalS3 | None = None
         self._process: GuardedProcess | None = None
@@ -114,8 +117,8 @@ class EmbeddedBroker(LoopbackBroker):
             self.binary,
             "broker",
             "--listener-url", url,
-            # Same address as the listener: clients reconnect to what Metadata advertises.
-            "--advertised-listener-url", url,
+            # Clients reconnect to what Metadata advertises: the listener, or a proxy in front of it.
+            "--advertised-listener-url", f"tcp://{LOOPBACK}:{self.advertised_port or self._port}",
             "--storage-engine", self.storage_url,
             "--cluster-id", self.cluster_id,
         ]  # fmt: skip

@@ -90,8 +90,12 @@ class KafkaBroker(LoopbackBroker):
         ssl_keystore: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None = None,
         start_timeout: float = 60.0,
         stop_grace: float = 10.0,
+        advertised_port: int | None = None,
     ) -> None:
         self.version = version
+        #: the port Metadata names for the PLAINTEXT listener (default its own): a proxy in front of it
+        #: (testing.FaultProxy)
+        self.advertised_port = advertised_port
         #: user -> password on a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512);
         #: see sasl_bootstrap_servers
         self.sasl_users = dict(sasl_users or {})
@@ -197,12 +201,15 @@ class KafkaBroker(LoopbackBroker):
             listeners["SASL_PLAINTEXT"] = self._sasl_port
         if self._ssl_port is not None:
             listeners["SSL"] = self._ssl_port
+        bound = ",".join(f"{name}://{LOOPBACK}:{port}" for name, port in listeners.items())
+        if self.advertised_port is not None:
+            listeners["PLAINTEXT"] = self.advertised_port
         advertised = ",".join(f"{name}://{LOOPBACK}:{port}" for name, port in listeners.items())
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{LOOPBACK}:{self._controller_port}",
-            "listeners": f"{advertised},CONTROLLER://{LOOPBACK}:{self._controller_port}",
+            "listeners": f"{bound},CONTROLLER://{LOOPBACK}:{self._controller_port}",
             "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._broker_word import add_options, read_options
+
 
 def check_history(argv: list[str]) -> int:
     """Exit 0: no violation; 1: violations; 2: bad input (no history, an unreadable file, bad options, history
@@ -14,18 +16,7 @@ def check_history(argv: list[str]) -> int:
         description="Check the histories (history_path) of consumers by the rules of docs/histories.md.",
     )
     ap.add_argument("dir", metavar="DIR", help="a directory whose *.jsonl files are histories (or one history file)")
-    ap.add_argument(
-        "--produced",
-        metavar="FILE.json",
-        help='{"topic": {"partition": count}}: records produced at offsets 0..count-1 (rule L; without it L is '
-        "not checked)",
-    )
-    ap.add_argument(
-        "--broker-commits",
-        metavar="FILE.jsonl",
-        help="JSON lines [topic, partition, offset]: the broker's commit log in the order the commits took effect "
-        "(rule C judges 'backwards' from it)",
-    )
+    add_options(ap)
     ap.add_argument("--limit", type=int, default=10, metavar="N", help="violations shown per rule (default 10)")
     try:
         args = ap.parse_args(argv)
@@ -35,13 +26,11 @@ def check_history(argv: list[str]) -> int:
         print("fsm-consumer check-history: --limit must be 0 or more", file=sys.stderr)
         return 2
 
-    from ..history import HistoryError, check, load, read_broker_commits, read_produced
+    from ..history import HistoryError, check, load
 
     try:
         history = load(args.dir)
-        produced = read_produced(args.produced) if args.produced else None
-        broker = read_broker_commits(args.broker_commits) if args.broker_commits else None
-        result = check(history, produced=produced, broker_commits=broker)
+        result = check(history, **read_options(args))
     except HistoryError as e:
         print(f"fsm-consumer check-history: {e}", file=sys.stderr)
         return 2

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ._broker_word import add_options, read_options
+
 
 def timeline(argv: list[str]) -> int:
     """Exit 0: the picture was written (violations or not: they are drawn on it); 2: bad input (no history,
@@ -23,16 +25,7 @@ def timeline(argv: list[str]) -> int:
         help="a directory whose *.jsonl files are histories (or history files, of any name)",
     )
     ap.add_argument("-o", "--output", metavar="FILE.svg", help="where to write the picture (default DIR/timeline.svg)")
-    ap.add_argument(
-        "--produced",
-        metavar="FILE.json",
-        help='{"topic": {"partition": count}}: records produced at offsets 0..count-1 (rule L is checked with it)',
-    )
-    ap.add_argument(
-        "--broker-commits",
-        metavar="FILE.jsonl",
-        help="JSON lines [topic, partition, offset]: the broker's commit log (rule C judges 'backwards' from it)",
-    )
+    add_options(ap)
     ap.add_argument("--width", type=int, default=1400, metavar="PX", help="the picture's width (default 1400)")
     ap.add_argument("--title", help="the picture's title (default: the groups' names)")
     try:
@@ -43,13 +36,11 @@ def timeline(argv: list[str]) -> int:
         print("fsm-consumer timeline: --width must be at least 400", file=sys.stderr)
         return 2
 
-    from ..history import HistoryError, Timeline, check, draw_timeline, load, read_broker_commits, read_produced
+    from ..history import HistoryError, Timeline, check, draw_timeline, load
 
     try:
         history = Timeline.build(load(args.paths).events)  # built once: for the checker and the picture
-        produced = read_produced(args.produced) if args.produced else None
-        broker = read_broker_commits(args.broker_commits) if args.broker_commits else None
-        result = check(history, produced=produced, broker_commits=broker)
+        result = check(history, **read_options(args))
     except HistoryError as e:
         print(f"fsm-consumer timeline: {e}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from kafka.structs import ConsumerGroupMetadata, MemberState
 from ..errors import IllegalStateError
 from ..events import CommitEvent, FetchCommittedEvent, SubscriptionChangedEvent, UnsubscribeEvent
 from ..fetch import OffsetAndMetadata, TopicPartition
+from ._arguments import topic_partition
 
 if TYPE_CHECKING:
     from .._config import ConsumerConfig, OffsetCommitCallback
@@ -79,7 +80,7 @@ def _offsets(offsets: Mapping[Any, Any] | None) -> dict[TopicPartition, OffsetAn
         return None
     out = {}
     for tp, value in offsets.items():
-        tp = TopicPartition(*tp)
+        tp = topic_partition(tp)
         if isinstance(value, int) and not isinstance(value, bool):
             value = OffsetAndMetadata(value, "", -1)
         elif not isinstance(value, tuple) or not isinstance(value[0], int):
@@ -233,7 +234,7 @@ class GroupApi:
     ) -> int | OffsetAndMetadata | None:
         """The group's committed offset of ``partition`` (an OffsetAndMetadata with metadata=True), or None."""
         self._need_group("committed()")
-        tp = TopicPartition(*partition)
+        tp = topic_partition(partition)
         found: OffsetAndMetadata | None = self._call(
             FetchCommittedEvent(partitions=frozenset([tp])), timeout_ms, f"committed({tp.topic}-{tp.partition})"
         )[tp]

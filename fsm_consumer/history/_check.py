@@ -55,6 +55,7 @@ def check(
     produced: Mapping[Any, Any] | None = None,
     broker_commits: Iterable[Sequence[Any]] | None = None,
     *,
+    broker_committed: Mapping[Any, int] | None = None,
     window_ms: float = WINDOW_MS,
 ) -> CheckResult:
     """Every rule over a history (``load()``'s, or the lines themselves).
@@ -62,7 +63,9 @@ def check(
     ``produced``: ``{"topic": {"partition": count}}`` (or ``{(topic, partition): count}``): records at
     offsets ``0..count-1``; without it rule L is not checked (and says so). ``broker_commits``: the
     broker's commit log, ``(topic, partition, offset)`` in the order they took effect: C's "backwards"
-    is judged from it instead of from the histories."""
+    is judged from it instead of from the histories, and every acknowledged commit must be in it.
+    ``broker_committed``: ``{(topic, partition): offset}`` the broker holds after the run (for a broker
+    whose log cannot be read): no acknowledged commit may be above it."""
     loaded = history if isinstance(history, History) else None
     tl = as_timeline(history.events if isinstance(history, History) else history)
     log = None if broker_commits is None else [tuple(e) for e in broker_commits]
@@ -71,7 +74,7 @@ def check(
         "E": rule_e(tl),
         "D": rule_d(tl),
         "M": rule_m(tl),
-        "C": rule_c(tl, log),
+        "C": rule_c(tl, log, _tp_keys(broker_committed)),
         "K": rule_k(tl),
     }
     context = _Transitions(tl, window_ms)
@@ -95,6 +98,12 @@ def check(
     return CheckResult(violations, summary)
 
 
+def _tp_keys(offsets: Mapping[Any, int] | None) -> dict[tuple[str, int], int] | None:
+    if offsets is None:
+        return None
+    return {(str(tp[0]), int(tp[1])): int(o) for tp, o in offsets.items()}
+
+
 def _note(
     rule: str, tl: Timeline, produced: Mapping[Any, Any] | None, log: list[tuple[Any, ...]] | None, allowed: int
 ) -> str:
@@ -104,7 +113,7 @@ def _note(
         return (
             f"backwards judged from the broker's commit log ({len(log)} entries); {allowed} backwards step(s) "
             "allowed by a seek/reset of the partition in the histories (the log has no times: not checked "
-            "that it came between); ahead judged from the histories"
+            "that it came between); every acknowledged commit looked up in it; ahead judged from the histories"
         )
     if rule == "C":
         return "judged from the histories' commit lines (no broker commit log given)"

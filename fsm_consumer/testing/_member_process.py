@@ -5,7 +5,7 @@ for ``fsm_consumer.history``'s checker):
     python -m fsm_consumer.testing._member_process --bootstrap HOST:PORT --group G --topic T --name m0 \
         --out m0.jsonl [--session-timeout-ms N --heartbeat-interval-ms N --max-poll-records N \
         --commit every-poll|auto --strategy range|cooperative-sticky --instance-id ID \
-        --parallel N --handler-sleep-ms MS]
+        --parallel N --handler-sleep-ms MS --max-poll-interval-ms N --revoke-sleep-ms MS]
 
 By default a poll loop (cooperative-sticky, a dynamic member, ``commit()`` after every poll). ``--strategy``
 chooses the assignor, ``--instance-id`` makes it a static member (``group_instance_id``), ``--parallel N``
@@ -75,8 +75,9 @@ def _runs(offsets: list[int]) -> list[tuple[int, int]]:
 
 
 class Listener(ConsumerRebalanceListener):
-    def __init__(self, history: History) -> None:
+    def __init__(self, history: History, revoke_sleep_ms: float = 0.0) -> None:
         self.history = history
+        self.revoke_sleep_ms = revoke_sleep_ms
         self.consumer: Consumer | None = None
 
     def _log(self, event: str, partitions) -> None:
@@ -90,6 +91,10 @@ class Listener(ConsumerRebalanceListener):
 
     def on_partitions_revoked(self, revoked):
         self._log("revoked", revoked)
+        if self.revoke_sleep_ms and revoked and self.consumer is not None:
+            # a slow cleanup, then the usual last commit of what was handed out (KafkaConsumer's docs)
+            time.sleep(self.revoke_sleep_ms / 1000)
+            _commit(self.consumer, self.history, where="on_partitions_revoked")
 
     def on_partitions_lost(self, lost):  # overridden: the default would log it as "revoked"
         self._log("lost", lost)
@@ -109,6 +114,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--session-timeout-ms", type=int, default=6000)
     p.add_argument("--heartbeat-interval-ms", type=int, default=None, help="default: a tenth of the session")
     p.add_argument("--max-poll-records", type=int, default=None)
+    p.add_argument("--max-poll-interval-ms", type=int, default=None)
+    p.add_argument(
+        "--revoke-sleep-ms",
+        type=float,
+        default=0.0,
+        help="on_partitions_revoked sleeps this long, then commits what was handed out (logged)",
+    )
     p.add_argument(
         "--request-timeout-ms",
         type=int,
@@ -175,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.max_poll_records is not None:
         config["max_poll_records"] = args.max_poll_records
+    if args.max_poll_interval_ms is not None:
+        config["max_poll_interval_ms"] = args.max_poll_interval_ms
     history.write("started", pid=os.getpid(), config=config, parallel=args.parallel)
-    listener = Listener(history)
+    listener = Listener(history, args.revoke_sleep_ms)
     consumer = Consumer(**config)
     listener.consumer = consumer
     consumer.subscribe([args.topic], listener=listener)
@@ -272,22 +286,30 @@ def _run_parallel(
             time.sleep(0.05)
 
 
-def _commit(consumer: Consumer, history: History) -> None:
-    """commit() of everything handed out, logged per partition only once it returned without error."""
+def _commit(consumer: Consumer, history: History, where: str | None = None) -> None:
+    """commit() of everything handed out, logged per partition only once it returned without error;
+    ``where``: the callback it was made from (None: the poll loop)."""
     t_start = _now_ms()
     # what commit() without offsets commits: it takes this same snapshot first thing on this thread
     # (commit() returns nothing, so there is no public way to learn what it committed)
     offsets = consumer._subs.consumed_offsets()
     generation = consumer.group_metadata().generation_id
+    extra: dict[str, Any] = {"where": where} if where else {}
     try:
         consumer.commit(timeout_ms=5000)
     except KafkaError as exc:  # CommitFailedError, RebalanceInProgressError, KafkaTimeoutError...
-        history.write("commit_failed", t_start=t_start, error=repr(exc), generation=generation)
+        history.write("commit_failed", t_start=t_start, error=repr(exc), generation=generation, **extra)
         return
     t = _now_ms()
     for tp, om in sorted(offsets.items()):
         history.write(
-            "commit", t=t, t_start=t_start, tp=[tp.topic, tp.partition], offset=om.offset, generation=generation
+            "commit",
+            t=t,
+            t_start=t_start,
+            tp=[tp.topic, tp.partition],
+            offset=om.offset,
+            generation=generation,
+            **extra,
         )
 
 

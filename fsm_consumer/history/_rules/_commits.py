@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .._model import TP, Commit, Position, Timeline, as_timeline, fmt_t, fmt_tp
@@ -43,7 +43,11 @@ class _RangeMax:
         return a if self.keys[a] >= self.keys[b] else b
 
 
-def rule_c(lines: Lines, broker_commits: Iterable[Sequence[Any]] | None = None) -> list[Violation]:
+def rule_c(
+    lines: Lines,
+    broker_commits: Iterable[Sequence[Any]] | None = None,
+    broker_committed: Mapping[TP, int] | None = None,
+) -> list[Violation]:
     """C, from the histories (by default):
 
     * backwards: an acknowledged commit sent after an acknowledged commit of a larger offset of its
@@ -57,16 +61,64 @@ def rule_c(lines: Lines, broker_commits: Iterable[Sequence[Any]] | None = None) 
     Given ``broker_commits`` (``(topic, partition, offset)`` in the order they took effect), "backwards" is
     judged from that log instead: an entry below the one before it for its partition is a violation unless
     the histories hold a seek/reset of that partition that moved a position back to the new offset or below
-    (see ``broker_backwards``; the log has no times: whether it came between is not checked)."""
+    (see ``broker_backwards``; the log has no times: whether it came between is not checked).
+
+    A false success, judged from the broker's word: an acknowledged commit whose offset is not in the
+    broker's commit log for its partition (given ``broker_commits``), or one above what the broker holds in
+    the end (given ``broker_committed``, ``(topic, partition) -> offset`` read back after the run, for a
+    broker without a readable log) with no seek/reset back to that or below in the histories."""
     tl = as_timeline(lines)
     out: list[Violation] = []
     if broker_commits is None:
         for _, scope in tl.scopes():
             out.extend(_backwards(scope))
     else:
-        out.extend(broker_backwards(tl, broker_commits)[0])
+        log = [tuple(e) for e in broker_commits]
+        out.extend(broker_backwards(tl, log)[0])
+        out.extend(_not_in_log(tl, log))
+    if broker_committed is not None:
+        out.extend(_above_final(tl, broker_committed))
     out.extend(_ahead(tl))
     return dedupe(out)
+
+
+def _false_success(c: Commit, why: str) -> Violation:
+    return Violation(
+        "C",
+        f"{fmt_tp(c.tp)}: commit of {c.offset} by {c.consumer} (generation {c.generation}) sent at {fmt_t(c.sent)} "
+        f"was acknowledged at {fmt_t(c.t)}, but {why}: a false success",
+        t=c.t,
+        consumers=(c.consumer,),
+        tp=c.tp,
+        offsets=(c.offset, c.offset),
+        details=dict(commit=c),
+    )
+
+
+def _not_in_log(tl: Timeline, log: list[tuple[Any, ...]]) -> list[Violation]:
+    applied: dict[TP, set[int]] = defaultdict(set)
+    for topic, partition, offset in log:
+        applied[(str(topic), int(partition))].add(int(offset))
+    return [
+        _false_success(c, "the broker's commit log has no commit of that offset for the partition")
+        for c in tl.commits
+        if c.acked and c.offset not in applied.get(c.tp, ())
+    ]
+
+
+def _above_final(tl: Timeline, final: Mapping[TP, int]) -> list[Violation]:
+    held = {(str(t), int(p)): int(o) for (t, p), o in final.items()}
+    out = []
+    for c in tl.commits:
+        end = held.get(c.tp)
+        if not c.acked or (end is not None and end >= c.offset):
+            continue
+        # a seek/reset back to what the broker holds, after this commit, may have led to a smaller one since
+        if end is not None and any(p.tp == c.tp and p.t > c.t and _moves_back(p, end) for p in tl.positions):
+            continue
+        why = "the broker holds no committed offset" if end is None else f"the broker holds {end} in the end"
+        out.append(_false_success(c, f"{why} for the partition (and no history seeks back after it)"))
+    return out
 
 
 def _backwards(tl: Timeline) -> list[Violation]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 
@@ -14,7 +15,11 @@ from hypothesis import strategies as st
 from fsm_consumer.fetch import ConsumerRecord, CorruptRecordError, RecordError, RecordTooLargeError, decode_partition
 from fsm_consumer.fetch.testing import ABORT, CODECS, Rec, batch, control_batch, legacy_batch
 
-FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=int(os.environ.get("FSM_FUZZ_EXAMPLES", "250")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 headers_st = st.lists(st.tuples(st.text(max_size=4), st.one_of(st.none(), st.binary(max_size=6))), max_size=2)
 record_st = st.builds(

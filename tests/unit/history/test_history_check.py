@@ -461,13 +461,35 @@ def test_c_a_commit_ahead_of_what_its_consumer_had_reached() -> None:
 
 def test_c_from_the_broker_commit_log() -> None:
     events = committing()
-    (v,) = only(events, "C", broker_commits=[(T, 0, 5), (T, 1, 3), (T, 0, 9), (T, 0, 7)]).violations
-    assert v.tp == (T, 0) and "events-0: the broker's commit log goes from 9 down to 7 (entry 3)" in v.message
+    (v,) = only(events, "C", broker_commits=[(T, 0, 5), (T, 1, 3), (T, 0, 20), (T, 0, 7)]).violations
+    assert v.tp == (T, 0) and "events-0: the broker's commit log goes from 20 down to 7 (entry 3)" in v.message
     # a seek of the partition in the histories allows a step back (the log has no times)
-    result = check([*events, seek(A, 35, 1, 0, 7)], broker_commits=[(T, 0, 5), (T, 0, 9), (T, 0, 7), (T, 0, 8)])
+    result = check([*events, seek(A, 35, 1, 0, 7)], broker_commits=[(T, 0, 5), (T, 0, 20), (T, 0, 7), (T, 0, 8)])
     assert result.ok and "1 backwards step(s) allowed" in result.format()
-    # given the log, it decides "backwards": the histories' commits are not judged for it
-    assert check(committing(commit(A, 42, 1, {0: 15}, sent=40)), broker_commits=[(T, 0, 20)]).ok
+    # given the log, it decides "backwards": the histories' commits are not judged for it (their times, taken
+    # on the consumers' side, may not be the order in which the broker applied them)
+    assert check(committing(commit(A, 42, 1, {0: 15}, sent=40)), broker_commits=[(T, 0, 15), (T, 0, 20)]).ok
+
+
+def test_c_an_acknowledged_commit_the_broker_never_applied() -> None:
+    # the broker's log lacks the acknowledged 20 (an answer lost mid-frame, reported as a success)
+    (v,) = only(committing(), "C", broker_commits=[(T, 0, 5)]).violations
+    assert v.tp == (T, 0) and v.offsets == (20, 20)
+    assert "commit of 20 by" in v.message and "the broker's commit log has no commit of that offset" in v.message
+    assert "a false success" in v.message
+    # a failed commit need not be in the log
+    assert check(
+        committing(commit(A, 42, 1, {0: 20}, sent=40, error="KafkaTimeoutError()")), broker_commits=[(T, 0, 20)]
+    ).ok
+    # a broker without a readable log: what it holds in the end
+    (v,) = only(committing(), "C", broker_committed={(T, 0): 12}).violations
+    assert "the broker holds 12 in the end" in v.message
+    (v,) = only(committing(), "C", broker_committed={}).violations
+    assert "the broker holds no committed offset" in v.message
+    assert check(committing(), broker_committed={(T, 0): 20}).ok
+    assert check(committing(), broker_committed={(T, 0): 25}).ok  # a later commit whose answer was lost
+    # unless the consumer moved back itself (then a smaller one may have been committed last)
+    assert check(committing(seek(A, 35, 1, 0, 10)), broker_committed={(T, 0): 12}).ok
 
 
 # -- K --------------------------------------------------------------------------------------------------
@@ -575,6 +597,10 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     broker.write_text('["events", 0, 9]\n["events", 0, 7]\n')
     assert main(["check-history", str(good), "--broker-commits", str(broker)]) == 1
     assert "goes from 9 down to 7" in capsys.readouterr().out
+    held = tmp_path / "committed.json"
+    held.write_text(json.dumps({T: {"0": 0, "1": 0}}))  # below what the histories say was acknowledged
+    assert main(["check-history", str(good), "--broker-committed", str(held)]) == 1
+    assert "a false success" in capsys.readouterr().out
 
     malformed = tmp_path / "malformed"
     write(malformed, [*committing(), line("read", A, 30, 1, tp=[T, 0])])
@@ -591,6 +617,7 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         [str(tmp_path / "missing")],
         [str(good), "--produced", str(broker)],  # not a produced file
         [str(good), "--broker-commits", str(produced)],
+        [str(good), "--broker-committed", str(broker)],  # not a {"topic": {"partition": offset}} file
     ):
         assert main(["check-history", *argv]) == 2
         captured = capsys.readouterr()

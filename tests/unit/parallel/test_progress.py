@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import random
 import zlib
 
@@ -13,7 +14,11 @@ from hypothesis import strategies as st
 from fsm_consumer.parallel import _progress
 from fsm_consumer.parallel._progress import METADATA_LIMIT, PartitionProgress, decode, encode
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=int(os.environ.get("FSM_FUZZ_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 offsets_sets = st.sets(st.integers(min_value=0, max_value=2_000), max_size=80)
 

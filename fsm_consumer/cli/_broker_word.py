@@ -1,0 +1,40 @@
+"""The inputs ``check-history`` and ``timeline`` share beside the histories: what was produced and what the
+broker says was committed (rules L and C)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument(
+        "--produced",
+        metavar="FILE.json",
+        help='{"topic": {"partition": count}}: records produced at offsets 0..count-1 (rule L; without it L is '
+        "not checked)",
+    )
+    ap.add_argument(
+        "--broker-commits",
+        metavar="FILE.jsonl",
+        help="JSON lines [topic, partition, offset]: the broker's commit log in the order the commits took effect "
+        "(rule C judges 'backwards' from it, and looks every acknowledged commit up in it)",
+    )
+    ap.add_argument(
+        "--broker-committed",
+        metavar="FILE.json",
+        help='{"topic": {"partition": offset}}: the offsets the broker holds after the run, for a broker whose '
+        "commit log cannot be read (rule C: no acknowledged commit above them)",
+    )
+
+
+def read_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``check()``'s keyword arguments from the options; HistoryError for an unreadable file."""
+    from ..history import read_broker_commits, read_produced
+
+    return dict(
+        produced=read_produced(args.produced) if args.produced else None,
+        broker_commits=read_broker_commits(args.broker_commits) if args.broker_commits else None,
+        # the same {"topic": {"partition": number}} shape as --produced
+        broker_committed=read_produced(args.broker_committed) if args.broker_committed else None,
+    )
