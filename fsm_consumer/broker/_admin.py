@@ -77,6 +77,13 @@ class LoopbackBroker:
             self.stop()
             raise
 
+    def kill(self) -> None:
+        """Crash the broker: SIGKILL, no shutdown of any kind. Its data stays (Tansu's only with S3 storage):
+        ``start()`` brings it back on the same port(s) and data, as after a crash of its process."""
+        if self._process is not None:
+            self._process.kill()
+            self._process = None
+
     def _spawn(self, argv: list[str], **options: Any) -> GuardedProcess:
         """The broker's process, logging to ``log_path``; a failure to spawn is a ``BrokerStartError``."""
         log_path = self.log_path

@@ -141,6 +141,13 @@ class GuardedProcess:
         """Stop the whole process group and reap the child. Idempotent."""
         self._finalizer()
 
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once (no grace: a crash), then reap the child."""
+        if self._popen.returncode is None:
+            _signal_group(self._popen.pid, signal.SIGKILL)  # the leader is unreaped: its pgid is still ours
+            self._popen.wait()
+        self._finalizer()
+
     def __repr__(self) -> str:
         state = "running" if self.alive() else f"exited({self._popen.returncode})"
         return f"<GuardedProcess pid={self.pid} {state} {self.argv[0]!r}>"

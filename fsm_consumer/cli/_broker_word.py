@@ -30,11 +30,15 @@ def add_options(ap: argparse.ArgumentParser) -> None:
 
 def read_options(args: argparse.Namespace) -> dict[str, Any]:
     """``check()``'s keyword arguments from the options; HistoryError for an unreadable file."""
-    from ..history import read_broker_commits, read_produced
+    from ..history import HistoryError, read_broker_commits, read_produced
 
+    held = None
+    if args.broker_committed:
+        held = read_produced(args.broker_committed)  # the same {"topic": {"partition": number}} shape
+        if not all(isinstance(offset, int) for offset in held.values()):
+            raise HistoryError(f'{args.broker_committed}: expected {{"topic": {{"partition": offset}}}}')
     return dict(
         produced=read_produced(args.produced) if args.produced else None,
         broker_commits=read_broker_commits(args.broker_commits) if args.broker_commits else None,
-        # the same {"topic": {"partition": number}} shape as --produced
-        broker_committed=read_produced(args.broker_committed) if args.broker_committed else None,
+        broker_committed=held,
     )

@@ -61,7 +61,8 @@ def check(
     """Every rule over a history (``load()``'s, or the lines themselves).
 
     ``produced``: ``{"topic": {"partition": count}}`` (or ``{(topic, partition): count}``): records at
-    offsets ``0..count-1``; without it rule L is not checked (and says so). ``broker_commits``: the
+    offsets ``0..count-1``; or, in place of a count, the ``[first, last]`` ranges of the offsets acknowledged
+    to the producer; without it rule L is not checked (and says so). ``broker_commits``: the
     broker's commit log, ``(topic, partition, offset)`` in the order they took effect: C's "backwards"
     is judged from it instead of from the histories, and every acknowledged commit must be in it.
     ``broker_committed``: ``{(topic, partition): offset}`` the broker holds after the run (for a broker

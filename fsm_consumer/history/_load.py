@@ -7,9 +7,12 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._model import TP
+
+if TYPE_CHECKING:
+    from ._rules._lost import Produced
 
 
 class HistoryError(ValueError):
@@ -117,8 +120,8 @@ def _is_line(e: dict[str, Any]) -> bool:
     )
 
 
-def read_produced(path: str | os.PathLike[str]) -> dict[TP, int]:
-    """A ``--produced`` file: ``{"topic": {"partition": count}}``."""
+def read_produced(path: str | os.PathLike[str]) -> dict[TP, Produced]:
+    """A ``--produced`` file: ``{"topic": {"partition": count or [[first, last], ...]}}``."""
     from ._rules import normalize_produced
 
     try:

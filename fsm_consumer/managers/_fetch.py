@@ -104,7 +104,11 @@ class FetchManager:
 
     def _plan(self, node: int, parts) -> FetchPlan:
         pmax = self._config.max_partition_fetch_bytes
-        data = {tp: PartitionData(position, leader_epoch, pmax) for tp, position, leader_epoch, _ in parts}
+        # current_leader_epoch is the leader's epoch as the metadata knows it (Java's FetchPosition.currentLeader),
+        # not the epoch of the last record consumed (the position's, for commits): after a leader change or a
+        # restart that bumps the epoch, the record's would be fenced (FENCED_LEADER_EPOCH) for ever
+        leader = self._metadata.leader_epoch
+        data = {tp: PartitionData(position, leader(tp), pmax) for tp, position, _, _ in parts}
         if self._sessions is None:
             return FetchPlan.sessionless(data)
         session = self._sessions.get(node)

@@ -110,6 +110,13 @@ class MetadataManager:
         node = info.leaders.get(tp.partition, -1)
         return node if node >= 0 and node in self.brokers else None
 
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        """The partition's leader epoch in the last Metadata answer (-1: not known). A Fetch names it as its
+        current_leader_epoch: a broker whose leader has moved on fences the request, and the answer says to
+        ask for Metadata again."""
+        info = self.topics.get(tp.topic)
+        return -1 if info is None else info.leader_epochs.get(tp.partition, -1)
+
     def partitions(self, topic: str) -> list[int] | None:
         info = self.topics.get(topic)
         return None if info is None or info.error else sorted(info.leaders)

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..history import CheckResult, check, load
 from ._processes import MemberProcess, Watch, stop_all
-from ._produce import Producer, contiguous_counts, produced_file
+from ._produce import Producer, produced_file, produced_ranges
 from ._produce import create_topic as _create_topic  # run() has a create_topic flag
 from ._rereads import reread_bound
 
@@ -208,7 +208,7 @@ def run(
         producer.stop()
         context["exit_codes"] = stop_all(procs)
         context["delivery_errors"] = producer.errors[:5]
-    counts = contiguous_counts(produced)  # rule L's
+    counts = produced_ranges(produced)  # rule L's
     broker_commits = commit_log(group) if commit_log is not None else None  # the broker's own word (Kafka)
     history = load([p.history for p in procs])
     result = check(history, produced=counts, broker_commits=broker_commits)
@@ -227,7 +227,8 @@ def run(
         kill_every_s=kill_every_s,
         group=group,
         produced=sum(map(len, produced.values())),
-        produced_not_contiguous=sum(counts[tp] - len(offsets) for tp, offsets in produced.items()),
+        # offsets never acknowledged to the producer (a broker crash under a write), below its last one
+        produced_unacknowledged=sum(max(o) + 1 - len(o) for o in produced.values() if o),
         produced_counts=produced_file(counts),  # for check-history --produced
         rereads=result.summary["rereads"],
         reread_bound=reread_bound(history),

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..history import CheckResult, check, load
 from ._processes import MemberProcess, Watch, stop_all
-from ._produce import Producer, contiguous_counts, create_topic, produced_file
+from ._produce import Producer, create_topic, produced_file, produced_ranges
 from ._rereads import reread_bound
 
 __all__ = ["GroupRun", "committed_offsets"]
@@ -142,7 +142,7 @@ class GroupRun:
             self.context["delivery_errors"] = self.producer.errors[:5]
             if before_check is not None:
                 before_check()
-        counts = contiguous_counts(produced)
+        counts = produced_ranges(produced)
         held = committed_offsets(self.direct, self.group, self.topic, self.partitions)
         log = commit_log(self.group) if commit_log is not None else None
         history = load([p.history for p in self.procs])
@@ -150,6 +150,8 @@ class GroupRun:
         self.context.update(
             produced=sum(map(len, produced.values())),
             produced_counts=produced_file(counts),
+            # offsets never acknowledged to the producer (a broker crash under a write), below its last one
+            produced_unacknowledged=sum(max(o) + 1 - len(o) for o in produced.values() if o),
             broker_committed={f"{t}-{p}": o for (t, p), o in sorted(held.items())},
             broker_commit_log_entries=None if log is None else len(log),
             rereads=result.summary["rereads"],

@@ -9,7 +9,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-__all__ = ["Producer", "contiguous_counts", "create_topic", "produced_file"]
+__all__ = ["Producer", "create_topic", "produced_file", "produced_ranges"]
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 10.0) -> None:
@@ -108,14 +108,28 @@ class Producer:
             return {tp: set(offsets) for tp, offsets in self._delivered.items()}
 
 
-def contiguous_counts(produced: dict[tuple[str, int], set[int]]) -> dict[tuple[str, int], int]:
-    """Rule L's counts: a plain producer's records of a new topic sit at offsets 0..n-1."""
-    return {tp: (max(offsets) + 1 if offsets else 0) for tp, offsets in produced.items()}
+Ranges = list[tuple[int, int]]
 
 
-def produced_file(counts: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
-    """The counts as ``fsm-consumer check-history --produced`` reads them: ``{"topic": {"partition": n}}``."""
-    out: dict[str, dict[str, int]] = {}
-    for (topic, partition), n in sorted(counts.items()):
-        out.setdefault(topic, {})[str(partition)] = n
+def produced_ranges(produced: dict[tuple[str, int], set[int]]) -> dict[tuple[str, int], Ranges]:
+    """Rule L's input: the ``[first, last]`` runs of the offsets acknowledged to the producer. Not a count
+    (offsets ``0..n-1``): when a broker crashes under a write it may hand out an offset whose answer never
+    came back, and keep the record or not; only what was acknowledged is known to be there."""
+    out: dict[tuple[str, int], Ranges] = {}
+    for tp, offsets in produced.items():
+        runs: Ranges = []
+        for o in sorted(offsets):
+            if runs and o == runs[-1][1] + 1:
+                runs[-1] = (runs[-1][0], o)
+            else:
+                runs.append((o, o))
+        out[tp] = runs
+    return out
+
+
+def produced_file(ranges: dict[tuple[str, int], Ranges]) -> dict[str, dict[str, list[list[int]]]]:
+    """As ``fsm-consumer check-history --produced`` reads it: ``{"topic": {"partition": [[first, last], ...]}}``."""
+    out: dict[str, dict[str, list[list[int]]]] = {}
+    for (topic, partition), runs in sorted(ranges.items()):
+        out.setdefault(topic, {})[str(partition)] = [list(r) for r in runs]
     return out

@@ -10,20 +10,29 @@ from .._model import TP, GroupKey, Read, as_timeline, fmt_group, fmt_range, fmt_
 from .._violation import Violation
 from ._shared import Lines
 
+Produced = int | list[tuple[int, int]]  # a count (offsets 0..count-1) or the [first, last] ranges produced
 
-def normalize_produced(produced: Mapping[Any, Any]) -> dict[TP, int]:
-    """``{"topic": {"partition": count}}`` (the ``--produced`` file) or ``{(topic, partition): count}`` ->
-    ``{(topic, partition): count}``; raises ValueError on anything else."""
-    out: dict[TP, int] = {}
 
-    def put(topic: object, partition: object, count: object) -> None:
+def normalize_produced(produced: Mapping[Any, Any]) -> dict[TP, Produced]:
+    """``{"topic": {"partition": count or [[first, last], ...]}}`` (the ``--produced`` file) or ``{(topic,
+    partition): count or ranges}`` -> ``{(topic, partition): count or sorted ranges}``: a count says offsets
+    ``0..count-1`` were produced; ranges name the offsets acknowledged to the producer exactly (a broker crash
+    may leave an offset that was never acknowledged, or that it never kept). ValueError on anything else."""
+    out: dict[TP, Produced] = {}
+
+    def put(topic: object, partition: object, value: object) -> None:
         if isinstance(partition, str) and partition.strip().lstrip("-").isdigit():
             partition = int(partition)
         if not isinstance(topic, str) or isinstance(partition, bool) or not isinstance(partition, int):
             raise ValueError(f"not a topic and a partition: {topic!r}, {partition!r}")
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"{topic}-{partition}: the count produced is not a whole number: {count!r}")
-        out[(topic, partition)] = count
+        if isinstance(value, list | tuple):
+            out[(topic, partition)] = _ranges(f"{topic}-{partition}", value)
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(
+                f"{topic}-{partition}: what was produced is neither a count nor [first, last] ranges: {value!r}"
+            )
+        out[(topic, partition)] = value
 
     for key, value in produced.items():
         if isinstance(key, tuple) and len(key) == 2:
@@ -36,19 +45,50 @@ def normalize_produced(produced: Mapping[Any, Any]) -> dict[TP, int]:
     return out
 
 
-def _missing(reads: Sequence[Read], n: int) -> list[tuple[int, int]]:
-    """The ranges of ``0..n-1`` no read covers."""
+def _ranges(where: str, value: Sequence[Any]) -> list[tuple[int, int]]:
+    ranges = []
+    for item in value:
+        if (
+            not isinstance(item, list | tuple)
+            or len(item) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in item)
+            or item[0] > item[1]
+        ):
+            raise ValueError(f"{where}: a range produced is not [first, last] offsets: {item!r}")
+        ranges.append((int(item[0]), int(item[1])))
+    return sorted(ranges)
+
+
+def as_ranges(produced: Produced) -> list[tuple[int, int]]:
+    if isinstance(produced, int):
+        return [(0, produced - 1)] if produced else []
+    return produced
+
+
+def _fmt_ranges(ranges: list[tuple[int, int]]) -> str:
+    shown = ", ".join(fmt_range(lo, hi) for lo, hi in ranges[:5])
+    return shown + (f" and {len(ranges) - 5} more ranges" if len(ranges) > 5 else "")
+
+
+def _missing(reads: Sequence[Read], ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of ``ranges`` no read covers."""
+    covered = sorted((r.first, r.last) for r in reads)
     out = []
-    nxt = 0  # the lowest offset not yet covered
-    for r in sorted(reads, key=lambda r: r.first):
-        if r.first > nxt:
-            out.append((nxt, min(r.first, n) - 1))
-        nxt = max(nxt, r.last + 1)
-        if nxt >= n:
-            break
-    if nxt < n:
-        out.append((nxt, n - 1))
-    return [(lo, hi) for lo, hi in out if lo <= hi]
+    for lo, hi in ranges:
+        nxt = lo  # the lowest offset of this range not yet known covered
+        for first, last in covered:
+            if last < nxt:
+                continue
+            if first > hi:
+                break
+            if first > nxt:
+                out.append((nxt, first - 1))
+            nxt = max(nxt, last + 1)
+            if nxt > hi:
+                break
+        if nxt <= hi:
+            out.append((nxt, hi))
+    return out
 
 
 def rule_l(lines: Lines, produced: Mapping[Any, Any] | None) -> list[Violation]:
@@ -70,7 +110,9 @@ def rule_l(lines: Lines, produced: Mapping[Any, Any] | None) -> list[Violation]:
     for v in tl.intervals:
         touched[group_of[v.consumer]].add(v.tp[0])
     out = []
-    for tp, n in sorted(counts.items()):
+    for tp, value in sorted(counts.items()):
+        ranges = as_ranges(value)
+        n = sum(hi - lo + 1 for lo, hi in ranges)
         if n == 0:
             continue
         groups = sorted((g for g, topics in touched.items() if tp[0] in topics), key=str)
@@ -78,23 +120,22 @@ def rule_l(lines: Lines, produced: Mapping[Any, Any] | None) -> list[Violation]:
             out.append(
                 Violation(
                     "L",
-                    f"{fmt_tp(tp)}: offsets 0..{n - 1} (all {n} records produced) were handed out by no consumer: "
+                    f"{fmt_tp(tp)}: offsets {_fmt_ranges(ranges)} (all {n} records produced) were handed out by no "
+                    "consumer: "
                     f"none read topic {tp[0]!r} or was assigned a partition of it",
                     tp=tp,
-                    offsets=(0, n - 1),
-                    details=dict(produced=n, missing=[(0, n - 1)], group=None),
+                    offsets=(ranges[0][0], ranges[-1][1]),
+                    details=dict(produced=n, missing=ranges, group=None),
                 )
             )
             continue
         for group in groups:
             mine = reads.get((group, tp), [])
-            missing = _missing(mine, n)
+            missing = _missing(mine, ranges)
             if not missing:
                 continue
             total = sum(hi - lo + 1 for lo, hi in missing)
-            shown = ", ".join(fmt_range(lo, hi) for lo, hi in missing[:5])
-            if len(missing) > 5:
-                shown += f" and {len(missing) - 5} more ranges"
+            shown = _fmt_ranges(missing)
             lo, hi = missing[0]
             past = min((r for r in mine if r.first > hi), key=lambda r: r.i, default=None)
             if not mine:

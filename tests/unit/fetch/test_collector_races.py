@@ -188,6 +188,9 @@ class Metadata:
     def leader(self, tp):
         return 1
 
+    def leader_epoch(self, tp):
+        return -1
+
     def request_update(self, topics=None):
         pass
 

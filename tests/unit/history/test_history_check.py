@@ -221,6 +221,22 @@ def test_l_a_hole_in_the_middle_and_a_partition_nobody_touched() -> None:
     assert untouched.tp == ("other", 0) and "other-0: offsets 0..2 (all 3 records produced)" in untouched.message
 
 
+def test_l_judges_the_offsets_acknowledged_to_the_producer() -> None:
+    # offsets 10..14 never handed out: with the acknowledged ranges given, only what the producer was told is
+    # there counts; an offset a broker crash left unacknowledged (and perhaps unkept) is not lost
+    events = [e for e in clean() if not (e["event"] == "read" and e["offsets"] == [10, 14])]
+    events = [dict(e, **{"from": 10}) if e["event"] == "read" and e["offsets"] == [15, 19] else e for e in events]
+    assert check(events, produced={T: {"0": [[0, 9], [15, 29]], "1": [[0, 19]]}}).ok
+    result = only(events, "L", produced={T: {"0": [[0, 9], [12, 12], [15, 29]], "1": [[0, 19]]}})
+    (v,) = result.violations
+    assert v.offsets == (12, 12) and "events-0: 1 of 26 records produced never handed out" in v.message
+    result = only(events, "L", produced={T: {"0": [[0, 29]]}, "other": {"0": [[4, 5], [7, 7]]}})
+    hole, untouched = result.violations
+    assert hole.offsets == (10, 14) and "offsets 4..5, 7 (all 3 records produced)" in untouched.message
+    with pytest.raises(ValueError, match="not \\[first, last\\] offsets"):
+        check(events, produced={T: {"0": [[5, 2]]}})
+
+
 # -- E --------------------------------------------------------------------------------------------------
 
 

@@ -164,10 +164,14 @@ def test_the_broker_closing_the_session_makes_the_next_fetch_full():
 class Metadata:
     def __init__(self, leaders: dict) -> None:
         self.leaders = dict(leaders)
+        self.epochs: dict = {}
         self.updates: list = []
 
     def leader(self, tp):
         return self.leaders.get(tp)
+
+    def leader_epoch(self, tp):
+        return self.epochs.get(tp, -1)
 
     def request_update(self, topics=None):
         self.updates.append(topics)
@@ -217,6 +221,12 @@ def listed(o) -> dict:
 
 def forgotten(o) -> set:
     return {TopicPartition(t.topic, p) for t in o.request.forgotten_topics_data for p in t.partitions}
+
+
+def leader_epochs(o) -> dict:
+    return {
+        TopicPartition(t.topic, p.partition): p.current_leader_epoch for t in o.request.topics for p in t.partitions
+    }
 
 
 def meta(o) -> tuple:
@@ -325,3 +335,22 @@ def test_incremental_request_encodes(version):
     assert (back.session_id, back.session_epoch) == (42, 1)
     assert listed(SimpleNamespace(request=back)) == {T0: 9}
     assert forgotten(SimpleNamespace(request=back)) == {T2}
+
+
+@pytest.mark.parametrize("sessions", [True, False])
+def test_current_leader_epoch_is_the_metadatas_not_the_last_records(sessions):
+    """A Fetch names the leader's epoch as the metadata knows it. The epoch of the last record consumed (the
+    position's, which commits carry) would be fenced for ever once the leader's epoch moves on (a broker
+    restarted: Apache Kafka bumps it), as it did before: no record fetched again after a Kafka restart."""
+    rig = Rig(sessions=sessions, positions={T0: 0})
+    rig.subs.advance(T0, rig.subs.fetchable()[0][3], 10, 3)  # consumed up to 10 from records of epoch 3
+    rig.metadata.epochs[T0] = 3
+    first = rig.only()
+    assert listed(first) == {T0: 10} and leader_epochs(first) == {T0: 3}
+    rig.complete(first, answer((T0, b"", 74), session_id=42))  # FENCED_LEADER_EPOCH: the broker restarted
+    rig.metadata.epochs[T0] = 4  # what the Metadata answer asked for says
+    assert rig.metadata.updates == [{"t"}]  # ask for metadata again
+    rig.now += 10_000  # past the partition's backoff
+    second = rig.only()
+    assert listed(second) == {T0: 10} and leader_epochs(second) == {T0: 4}
+    assert rig.subs.consumed_offsets()[T0].leader_epoch == 3  # the position keeps its record's epoch (commits)
