@@ -59,6 +59,10 @@ _BROKER_DEFAULTS = {
     "log.segment.bytes": str(64 * 1024 * 1024),
     "num.network.threads": "2",
     "num.io.threads": "2",
+    # a broker started again after a crash (kill()) registers with the controller only once its previous
+    # registration's session has run out: 9 s by default, 2 s here (a restart takes ~4 s instead of ~12 s)
+    "broker.session.timeout.ms": "2000",
+    "broker.heartbeat.interval.ms": "500",
 }
 
 

@@ -183,8 +183,8 @@ class GroupApi:
         """Commit ``offsets`` (default: the positions of everything handed out by this call's time)
         and wait. While the group rebalances this raises the retriable RebalanceInProgressError at
         once (as the Java client): poll() completes the rebalance, then commit again."""
+        self._ensure_open()  # as commit_async() and Java's acquireAndEnsureOpen: a closed consumer says so first
         self._need_group("commit()")
-        self._ensure_open()
         offsets = self._subs.consumed_offsets() if offsets is None else _offsets(offsets)
         self._wait_running_callbacks(
             CommitEvent(offsets=offsets, sync=True), timeout_ms, f"commit of {_describe(offsets)}"

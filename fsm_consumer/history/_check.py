@@ -11,7 +11,7 @@ from typing import Any
 
 from ._load import History
 from ._model import TP, Event, NoStart, Timeline, as_timeline, fmt_tp
-from ._rules import broker_backwards, rule_c, rule_d, rule_e, rule_k, rule_l, rule_m
+from ._rules import broker_backwards, reused_generation_pairs, rule_c, rule_d, rule_e, rule_k, rule_l, rule_m
 from ._violation import RULES, Violation
 
 #: how far (ms) from a violation's time the transitions of its consumers are kept
@@ -118,6 +118,14 @@ def _note(
         )
     if rule == "C":
         return "judged from the histories' commit lines (no broker commit log given)"
+    if rule == "E":
+        reused = reused_generation_pairs(tl)
+        if reused:
+            return (
+                f"{reused} pair(s) of reads under one generation number passed over: the later reader joined that "
+                "generation after the earlier read, a second round the broker numbered like the first (Tansu 0.6 "
+                "does); E's first two points judged their ownership"
+            )
     if rule == "K" and not tl.handled:
         return "no handled lines (no ParallelConsumer): nothing to check"
     return ""

@@ -260,9 +260,13 @@ class Timeline:
     def build(cls, lines: Iterable[object]) -> Timeline:
         good: list[Event] = []
         malformed: list[tuple[str, Event]] = []
+        sources = 0
         for line in lines:
             if not isinstance(line, Mapping):
                 malformed.append(("not a JSON object", {"line": line}))
+                continue
+            if "consumer" not in line and isinstance(line.get("role"), str):
+                sources += 1  # a source's own line (the Spark source's batches, spark/_history.py): passed over
                 continue
             try:
                 _num(line, "t")
@@ -275,6 +279,7 @@ class Timeline:
         good.sort(key=lambda e: float(e["t"]))  # stable: equal times keep the order given
         tl = cls(good, {}, [], [], [], [], [], [], [], defaultdict(list), malformed)
         tl._index()
+        tl.unknown_events += sources
         return tl
 
     def _index(self) -> None:

@@ -16,7 +16,7 @@ from pyspark.sql.datasource import DataSourceReader
 from ._offsets import OffsetLookup, describe, report_data_loss, resolve
 from ._options import KafkaOptionError, OffsetSpec, ReadOptions
 from ._ranges import KafkaRange, split
-from ._read import read_range
+from ._read import planned, read_range
 
 if TYPE_CHECKING:
     from pyarrow import RecordBatch
@@ -70,9 +70,11 @@ class KafkaBatchReader(DataSourceReader):
     def partitions(self) -> list[KafkaRange]:
         lookup = OffsetLookup(self.opts)
         try:
-            return plan_batch(self.opts, lookup)
+            ranges = plan_batch(self.opts, lookup)
         finally:
             lookup.close()
+        planned(self.opts, ranges)
+        return ranges
 
     def read(self, partition: InputPartition) -> Iterator[RecordBatch]:
         return read_range(self.opts, partition)

@@ -42,6 +42,7 @@ _KNOWN = (
     "fetchOffset.retryIntervalMs",
     "groupIdPrefix",
     "commitToGroup",
+    "historyPath",
 )
 CANONICAL = {name.lower(): name for name in (*_KNOWN, "kafka.bootstrap.servers")}
 # Spark's, refused here with the reason (by lower-cased name: Spark's spelling, why)
@@ -116,6 +117,7 @@ class ReadOptions:
     fetch_retries: int = 3
     fetch_retry_interval_ms: int = 10
     commit_to_group: str | None = None
+    history_path: str | None = None  # fsm_kafka's: a directory for the source's history (spark/_history.py)
     kafka_params: dict[str, Any] = field(default_factory=dict)
     given: frozenset[str] = frozenset()  # canonical names of the options given
 
@@ -314,7 +316,7 @@ def _unknown(option: str) -> KafkaOptionError:
     hint = f"; did you mean '{CANONICAL[close[0]]}'?" if close else ""
     return KafkaOptionError(
         option,
-        "unknown option (fsm_kafka takes Spark's Kafka source options, commitToGroup "
+        "unknown option (fsm_kafka takes Spark's Kafka source options, commitToGroup, historyPath "
         f"and kafka.* consumer settings){hint}",
     )
 
@@ -395,6 +397,9 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
     group = opt.get("commitToGroup")
     if group is not None and not str(group).strip():
         raise KafkaOptionError("commitToGroup", "the group id is empty")
+    history = opt.get("historyPath")
+    if history is not None and not str(history).strip():
+        raise KafkaOptionError("historyPath", "the directory is empty")
 
     def number(name: str, minimum: int) -> int | None:
         return None if name not in opt else _long(name, opt[name], minimum=minimum)
@@ -419,6 +424,7 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
         fetch_retries=number_or("fetchOffset.numRetries", 0, 3),
         fetch_retry_interval_ms=number_or("fetchOffset.retryIntervalMs", 0, 10),
         commit_to_group=None if group is None else str(group).strip(),
+        history_path=None if history is None else str(history).strip(),
         kafka_params=params,
         given=frozenset(opt) | ({"kafka.bootstrap.servers"} if servers else frozenset()),
     )

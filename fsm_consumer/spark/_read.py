@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from . import _history as history
+from ._history import consumer_history_path
 from ._offsets import log, report_data_loss
 from ._options import ReadOptions
 from ._ranges import KafkaRange
@@ -46,7 +48,15 @@ def read_range(opts: ReadOptions, r: InputPartition) -> Iterator[RecordBatch]:
 
     tp = TopicPartition(r.topic, r.partition)
     where = f"{r.topic}-{r.partition}"
-    consumer = Consumer(**opts.consumer_config(group_id=None, enable_auto_commit=False, auto_offset_reset="none"))
+    consumer = Consumer(
+        **opts.consumer_config(
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="none",
+            history_path=consumer_history_path(opts.history_path, r.topic, r.partition, r.start),
+        )
+    )
+    rows, first_offset, last_offset = 0, None, None
     try:
         consumer.assign([tp])
         consumer.seek(tp, r.start)
@@ -72,6 +82,10 @@ def read_range(opts: ReadOptions, r: InputPartition) -> Iterator[RecordBatch]:
                 if cut < batch.num_rows:
                     batch = batch.slice(0, cut)
                 if batch.num_rows:
+                    rows += batch.num_rows
+                    if first_offset is None:
+                        first_offset = int(offsets[0])
+                    last_offset = int(offsets[batch.num_rows - 1])
                     yield to_spark(batch, opts.include_headers)
             now_at = consumer.position(tp)
             if now_at > position:
@@ -86,6 +100,27 @@ def read_range(opts: ReadOptions, r: InputPartition) -> Iterator[RecordBatch]:
                     progress_at = time.monotonic()
     finally:
         consumer.close(autocommit=False, timeout_ms=5000)
+        history.write(
+            opts.history_path,
+            "task",
+            "range_read",
+            tp=[r.topic, r.partition],
+            start=r.start,
+            end=r.end,
+            rows=rows,
+            first=first_offset,
+            last=last_offset,
+        )
+
+
+def planned(opts: ReadOptions, ranges: list[KafkaRange]) -> None:
+    """The driver's ``batch_planned`` line (with ``historyPath``)."""
+    history.write(
+        opts.history_path,
+        "driver",
+        "batch_planned",
+        ranges=[[r.topic, r.partition, r.start, r.end] for r in ranges],
+    )
 
 
 def _out_of_range(

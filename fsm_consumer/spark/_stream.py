@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from . import _history as history
 from ._offsets import JsonOffsets, OffsetLookup, Offsets, decode, describe, encode, log, report_data_loss, resolve
 from ._options import OffsetSpec, ReadOptions
 from ._ranges import KafkaRange, split
-from ._read import read_range
+from ._read import planned, read_range
 
 if TYPE_CHECKING:
     from pyarrow import RecordBatch
@@ -140,7 +141,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
                 continue
             ranges.append(KafkaRange(tp[0], tp[1], s, e))
-        return split(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
+        out = split(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
+        planned(self.opts, out)
+        return out
 
     def read(self, partition: InputPartition) -> Iterator[RecordBatch]:
         return read_range(self.opts, partition)
@@ -157,6 +160,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         finished (its commit log written), also for the final, empty check that ends an AvailableNow
         query. Here the group commit is only repeated if that one failed.
         """
+        done = [[t, p, o] for (t, p), o in sorted(decode(end).items())]
+        history.write(self.opts.history_path, "driver", "batch_committed", end=done)
         self._commit_to_group(end, finished=True)
 
     def _commit_to_group(self, offsets: JsonOffsets, *, finished: bool) -> None:

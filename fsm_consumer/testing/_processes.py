@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..broker._process import _parent_death_guard
+
 __all__ = ["MemberProcess", "Watch", "stop_all"]
 
 _ROOT = Path(__file__).resolve().parent.parent.parent  # the directory holding the fsm_consumer package
@@ -67,7 +69,14 @@ class MemberProcess:
         self._stderr = open(out_dir / f"{self.key}.stderr", "w")
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=self._stderr, stderr=self._stderr, env=env, process_group=0
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._stderr,
+            stderr=self._stderr,
+            env=env,
+            process_group=0,
+            # a run killed before its finally (SIGKILL, a timeout's SIGTERM) takes its members with it
+            preexec_fn=_parent_death_guard(os.getpid()),
         )
 
     @property

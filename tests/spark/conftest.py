@@ -4,6 +4,8 @@ started once per test session and stopped at its end."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 
@@ -54,3 +56,32 @@ def fsm_kafka(spark, broker):
         return r
 
     return reader
+
+
+def _start_ingest(*args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "fsm_consumer.cli", "ingest", "--quiet", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # the job and its JVM in one process group: killed together
+    )
+
+
+@pytest.fixture
+def start_ingest():
+    """``start_ingest(*args)``: ``fsm-consumer ingest --quiet ARGS`` in its own process group (a Popen, text
+    output); every one still running at teardown is killed with its JVM."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(*args: str) -> subprocess.Popen[str]:
+        started.append(_start_ingest(*args))
+        return started[-1]
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

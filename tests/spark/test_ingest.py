@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,16 +16,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 from fsm_consumer.spark import StandaloneCluster  # noqa: E402
 
 
-def run_ingest(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fsm_consumer.cli", "ingest", "--quiet", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+def run_ingest(start_ingest, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    proc = start_ingest(*args)
     try:
         out, _ = proc.communicate(timeout=timeout)
     finally:
@@ -46,9 +37,9 @@ def written(path: Path) -> list[tuple[int, int]]:
     return rows
 
 
-def test_ingest_on_its_embedded_broker_writes_every_record_once(tmp_path):
+def test_ingest_on_its_embedded_broker_writes_every_record_once(tmp_path, start_ingest):
     out = tmp_path / "out"
-    done = run_ingest("--records", "20000", "--partitions", "4", "--to", str(out), "--master", "local[2]")
+    done = run_ingest(start_ingest, "--records", "20000", "--partitions", "4", "--to", str(out), "--master", "local[2]")
     assert done.returncode == 0, done.stdout[-3000:]
     assert "done: 20,000 records" in done.stdout and "read them back" in done.stdout
     rows = written(out)
@@ -60,13 +51,14 @@ def test_ingest_on_its_embedded_broker_writes_every_record_once(tmp_path):
     assert all(sorted(v) == list(range(len(v))) for v in per_partition.values()), "no gaps, no duplicates"
 
 
-def test_ingest_on_a_standalone_cluster(tmp_path, broker, make_topic, produce):
+def test_ingest_on_a_standalone_cluster(tmp_path, broker, make_topic, produce, start_ingest):
     topic = make_topic(partitions=3)
     produce(topic, 3000, value=lambda i: b"v%05d" % i)
     out = tmp_path / "out"
     with StandaloneCluster(workers=1, cores=2, memory="1g", workdir=str(tmp_path / "cluster")) as cluster:
         assert cluster.alive_workers() == 1
         done = run_ingest(
+            start_ingest,
             "--bootstrap-servers",
             broker.bootstrap_servers,
             "--topic",

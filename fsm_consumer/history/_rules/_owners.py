@@ -23,14 +23,16 @@ def rule_e(lines: Lines) -> list[Violation]:
       consumer owns it is a violation (no allowance).
     * Two consumers, both alive at the time (their histories' first to last lines overlap), handing out
       an offset of a partition in one generation (>= 0) is a violation (the read the first point allows
-      excepted)."""
+      excepted), unless the later reader joined that generation after the earlier read: then the broker
+      numbered a second round like the first (Tansu 0.6 does; ``reused_generation_pairs`` counts them), and
+      the first two points judge the ownership."""
     tl = as_timeline(lines)
     out: list[Violation] = []
     for group, scope in tl.scopes():
         allowed: set[int] = set()
         out.extend(_overlaps(scope, allowed))
         out.extend(_outside(scope))
-        out.extend(_same_generation(scope, group, allowed))
+        out.extend(_same_generation(scope, group, allowed)[0])
     return dedupe(out)
 
 
@@ -167,8 +169,32 @@ def _outside(tl: Timeline) -> list[Violation]:
     return out
 
 
-def _same_generation(tl: Timeline, group: GroupKey, allowed: set[int]) -> list[Violation]:
+def _joins(tl: Timeline) -> dict[tuple[str, int], list[float]]:
+    """(consumer, generation) -> the times of its ``joined`` lines of that generation."""
+    out: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for e in tl.events:
+        generation = e.get("generation")
+        if e["event"] == "joined" and isinstance(generation, int) and generation >= 0:
+            out[(e["consumer"], generation)].append(float(e["t"]))
+    return out
+
+
+def _rejoined(joins: dict[tuple[str, int], list[float]], first: Read, second: Read, generation: int) -> bool:
+    """Whether ``second``'s consumer joined ``generation`` after ``first`` was handed out: a second round of
+    the group under the same number (a correct broker numbers every round anew)."""
+    return any(first.t < t <= second.t for t in joins.get((second.consumer, generation), ()))
+
+
+def reused_generation_pairs(lines: Lines) -> int:
+    """How many pairs of reads E's third point passed over as a broker's reused generation number."""
+    tl = as_timeline(lines)
+    return sum(_same_generation(scope, group, set())[1] for group, scope in tl.scopes() if group is not None)
+
+
+def _same_generation(tl: Timeline, group: GroupKey, allowed: set[int]) -> tuple[list[Violation], int]:
     life = {c.name: (c.first_i, c.last_i) for c in tl.consumers.values()}
+    joins = _joins(tl)
+    reused = 0
 
     def coexist(a: str, b: str) -> bool:
         return life[a][0] <= life[b][1] and life[b][0] <= life[a][1]
@@ -187,6 +213,9 @@ def _same_generation(tl: Timeline, group: GroupKey, allowed: set[int]) -> list[V
             for a in active:
                 if a.consumer != r.consumer and coexist(a.consumer, r.consumer):
                     first, second = (a, r) if a.i < r.i else (r, a)
+                    if _rejoined(joins, first, second, generation):
+                        reused += 1
+                        continue
                     pairs[(first.consumer, second.consumer)].append((r.first, min(r.last, a.last), first, second))
             active.append(r)
         for (c1, c2), found in sorted(pairs.items()):
@@ -206,4 +235,4 @@ def _same_generation(tl: Timeline, group: GroupKey, allowed: set[int]) -> list[V
                     details=dict(generation=generation, pairs=len(found), reads=(r1, r2)),
                 )
             )
-    return out
+    return out, reused

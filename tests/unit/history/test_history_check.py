@@ -237,7 +237,28 @@ def test_l_judges_the_offsets_acknowledged_to_the_producer() -> None:
         check(events, produced={T: {"0": [[5, 2]]}})
 
 
+def test_a_sources_own_lines_are_passed_over() -> None:
+    # the Spark source's lines (historyPath) lie beside its readers' histories: not a consumer's, not malformed
+    planned = {"t": 5.0, "wall": 1.0, "role": "driver", "event": "batch_planned", "ranges": [[T, 0, 0, 30]]}
+    result = check([planned, *clean()], produced=PRODUCED)
+    assert result.ok and result.summary["malformed"] == 0, result.format()
+    assert "1 line(s) of events this checker does not know (passed over)" in result.format()
+
+
 # -- E --------------------------------------------------------------------------------------------------
+
+
+def test_e_compares_no_consumers_without_a_group() -> None:
+    # two readers of one partition at once by assign() (a Spark source's): nobody owns it, nothing to judge
+    events = [
+        started(A, 0, group=None),
+        started(B, 1, group=None),
+        reset(A, 2, -1, 0, 0, why="earliest"),
+        reset(B, 3, -1, 0, 0, why="earliest"),
+        read(A, 10, -1, 0, 0, 9),
+        read(B, 11, -1, 0, 0, 9),
+    ]
+    assert check(events).status("E") == "passed", check(events).format()
 
 
 def frozen(a_reads: list[Line], a_end: float = 206) -> list[Line]:
@@ -332,6 +353,14 @@ def test_e_two_consumers_handing_out_the_same_offsets_in_one_generation() -> Non
     assert "in generation 4 of group 'g'" in v.message
     # the same in two generations is a re-read, not E
     assert check([e if e["consumer"] != B or e["generation"] < 0 else dict(e, generation=5) for e in events]).ok
+    # B joined generation 4 after A's read: the broker numbered a second round like the first (Tansu 0.6 does);
+    # the ownership was sequential, and the first two points judge it
+    reused = [*events[:6], line("joined", B, 35, 4), *events[6:]]
+    result = check(reused)
+    assert result.ok, result.format()
+    assert "1 pair(s) of reads under one generation number passed over" in result.format()
+    # a join of that generation before A's read is the round they shared: still a violation
+    only([*events[:4], line("joined", B, 15, 4), *events[4:]], "E")
 
 
 def test_e_a_consumer_without_a_started_line_is_compared_with_every_group() -> None:
