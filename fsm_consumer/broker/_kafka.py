@@ -75,8 +75,13 @@ class _PortTaken(BrokerStartError):
 
 
 def _cluster_id() -> str:
-    """Kafka's cluster id format: a UUID as URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """Kafka's cluster id format: a UUID as URL-safe base64 without padding (22 characters); never one
+    beginning with "-", which kafka-storage's command line would take for an option (as Kafka's own
+    Uuid.randomUuid avoids): one start in 64 failed with "argument --cluster-id: expected one argument"."""
+    while True:
+        made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not made.startswith("-"):
+            return made
 
 
 class KafkaBroker(LoopbackBroker):
