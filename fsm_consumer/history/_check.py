@@ -11,7 +11,17 @@ from typing import Any
 
 from ._load import History
 from ._model import TP, Event, NoStart, Timeline, as_timeline, fmt_tp
-from ._rules import broker_backwards, reused_generation_pairs, rule_c, rule_d, rule_e, rule_k, rule_l, rule_m
+from ._rules import (
+    broker_backwards,
+    reused_generation_pairs,
+    rule_c,
+    rule_d,
+    rule_e,
+    rule_k,
+    rule_l,
+    rule_m,
+    stale_polls,
+)
 from ._violation import RULES, Violation
 
 #: how far (ms) from a violation's time the transitions of its consumers are kept
@@ -84,6 +94,7 @@ def check(
         found[rule].sort(key=lambda v: (v.t is None, v.t or 0.0))
         violations.extend(context.attach(v) for v in found[rule])
     summary = summarize(tl, loaded)
+    summary["stale_polls"] = _stale_figures(tl)
     allowed = broker_backwards(tl, log)[1] if log is not None else 0
     summary["rules"] = {
         rule: dict(
@@ -97,6 +108,15 @@ def check(
         for rule, title in RULES.items()
     }
     return CheckResult(violations, summary)
+
+
+def _stale_figures(tl: Timeline) -> dict[str, int]:
+    """E's allowance as figures: the polls under way at a freeze handed out after another consumer owned
+    one of their partitions, and the records in the largest (a poll's reads of several partitions summed)."""
+    polls: dict[tuple[str, float], int] = {}
+    for r in stale_polls(tl):
+        polls[(r.consumer, r.t_poll_start)] = polls.get((r.consumer, r.t_poll_start), 0) + r.count
+    return dict(polls=len(polls), max_records=max(polls.values(), default=0))
 
 
 def _tp_keys(offsets: Mapping[Any, int] | None) -> dict[tuple[str, int], int] | None:
@@ -119,13 +139,21 @@ def _note(
     if rule == "C":
         return "judged from the histories' commit lines (no broker commit log given)"
     if rule == "E":
+        notes = []
+        stale = _stale_figures(tl)
+        if stale["polls"]:
+            notes.append(
+                f"{stale['polls']} poll(s) under way when their consumer froze handed out after another owned a "
+                f"partition of theirs (at most {stale['max_records']} records in one), none committed"
+            )
         reused = reused_generation_pairs(tl)
         if reused:
-            return (
+            notes.append(
                 f"{reused} pair(s) of reads under one generation number passed over: the later reader joined that "
                 "generation after the earlier read, a second round the broker numbered like the first (Tansu 0.6 "
                 "does); E's first two points judged their ownership"
             )
+        return "; ".join(notes)
     if rule == "K" and not tl.handled:
         return "no handled lines (no ParallelConsumer): nothing to check"
     return ""

@@ -9,7 +9,7 @@ all. Every consumer's history is judged (L E D M C). Used by tests/integration/g
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ def run(
     settle_timeout_s: float = 60.0,
     commit_log: Callable[[str], list[tuple[str, int, int]]] | None = None,
     log: Callable[[str], None] | None = None,
+    client: str | Sequence[str] = "fsm",
 ) -> CheckResult:
     """Bounce ``rounds`` members (default: each once), in turn. ``result.summary["context"]`` holds each
     bounce's rebalances (generations it cost, from the histories), how long the group took to settle
@@ -56,6 +57,7 @@ def run(
         topic,
         partitions,
         Path(out_dir),
+        client=client,
         members=members,
         rate=rate,
         log=say,

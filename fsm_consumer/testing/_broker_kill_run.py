@@ -8,7 +8,7 @@ by tests/integration/group/test_group_broker_kill.py and tools/faults."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ def run(
     settle_timeout_s: float = 90.0,
     commit_log: Callable[[str], list[tuple[str, int, int]]] | None = None,
     log: Callable[[str], None] | None = None,
+    client: str | Sequence[str] = "fsm",
 ) -> CheckResult:
     """``broker`` must keep its data over ``kill()``/``start()`` (Tansu: ``storage="s3"``). Every ``every_s``
     (once the group has settled again) the broker is killed, left down ``down_s``, started again.
@@ -45,6 +46,7 @@ def run(
         topic,
         partitions,
         Path(out_dir),
+        client=client,
         members=members,
         rate=rate,
         log=say,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ def run(
     settle_timeout_s: float = 90.0,
     commit_log: Callable[[str], list[tuple[str, int, int]]] | None = None,
     log: Callable[[str], None] | None = None,
+    client: str | Sequence[str] = "fsm",
 ) -> CheckResult:
     """``within``: callbacks of 1.5 sessions under a poll interval of 4 sessions; ``beyond``: callbacks of
     1.5 poll intervals (of 4/3 sessions). ``result.summary["context"]["callbacks"]``: what the two slow members
@@ -55,6 +56,7 @@ def run(
         topic,
         partitions,
         Path(out_dir),
+        client=client,
         members=2,
         rate=rate,
         log=log,

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..history import CheckResult, check, load
 from ._processes import MemberProcess, Watch, stop_all
-from ._produce import Producer, produced_file, produced_ranges
+from ._produce import Producer, produced_file, produced_ranges, unacknowledged
 from ._produce import create_topic as _create_topic  # run() has a create_topic flag
 from ._rereads import reread_bound
 
@@ -82,6 +82,7 @@ def run(
     create_topic: bool = True,
     commit_log: Callable[[str], list[tuple[str, int, int]]] | None = None,
     log: Callable[[str], None] | None = None,
+    client: str = "fsm",
 ) -> CheckResult:
     """Create ``topic`` (``partitions``), produce ``produce_rate`` keyed records/s, start ``members``
     member processes (``m0``, ``m1``, ...) and once all own partitions, for ``duration_s``: every
@@ -114,12 +115,15 @@ def run(
         strategy=how.strategy,
         parallel=workers if how.parallel else None,
         handler_sleep_ms=handler_sleep_ms if how.parallel else None,
+        client=client,
     )
     producer = Producer(bootstrap, topic, produce_rate, keys=keys)
     procs: list[MemberProcess] = []  # every one started, the killed too
     watch = Watch([], partitions)
     kills: list[dict[str, Any]] = []
-    context: dict[str, Any] = dict(mode=mode, strategy=how.strategy, static=how.static, parallel=how.parallel)
+    context: dict[str, Any] = dict(
+        mode=mode, client=client, strategy=how.strategy, static=how.static, parallel=how.parallel
+    )
     produced: dict[tuple[str, int], set[int]] = {}
     began = time.monotonic()
 
@@ -227,8 +231,7 @@ def run(
         kill_every_s=kill_every_s,
         group=group,
         produced=sum(map(len, produced.values())),
-        # offsets never acknowledged to the producer (a broker crash under a write), below its last one
-        produced_unacknowledged=sum(max(o) + 1 - len(o) for o in produced.values() if o),
+        produced_unacknowledged=unacknowledged(produced),
         produced_counts=produced_file(counts),  # for check-history --produced
         rereads=result.summary["rereads"],
         reread_bound=reread_bound(history),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..history import CheckResult, check, load
 from ._processes import MemberProcess, Watch, stop_all
-from ._produce import Producer, produced_file, produced_ranges
+from ._produce import Producer, produced_file, produced_ranges, unacknowledged
 from ._produce import create_topic as _create_topic  # run() has a create_topic flag
 
 __all__ = ["run"]
@@ -45,6 +45,7 @@ def run(
     create_topic: bool = True,
     log: Callable[[str], None] | None = None,
     commit_log: Callable[[str], list[tuple[str, int, int]]] | None = None,
+    client: str = "fsm",
 ) -> CheckResult:
     """Create ``topic``, produce ``produce_rate`` records/s, start ``members`` member processes, and once
     all own partitions: steady for ``freeze_every_s`` (and until member 0 owns partitions again), member 0
@@ -78,6 +79,7 @@ def run(
                     max_poll_records=max_poll_records,
                     request_timeout_ms=request_timeout_ms,
                     commit=commit,
+                    client=client,
                 )
             )
         watch = Watch(procs)
@@ -131,12 +133,12 @@ def run(
     result = check(load([p.history for p in procs]), produced=counts, broker_commits=broker_commits)
     context.update(
         members=members,
+        client=client,
         partitions=partitions,
         session_timeout_ms=session_timeout_ms,
         group=group,
         produced=sum(map(len, produced.values())),
-        # offsets never acknowledged to the producer (a broker crash under a write), below its last one
-        produced_unacknowledged=sum(max(o) + 1 - len(o) for o in produced.values() if o),
+        produced_unacknowledged=unacknowledged(produced),
         produced_counts=produced_file(counts),  # for check-history --produced
         broker_commit_log_entries=None if broker_commits is None else len(broker_commits),
     )

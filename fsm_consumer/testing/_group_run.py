@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..history import CheckResult, check, load
 from ._processes import MemberProcess, Watch, stop_all
-from ._produce import Producer, create_topic, produced_file, produced_ranges
+from ._produce import Producer, create_topic, produced_file, produced_ranges, unacknowledged
 from ._rereads import reread_bound
 
 __all__ = ["GroupRun", "committed_offsets"]
@@ -37,7 +37,8 @@ class GroupRun:
     ``_member_process``'s, e.g. ``strategy``, ``session_timeout_ms``) and waits until all own partitions;
     ``bounce(slot)`` stops a member cleanly and starts its replacement under the same name; ``settle()``
     waits until every live member owns partitions again (``static``: each member a static one, its name its
-    ``group_instance_id``); ``finish()`` stops producing, drains, stops
+    ``group_instance_id``; ``client``: whose member each slot runs, ``fsm`` or ``librdkafka``, one for all
+    or one per slot in turn); ``finish()`` stops producing, drains, stops
     everyone and checks. ``bootstrap`` is the members' (a proxy's, say); ``direct`` (default the same)
     is where the topic is created, the records produced and the broker's word read."""
 
@@ -53,6 +54,7 @@ class GroupRun:
         group: str | None = None,
         direct: str | None = None,
         static: bool = False,
+        client: str | Sequence[str] = "fsm",
         log: Callable[[str], None] | None = None,
         **options: Any,
     ) -> None:
@@ -61,6 +63,9 @@ class GroupRun:
         self.members, self.static = members, static
         self.group = group or f"g-{topic}"
         self.options = options
+        # whose member each slot runs (``_processes.MODULES``): one client for all, or one per slot in turn
+        # (a mixed group: this library's members beside librdkafka's)
+        self.clients = (client,) if isinstance(client, str) else tuple(client)
         self.say = log or (lambda _: None)
         self.producer = Producer(self.direct, topic, rate)
         self.procs: list[MemberProcess] = []
@@ -68,7 +73,7 @@ class GroupRun:
         self.watch = Watch([], partitions)
         self.began = time.monotonic()
         self.context: dict[str, Any] = dict(
-            members=members, partitions=partitions, group=self.group, static=static, **options
+            members=members, partitions=partitions, group=self.group, static=static, client=client, **options
         )
 
     def _start(self, slot: int) -> MemberProcess:
@@ -82,6 +87,7 @@ class GroupRun:
             self.out,
             stem=f"{name}-r{restarts}" if restarts else name,
             instance_id=name if self.static else None,
+            client=self.clients[slot % len(self.clients)],
             **self.options,
         )
         self.procs.append(p)
@@ -150,8 +156,7 @@ class GroupRun:
         self.context.update(
             produced=sum(map(len, produced.values())),
             produced_counts=produced_file(counts),
-            # offsets never acknowledged to the producer (a broker crash under a write), below its last one
-            produced_unacknowledged=sum(max(o) + 1 - len(o) for o in produced.values() if o),
+            produced_unacknowledged=unacknowledged(produced),
             broker_committed={f"{t}-{p}": o for (t, p), o in sorted(held.items())},
             broker_commit_log_entries=None if log is None else len(log),
             rereads=result.summary["rereads"],

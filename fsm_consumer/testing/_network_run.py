@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ def run(
     round_timeout_s: float = 20.0,
     commit_log: Callable[[str], list[tuple[str, int, int]]] | None = None,
     log: Callable[[str], None] | None = None,
+    client: str | Sequence[str] = "fsm",
 ) -> CheckResult:
     """``proxy``: in front of the broker and advertised by it; ``direct``: the broker's own listener (topic,
     producer, the broker's word). ``rounds`` of ``ROUNDS`` in turn (``resets``), or one blackhole of
@@ -78,6 +79,7 @@ def run(
         topic,
         partitions,
         Path(out_dir),
+        client=client,
         members=members,
         rate=rate,
         direct=direct,

@@ -20,8 +20,10 @@ from typing import Any
 
 from ..broker._process import _parent_death_guard
 
-__all__ = ["MemberProcess", "Watch", "stop_all"]
+__all__ = ["MODULES", "MemberProcess", "Watch", "stop_all"]
 
+#: the member process of each client a run can have
+MODULES = {"fsm": "fsm_consumer.testing._member_process", "librdkafka": "fsm_consumer.testing._librdkafka_member"}
 _ROOT = Path(__file__).resolve().parent.parent.parent  # the directory holding the fsm_consumer package
 
 
@@ -29,7 +31,9 @@ class MemberProcess:
     """One member in its own process. ``name`` is its client id (and the name in its lines); ``stem`` (default
     ``name``) names its files, ``OUT_DIR/STEM.jsonl`` (its own lines), ``.jsonl.lib`` (its consumer's
     history) and ``.stderr``: a replacement of a killed member keeps the name and takes a new stem. The
-    other options go to ``_member_process`` as ``--key-name value`` (None: left out)."""
+    other options go to ``_member_process`` as ``--key-name value`` (None: left out). ``client``: ``fsm``
+    (this library, ``_member_process``) or ``librdkafka`` (confluent-kafka, ``_librdkafka_member``: the
+    same arguments and lines)."""
 
     def __init__(
         self,
@@ -40,9 +44,13 @@ class MemberProcess:
         out_dir: Path,
         *,
         stem: str | None = None,
+        client: str = "fsm",
         **options: object,
     ) -> None:
+        if client not in MODULES:
+            raise ValueError(f"client {client!r} is none of {', '.join(MODULES)}")
         self.name = name
+        self.client = client
         self.key = stem or name  # unique among the run's processes
         self.out = out_dir / f"{self.key}.jsonl"
         for stale in (self.out, Path(f"{self.out}.lib")):  # histories append: a rerun must start empty
@@ -50,7 +58,7 @@ class MemberProcess:
         argv = [
             sys.executable,
             "-m",
-            "fsm_consumer.testing._member_process",
+            MODULES[client],
             "--bootstrap",
             bootstrap,
             "--group",

@@ -9,7 +9,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-__all__ = ["Producer", "create_topic", "produced_file", "produced_ranges"]
+__all__ = ["Producer", "create_topic", "produced_file", "produced_ranges", "unacknowledged"]
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 10.0) -> None:
@@ -133,3 +133,9 @@ def produced_file(ranges: dict[tuple[str, int], Ranges]) -> dict[str, dict[str, 
     for (topic, partition), runs in sorted(ranges.items()):
         out.setdefault(topic, {})[str(partition)] = [list(r) for r in runs]
     return out
+
+
+def unacknowledged(produced: dict[tuple[str, int], set[int]]) -> int:
+    """Offsets below each partition's last acknowledged one that were never acknowledged to the producer
+    (a broker crash under a write leaves such gaps): counted beside rule L, which needs only the others."""
+    return sum(max(o) + 1 - len(o) for o in produced.values() if o)

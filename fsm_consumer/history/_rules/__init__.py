@@ -17,7 +17,7 @@ from .._violation import Violation
 from ._commits import broker_backwards, rule_c
 from ._keys import rule_k
 from ._lost import normalize_produced, rule_l
-from ._owners import reused_generation_pairs, rule_e
+from ._owners import reused_generation_pairs, rule_e, stale_polls
 from ._positions import rule_d, rule_m
 from ._shared import Lines
 
@@ -37,6 +37,7 @@ __all__ = [
     "broker_backwards",
     "normalize_produced",
     "reused_generation_pairs",
+    "stale_polls",
     "rule_c",
     "rule_d",
     "rule_e",

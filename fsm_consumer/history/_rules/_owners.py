@@ -17,8 +17,8 @@ def rule_e(lines: Lines) -> list[Violation]:
       began before Y's and has not ended), X's reads of it in the overlap are violations, except one:
       a read whose poll began before Y's ``assigned`` and which is X's only read in the overlap (the poll
       under way when X froze), provided X committed none of it (no acknowledged commit of X past the read's
-      first offset sent after Y's assignment). Several such Y in one interval of X: one read in all the
-      overlaps.
+      first offset sent after Y's assignment and before X owns the partition again). Several such Y in
+      one interval of X: one read in all the overlaps.
     * A read of a partition by a consumer that does not own it (outside its own intervals) while another
       consumer owns it is a violation (no allowance).
     * Two consumers, both alive at the time (their histories' first to last lines overlap), handing out
@@ -69,10 +69,18 @@ def _overlaps(tl: Timeline, allowed: set[int]) -> list[Violation]:
                 # the one poll under way when x froze: allowed, as long as x did not commit it
                 read = found[0][1][0]
                 since = min(y.start_t for y, _ in found)
+                # until x owns the partition again: then it reads on from the new owner's commit, and commits
+                # what it read in that ownership, not the stale poll
+                again = next((v.start_t for v in intervals if v.consumer == x.consumer and v.start_i > x.start_i), None)
                 covering = [
                     k
                     for k in tl.commits
-                    if k.consumer == x.consumer and k.tp == tp and k.acked and k.sent >= since and k.offset > read.first
+                    if k.consumer == x.consumer
+                    and k.tp == tp
+                    and k.acked
+                    and since <= k.sent
+                    and (again is None or k.sent < again)
+                    and k.offset > read.first
                 ]
                 if not covering:
                     allowed.update(stale)
@@ -183,6 +191,17 @@ def _rejoined(joins: dict[tuple[str, int], list[float]], first: Read, second: Re
     """Whether ``second``'s consumer joined ``generation`` after ``first`` was handed out: a second round of
     the group under the same number (a correct broker numbers every round anew)."""
     return any(first.t < t <= second.t for t in joins.get((second.consumer, generation), ()))
+
+
+def stale_polls(lines: Lines) -> list[Read]:
+    """The reads E's first point allowed: each the one poll under way when its consumer froze, handed out
+    after another was given the partition, never committed (the issue-25 bound: at most one poll's
+    records, ``max_poll_records``, read by a member after its session ended)."""
+    tl = as_timeline(lines)
+    allowed: set[int] = set()
+    for _, scope in tl.scopes():
+        _overlaps(scope, allowed)
+    return [r for r in tl.reads if r.i in allowed]
 
 
 def reused_generation_pairs(lines: Lines) -> int:

@@ -288,6 +288,10 @@ def frozen(a_reads: list[Line], a_end: float = 206) -> list[Line]:
 def test_e_the_one_poll_under_way_at_a_freeze_is_allowed() -> None:
     result = check(frozen([read(A, 205, 1, 0, 10, 14, poll=40)]))
     assert result.ok, result.format()
+    # counted: the figure a run reports against max_poll_records
+    assert result.summary["stale_polls"] == {"polls": 1, "max_records": 5}
+    assert "1 poll(s) under way when their consumer froze" in result.summary["rules"]["E"]["note"]
+    assert check(frozen([])).summary["stale_polls"] == {"polls": 0, "max_records": 0}
 
 
 def test_e_the_one_poll_under_way_at_a_freeze_may_be_handed_out_never_committed() -> None:
@@ -297,6 +301,24 @@ def test_e_the_one_poll_under_way_at_a_freeze_may_be_handed_out_never_committed(
     assert "committed 15 past them" in v.message and "never committed" in v.message
     failed = frozen([read(A, 205, 1, 0, 10, 14, poll=40), commit(A, 205.5, 1, {0: 15}, sent=205.2, error="fenced")])
     assert check(failed).ok  # refused by the broker: nothing committed
+
+
+def test_e_the_frozen_consumer_owning_the_partition_again_commits_what_it_read_then() -> None:
+    """Seen with librdkafka members (tools/faults --client librdkafka): after its frozen poll a lost the
+    partition, was given it again at 400 and read on from b's commit; its commits then are its own."""
+    again = [
+        read(A, 205, 1, 0, 10, 14, poll=40),
+        owned("revoked", B, 390, 2, 0),
+        owned("assigned", A, 400, 3, 0),
+        reset(A, 401, 3, 0, 25),
+        read(A, 411, 3, 0, 25, 29, poll=410),
+        commit(A, 420, 3, {0: 30}, sent=415),
+    ]
+    assert check(frozen(again)).ok, check(frozen(again)).format()
+    # a commit past the stale poll after its session, before a owns the partition again: still the violation
+    early = [*again[:1], commit(A, 260, 1, {0: 15}, sent=250), *again[1:]]
+    (v,) = only(frozen(early), "E").violations
+    assert "committed 15 past them" in v.message
 
 
 def test_e_a_stale_consumer_reading_on_while_the_new_owner_owns_the_partition() -> None:
