@@ -10,19 +10,22 @@ partition while it runs, and ends with a summary: records written, files, time, 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..broker import BROKER_KINDS
+from ._ingest_checkpoint import ForeignCheckpoint, check, record
+from ._ingest_progress import watch
+from ._spark_quiet import jvm_stderr_filtered, log_config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
 
 _TRIGGERS = ("available-now", "once")
 
@@ -71,7 +74,24 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--records", type=int, default=200_000, help="demo records (loopback broker only)")
     ap.add_argument("--partitions", type=int, default=4, help="demo topic partitions (loopback broker only)")
     ap.add_argument("--record-size", type=int, default=100, help="demo record size (loopback broker only)")
-    ap.add_argument("--quiet", action="store_true", help="no live progress display")
+    ap.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over: move the output and checkpoint aside (renamed, never deleted) instead of going on from them",
+    )
+    ap.add_argument("--quiet", action="store_true", help="no progress display")
+    ap.add_argument(
+        "--progress-every",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="when output is not a terminal: a progress line this often (default 5)",
+    )
+    ap.add_argument(
+        "--spark-log-level",
+        default="ERROR",
+        help="Spark's own log level for the job (default ERROR: no startup warnings; WARN or INFO for more)",
+    )
     return ap
 
 
@@ -88,8 +108,11 @@ def _loopback(master: str) -> bool:
     return master.startswith("local") or master.split("://", 1)[-1].split(":")[0] in ("127.0.0.1", "localhost")
 
 
-def _session(master: str, fmt: str, local: bool) -> SparkSession:
+def _session(master: str, fmt: str, local: bool, log_level: str) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors run this interpreter and package
+    if local:
+        # Spark's "your hostname resolves to a loopback address" warning: the driver is on loopback by choice
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName("fsm-consumer ingest")
@@ -106,71 +129,31 @@ def _session(master: str, fmt: str, local: bool) -> SparkSession:
                 "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
             )
         )
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    # Spark's log level from the JVM's first line (setLogLevel comes too late for its startup warnings,
+    # such as the native-hadoop one), and the JVM's own incubator-module warning left out
+    log_config(log_level)
+    with jvm_stderr_filtered():
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level.upper())
     return spark
 
 
-def _lag(progress: dict[str, Any] | None) -> dict[str, int]:
-    """Per topic-partition: what the broker has (latestOffset) minus what the last batch reached."""
-    if not progress or not progress.get("sources"):
-        return {}
-    source = progress["sources"][0]
+def _source_identity(bootstrap: str, topic: str, options: dict[str, str]) -> dict[str, Any]:
+    """What names the data this run reads (the checkpoint records it): the cluster's and the topic's ids."""
+    from ..spark._offsets import OffsetLookup
+    from ..spark._options import parse
+
+    lookup = OffsetLookup(parse({**options, "kafka.bootstrap.servers": bootstrap, "subscribe": topic}))
     try:
-        latest = json.loads(source.get("latestOffset") or "null") or {}
-        end = json.loads(source.get("endOffset") or "null") or {}
-    except (TypeError, ValueError):
-        return {}
-    lag = {}
-    for topic, parts in latest.items():
-        for p, offset in parts.items():
-            lag[f"{topic}-{p}"] = max(0, int(offset) - int(end.get(topic, {}).get(p, 0)))
-    return lag
-
-
-def _watch(query: StreamingQuery, args: argparse.Namespace, total_hint: int | None) -> None:
-    """Follow the query until it ends (or --duration), with a live display unless --quiet."""
-    deadline = None if args.duration is None else time.monotonic() + args.duration
-    seen_batches: set[int] = set()
-    rows = 0
-
-    def step() -> bool:
-        nonlocal rows
-        for p in query.recentProgress:
-            if p["batchId"] not in seen_batches:
-                seen_batches.add(p["batchId"])
-                rows += p.get("numInputRows", 0)
-        if deadline is not None and time.monotonic() >= deadline:
-            query.stop()
-        return query.isActive
-
-    if args.quiet or not sys.stdout.isatty():
-        while step():
-            # pyspark annotates the timeout int, but takes float seconds (it checks for int or float)
-            query.awaitTermination(0.5)  # type: ignore[arg-type]
-        step()
-        return
-    from rich.live import Live
-    from rich.table import Table
-
-    def render() -> Table:
-        last: dict[str, Any] = query.lastProgress or {}
-        table = Table(title=f"fsm-consumer ingest: {args.topic} -> {args.to}", show_header=False)
-        rate = last.get("processedRowsPerSecond") or 0.0
-        done = f"{rows:,}" + (f" of {total_hint:,}" if total_hint else "")
-        table.add_row("records written", done)
-        table.add_row("records/s (last batch)", f"{rate:,.0f}")
-        table.add_row("batches", str(len(seen_batches)))
-        lag = _lag(last)
-        table.add_row("lag per partition", ", ".join(f"{k}: {v:,}" for k, v in sorted(lag.items())) or "-")
-        return table
-
-    with Live(render(), refresh_per_second=4, transient=False) as live:
-        while step():
-            query.awaitTermination(0.25)  # type: ignore[arg-type]  # float seconds, as above
-            live.update(render())
-        step()
-        live.update(render())
+        ids = lookup.identity([topic])
+    finally:
+        lookup.close()
+    return {
+        "bootstrap": bootstrap,
+        "topic": topic,
+        "cluster_id": ids["cluster_id"],
+        "topic_id": ids["topic_ids"][topic],
+    }
 
 
 def ingest(argv: list[str]) -> int:
@@ -209,16 +192,28 @@ def ingest(argv: list[str]) -> int:
             total_hint = args.records
         out = Path(args.to).resolve()
         checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "_checkpoint"
-        spark = _session(args.master, args.format, local=_loopback(args.master))
+        source = _source_identity(bootstrap, args.topic, extra)
+        try:
+            resumed = check(
+                checkpoint, out, source, embedded=args.bootstrap_servers is None, fresh=args.fresh, say=print
+            )
+        except ForeignCheckpoint as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        spark = _session(args.master, args.format, local=_loopback(args.master), log_level=args.spark_log_level)
         stack.callback(spark.stop)
+        before = _count(spark, out, args.format) if resumed else 0
         from ..spark import register
 
         register(spark)
+        progress_dir = tempfile.mkdtemp(prefix="fsm-ingest-progress-")
+        stack.callback(shutil.rmtree, progress_dir, True)
         reader = (
             spark.readStream.format("fsm_kafka")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", args.topic)
             .option("startingOffsets", args.starting_offsets)
+            .option("progressPath", progress_dir)
         )
         if args.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", args.max_offsets_per_trigger)
@@ -235,26 +230,48 @@ def ingest(argv: list[str]) -> int:
             .queryName("fsm_consumer_ingest")
             .start()
         )
+        record(checkpoint, source)
+        deadline = None if args.duration is None else time.monotonic() + args.duration
+        rows = 0
         try:
-            _watch(query, args, total_hint)
+            rows = watch(
+                query,
+                progress_dir,
+                title=f"fsm-consumer ingest: {args.topic} -> {args.to}",
+                quiet=args.quiet,
+                every_s=args.progress_every,
+                deadline=deadline,
+            )
         except KeyboardInterrupt:
             query.stop()
         if query.exception() is not None:
             print(f"error: the query failed: {query.exception()}", file=sys.stderr)
             return 1
-        written = spark.read.format(args.format).load(str(out))
-        count = written.count()
+        count = _count(spark, out, args.format)
         files = sorted(p for p in out.rglob("*.parquet"))
         took = time.monotonic() - t0
+        new = count - before
         print(
-            f"done: {count:,} records in {len(files)} {args.format} files under {out} in {took:.1f} s "
-            f"(checkpoint {checkpoint})"
+            f"done: this run wrote {new:,} records ({count:,} in the output now, {len(files)} {args.format} files "
+            f"under {out}) in {took:.1f} s; checkpoint {checkpoint}"
+            + ("; nothing new since the checkpoint" if resumed and new == 0 else "")
         )
-        if total_hint is not None and count != total_hint:
-            print(f"error: {total_hint:,} records were produced, {count:,} written", file=sys.stderr)
+        if new != rows:
+            print(f"error: the batches of this run took in {rows:,} records but {new:,} were written", file=sys.stderr)
+            return 1
+        if total_hint is not None and new != total_hint:
+            print(f"error: {total_hint:,} records were produced, this run wrote {new:,}", file=sys.stderr)
             return 1
         print(
             f"read them back: spark.read.format({args.format!r}).load({str(out)!r})"
             + ("   or: pyarrow.parquet.read_table(path) per file" if args.format == "parquet" else "")
         )
     return 0
+
+
+def _count(spark: SparkSession, out: Path, fmt: str) -> int:
+    """Records in the output as its format's log lists them (Spark's ``_spark_metadata``, Delta's log: a
+    killed batch's leftover files are not counted); 0 when there is no output yet."""
+    if not (out / ("_delta_log" if fmt == "delta" else "_spark_metadata")).is_dir():
+        return 0
+    return int(spark.read.format(fmt).load(str(out)).count())

@@ -218,6 +218,14 @@ def _build_attributes(doc: Located, data: dict, states) -> dict[str, Attribute]:
                     )
                 of_state[s] = value
             values[value] = names
+        unless = {v: b["unless"] for v, b in body["values"].items() if "unless" in b}
+        for value in unless:
+            if rest is None or value == rest:
+                raise doc.error(
+                    path + ("values", value, "unless"),
+                    f"attribute {aname!r}: value {value!r} has 'unless', which gives its states the '*' value while "
+                    + ("it holds, but no value takes '*'" if rest is None else "it holds; not on '*' itself"),
+                )
         missing = [s for s in states if s not in of_state]
         if rest is not None:
             values[rest] = tuple(missing)
@@ -235,6 +243,7 @@ def _build_attributes(doc: Located, data: dict, states) -> dict[str, Attribute]:
             description=body.get("description", ""),
             value_descriptions={v: b.get("description", "") for v, b in body["values"].items()},
             rest=rest,
+            unless=unless,
         )
     return out
 

@@ -25,7 +25,8 @@ def _guard(t: Transition) -> str:
 
 def _attributes(spec: Spec, state: str) -> str:
     """``commit: open, heartbeat: send`` for a node: the values named for this state."""
-    return ", ".join(f"{a.name}: {a.of_state[state]}" for a in spec.attributes.values() if a.of_state[state] != a.rest)
+    named = [(a, a.of_state[state]) for a in spec.attributes.values() if a.of_state[state] != a.rest]
+    return ", ".join(f"{a.name}: {v}" + (f" unless {a.unless[v]}" if v in a.unless else "") for a, v in named)
 
 
 def _edges(spec: Spec):

@@ -145,6 +145,12 @@ class SpecMachine:
                 compiled.internal = t.internal
         self._machine.fsm_ignored = self._ignored
         self._attributes = {name: a.of_state for name, a in spec.attributes.items()}
+        # value -> (its condition, the value while it holds), per attribute: a value the spec makes conditional
+        self._unless = {
+            name: {v: (hooks[c], a.rest) for v, c in a.unless.items()}
+            for name, a in spec.attributes.items()
+            if a.unless
+        }
         self._events = dict(self._machine.events)
         self._arm(spec.initial, self._now)
         for name, timer in self._timers.items():
@@ -260,8 +266,15 @@ class SpecMachine:
         return [name for name, ev in self._events.items() if self.state in ev.transitions]
 
     def attribute(self, name: str) -> str:
-        """The current state's value of attribute ``name`` (declared under attributes in the spec)."""
-        return self._attributes[name][self._carrier.state]
+        """The current state's value of attribute ``name`` (declared under attributes in the spec); a value
+        with ``unless: <condition>`` is the attribute's '*' value while the model's condition holds."""
+        value = self._attributes[name][self._carrier.state]
+        conditional = self._unless.get(name)
+        if conditional and value in conditional:
+            holds, rest = conditional[value]
+            if holds() and rest is not None:  # the spec's checker makes 'unless' need a '*' value
+                return rest
+        return value
 
     def attribute_of(self, name: str, state: str) -> str:
         return self._attributes[name][state]

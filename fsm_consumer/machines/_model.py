@@ -100,6 +100,7 @@ class Attribute:
     description: str = ""
     value_descriptions: dict[str, str] = attrs.field(factory=dict)
     rest: str | None = None  # the value of every state not named ('*'), if any
+    unless: dict[str, str] = attrs.field(factory=dict)  # value -> the condition under which it is ``rest``
 
 
 @attrs.frozen
@@ -145,4 +146,7 @@ class Spec:
             for kind in ("conditions", "unless", "before", "after"):
                 for h in getattr(t, kind):
                     used.setdefault(h, []).append(f"transition {t.trigger} {kind} (line {t.line})")
+        for a in self.attributes.values():
+            for value, h in a.unless.items():
+                used.setdefault(h, []).append(f"attributes.{a.name}.values.{value}.unless (line {a.line})")
         return used

@@ -88,8 +88,6 @@ class GroupMember(Protocol):
 
     def _subscribed_topics(self) -> tuple[str, ...]: ...
 
-    def _leave_needed(self) -> bool: ...
-
     def _request_rejoin(self, why: str) -> None: ...
 
     def _record(self, what: str, partitions: Iterable[TopicPartition]) -> None: ...
@@ -126,8 +124,6 @@ class GroupExchange:
         request: str | None = m.machine.attribute("request")
         if request == "none" or self._sent_visit == m.machine.visit:
             request = None  # this visit's request went out already
-        if request == "leave" and not m._leave_needed():
-            request = None
         heartbeats = m.machine.attribute("heartbeat") == "send"
         node = m._coordinator.node
         out: list[Outgoing] = []

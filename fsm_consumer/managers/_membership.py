@@ -156,6 +156,11 @@ class MembershipManager:
     def must_revoke(self) -> bool:
         return self.protocol is RebalanceProtocol.COOPERATIVE and bool(self.owned - self._new)
 
+    def keeps_place(self) -> bool:
+        """No LeaveGroup (the spec's request attribute): a static member keeps its place across restarts
+        (KIP-345); a member that never got an id, or lost it, has nothing to leave."""
+        return self._config.group_instance_id is not None or not self.member_id
+
     def eager_protocol(self) -> bool:
         return self.protocol is RebalanceProtocol.EAGER
 
@@ -280,13 +285,8 @@ class MembershipManager:
         self.rebalance_started = None
 
     def send_leave_group(self) -> None:
-        if not self._leave_needed():
-            # static members keep their place across restarts: no LeaveGroup (KIP-345); a member
-            # that never got an id, or lost it, has nothing to leave
+        if self.machine.attribute("request") == "none":  # the spec's ``unless: keeps_place``: nothing to send
             self.machine.fire("left")
-
-    def _leave_needed(self) -> bool:
-        return self._config.group_instance_id is None and bool(self.member_id)
 
     def note_session_expired(self) -> None:
         self.session_expiries += 1

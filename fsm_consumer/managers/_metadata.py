@@ -36,6 +36,7 @@ class TopicInfo:
     leader_epochs: dict[int, int]
     error: int = 0  # topic-level error code of the last answer
     internal: bool = False
+    topic_id: str | None = None  # KIP-516's (Metadata v10+; None when the broker sends none)
 
 
 class MetadataManager:
@@ -232,7 +233,9 @@ class MetadataManager:
                     self._held.hold(("topic", t.name), public_error(t.error_code, f"Metadata of topic {t.name!r}"))
                 elif t.error_code == 0:
                     self._held.release(("topic", t.name))
-            self.topics[t.name] = TopicInfo(leaders, epochs, t.error_code, bool(getattr(t, "is_internal", False)))
+            self.topics[t.name] = TopicInfo(
+                leaders, epochs, t.error_code, bool(getattr(t, "is_internal", False)), _topic_id(t)
+            )
         if self._sent_all:
             returned = {t.name for t in r.topics}
             for gone in set(self.topics) - returned:
@@ -264,3 +267,12 @@ class MetadataManager:
 
     def expire(self, now: float) -> None:
         self._waiters = [(e, s) for e, s in self._waiters if not (e.future is not None and e.future.done)]
+
+
+def _topic_id(topic: object) -> str | None:
+    """The topic id of a Metadata answer's topic as text; None for none (older versions, or all zeros)."""
+    value = getattr(topic, "topic_id", None)
+    if value is None:
+        return None
+    text = str(value)
+    return None if set(text.replace("-", "")) <= {"0"} else text

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from ._cluster import ClusterStartError, StandaloneCluster
 from ._consumer_sink import ConsumerSink, WrittenBatch
-from ._options import KafkaOptionError
+from ._option_values import KafkaOptionError
 from ._source import NAME, KafkaDataSource
 
 if TYPE_CHECKING:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceReader
 
 from ._offsets import OffsetLookup, describe, report_data_loss, resolve
-from ._options import KafkaOptionError, OffsetSpec, ReadOptions
+from ._option_values import KafkaOptionError
+from ._options import OffsetSpec, ReadOptions
 from ._ranges import KafkaRange, split
 from ._read import planned, read_range
 

@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._options import EARLIEST, LATEST, KafkaOptionError, OffsetSpec, ReadOptions, TopicPartitionKey
+from ._option_values import KafkaOptionError
+from ._options import EARLIEST, LATEST, OffsetSpec, ReadOptions, TopicPartitionKey
 
 if TYPE_CHECKING:
     from ..consumer import Consumer
@@ -60,7 +61,8 @@ def describe(tps: Iterable[TopicPartitionKey]) -> str:
 
 
 class OffsetLookup:
-    """Metadata and offset lookups for the driver, on one group-less Consumer (made on first use)."""
+    """Metadata and offset lookups for the driver, on one Consumer (made on first use) that carries the
+    read's group id and never joins it."""
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
@@ -70,7 +72,9 @@ class OffsetLookup:
         if self._consumer is None:
             from ..consumer import Consumer
 
-            self._consumer = Consumer(**self.opts.consumer_config(group_id=None, enable_auto_commit=False))
+            self._consumer = Consumer(
+                **self.opts.consumer_config(group_id=self.opts.carried_group_id("driver"), enable_auto_commit=False)
+            )
         return self._consumer
 
     def _retry(self, what: Callable[[Consumer], T]) -> T:
@@ -126,6 +130,19 @@ class OffsetLookup:
 
     def _partitions_for(self, topic: str) -> set[int]:
         return self._retry(lambda c: c.partitions_for_topic(topic))
+
+    def identity(self, topics: Iterable[str]) -> dict[str, Any]:
+        """What names the data being read, for a checkpoint to be checked against later: the cluster id and
+        each topic's id (KIP-516: a topic deleted and created again gets a new one, another cluster other
+        ones). Values are None where the broker sends none (Metadata before v10)."""
+        wanted = sorted(set(topics))
+        for topic in wanted:
+            self._partitions_for(topic)  # a metadata answer naming the topic
+        metadata = self._client()._metadata  # read-only peek at the last answer (the package's own)
+        return {
+            "cluster_id": metadata.cluster_id,
+            "topic_ids": {t: getattr(metadata.topics.get(t), "topic_id", None) for t in wanted},
+        }
 
     def earliest(self, tps: Iterable[TopicPartitionKey]) -> Offsets:
         return self._offsets(tps, "beginning_offsets")

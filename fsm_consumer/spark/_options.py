@@ -11,14 +11,20 @@ it (with the closest known name), not silently ignored.
 from __future__ import annotations
 
 import difflib
-import json
-import math
+import logging
 import re
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ._kafka_options import _check_consumer_config, _kafka_params, _stores
+from ._option_values import KafkaOptionError as KafkaOptionError  # re-exported: the error of every option
+from ._option_values import _bool, _json, _long, _time_ms
+from ._stores import Stores, ssl_settings
+
 TopicPartitionKey = tuple[str, int]
+log = logging.getLogger("fsm_consumer.spark")
 
 # Spark's Kafka source options this source implements, by their lower-cased name
 _KNOWN = (
@@ -33,6 +39,8 @@ _KNOWN = (
     "endingOffsetsByTimestamp",
     "startingOffsetsByTimestampStrategy",
     "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
     "minPartitions",
     "maxRecordsPerPartition",
     "failOnDataLoss",
@@ -43,49 +51,18 @@ _KNOWN = (
     "groupIdPrefix",
     "commitToGroup",
     "historyPath",
+    "progressPath",
 )
 CANONICAL = {name.lower(): name for name in (*_KNOWN, "kafka.bootstrap.servers")}
 # Spark's, refused here with the reason (by lower-cased name: Spark's spelling, why)
 _UNSUPPORTED = {
-    "minoffsetspertrigger": ("minOffsetsPerTrigger", "is not implemented by fsm_kafka (maxOffsetsPerTrigger is)"),
-    "maxtriggerdelay": ("maxTriggerDelay", "goes with minOffsetsPerTrigger, which fsm_kafka does not implement"),
     "topic": ("topic", "is the Kafka sink's option; a read takes subscribe, subscribePattern or assign"),
 }
-# kafka.* options Spark refuses (or that would break the read), with what to use instead
-_KAFKA_REFUSED = {
-    "group.id": "the source reads without a consumer group (offsets live in Spark's checkpoint); "
-    "use the option commitToGroup to commit each finished batch's end to a group",
-    "group.instance.id": "the source reads without a consumer group",
-    "auto.offset.reset": "set the source option startingOffsets instead",
-    "enable.auto.commit": "the source never commits consumer offsets (see commitToGroup)",
-    "key.deserializer": "keys are always read as bytes; deserialize the key column with DataFrame operations",
-    "value.deserializer": "values are always read as bytes; deserialize the value column with DataFrame operations",
-    "interceptor.classes": "consumer interceptors are not supported",
-    "partition.assignment.strategy": "the source assigns partitions itself",
-}
-# config keys that take Python objects, which a string option cannot give
-_OBJECT_KEYS = frozenset(
-    {
-        "ssl_context",
-        "sasl_oauth_token_provider",
-        "default_offset_commit_callback",
-        "key_deserializer",
-        "value_deserializer",
-        "partition_assignment_strategy",
-    }
-)
-_JAAS = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
-
 EARLIEST, LATEST = -2, -1
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # Spark's default: spark.network.timeout
-
-
-class KafkaOptionError(ValueError):
-    """A read option is missing, unknown or has a value that is not allowed; ``option`` names it."""
-
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(f"fsm_kafka option '{option}': {message}")
-        self.option = option
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000  # Spark's: 15m
+# the prefix of a generated group id when kafka.group.id is not given (Spark's, per kind of read)
+GROUP_ID_PREFIX = {"batch": "spark-kafka-relation", "stream": "spark-kafka-source"}
 
 
 @dataclass(frozen=True)
@@ -109,6 +86,8 @@ class ReadOptions:
     ending: OffsetSpec | None = None  # batch only; None: latest
     by_timestamp_strategy: str = "error"
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     fail_on_data_loss: bool = True
@@ -117,8 +96,13 @@ class ReadOptions:
     fetch_retries: int = 3
     fetch_retry_interval_ms: int = 10
     commit_to_group: str | None = None
+    group_id: str | None = None  # kafka.group.id: the group id every consumer of the source carries
+    group_id_prefix: str | None = None  # groupIdPrefix: of the generated one (without kafka.group.id)
+    generated_group_id: str | None = None  # made once per query by the driver (with_group_id)
     history_path: str | None = None  # fsm_kafka's: a directory for the source's history (spark/_history.py)
+    progress_path: str | None = None  # fsm_kafka's: a directory for batches' progress (spark/_progress.py)
     kafka_params: dict[str, Any] = field(default_factory=dict)
+    stores: Stores | None = None  # kafka.ssl.truststore.* / keystore.*: PEM files made per process
     given: frozenset[str] = frozenset()  # canonical names of the options given
 
     @property
@@ -127,34 +111,42 @@ class ReadOptions:
 
     def consumer_config(self, **overrides: Any) -> dict[str, Any]:
         """Keyword arguments for an fsm_consumer ``Consumer``: the kafka.* options and ``overrides``."""
-        return {**self.kafka_params, "bootstrap_servers": self.bootstrap_servers, **overrides}
+        return {
+            **self.kafka_params,
+            **ssl_settings(self.stores),
+            "bootstrap_servers": self.bootstrap_servers,
+            **overrides,
+        }
+
+    def with_group_id(self, kind: str) -> ReadOptions:
+        """These options with the query's group id made (``kind``: "batch" or "stream"), as Spark's source
+        makes one per query on the driver: ``groupIdPrefix`` (default Spark's for the kind), a dash, a
+        random UUID. Without effect when ``kafka.group.id`` is given (that one is carried as it is)."""
+        if self.group_id is not None:
+            # Spark's warning, shortened: a group id shared by queries is a choice to make knowingly
+            log.warning(
+                "fsm_kafka: kafka.group.id %r is carried by every consumer of this read (for brokers that "
+                "authorize by group); they read assigned ranges and never join the group nor commit to it%s",
+                self.group_id,
+                "; groupIdPrefix is ignored" if self.group_id_prefix is not None else "",
+            )
+            return self
+        if self.generated_group_id is not None:
+            return self
+        prefix = self.group_id_prefix or GROUP_ID_PREFIX[kind]
+        return replace(self, generated_group_id=f"{prefix}-{uuid.uuid4()}")
+
+    def carried_group_id(self, role: str) -> str | None:
+        """The group id a consumer of the source carries (``role``: "driver" or "executor"): ``kafka.group.id``
+        as given, else the generated one with the role appended (Spark's ``-driver``/``-executor``). The
+        consumers never join the group nor commit to it (they read assigned ranges, as Spark's do); brokers
+        that authorize by group see it."""
+        if self.group_id is not None:
+            return self.group_id
+        return None if self.generated_group_id is None else f"{self.generated_group_id}-{role}"
 
 
 # -- values ----------------------------------------------------------------------------------------------
-def _bool(option: str, value: str) -> bool:
-    text = str(value).strip().lower()
-    if text not in ("true", "false"):
-        raise KafkaOptionError(option, f"{value!r} is not a boolean (true or false)")
-    return text == "true"
-
-
-def _long(option: str, value: str, *, minimum: int, what: str = "an integer") -> int:
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise KafkaOptionError(option, f"{value!r} is not {what}") from None
-    if number < minimum:
-        raise KafkaOptionError(option, f"{value!r} must be >= {minimum}")
-    return number
-
-
-def _json(option: str, value: str, example: str) -> Any:
-    try:
-        return json.loads(value)
-    except ValueError as exc:
-        raise KafkaOptionError(option, f"malformed JSON ({exc}): expected e.g. {example}, got {value!r}") from None
-
-
 def _per_partition(option: str, value: str, *, minimum: int, example: str) -> dict[TopicPartitionKey, int]:
     """``{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}`` to {(topic, partition): number}."""
     parsed = _json(option, value, example)
@@ -214,99 +206,6 @@ def _offsets(option: str, value: str, *, allowed: tuple[str, ...]) -> OffsetSpec
     )
 
 
-# -- kafka.* -------------------------------------------------------------------------------------------------
-def _config_types() -> dict[str, str]:
-    import attrs
-
-    from .._config import ConsumerConfig
-
-    return {a.name: str(a.type) for a in attrs.fields(ConsumerConfig)}
-
-
-def _convert(option: str, key: str, value: str, kind: str) -> Any:
-    text = str(value).strip()
-    if kind == "bool":
-        return _bool(option, text)
-    if kind.startswith("int"):
-        if kind.endswith("None") and text.lower() in ("", "none", "null"):
-            return None
-        return _long(option, text, minimum=-(2**63))
-    if kind.startswith("float"):
-        try:
-            return float(text) if text.lower() not in ("inf", "infinity") else math.inf
-        except ValueError:
-            raise KafkaOptionError(option, f"{value!r} is not a number") from None
-    if kind.endswith("None") and text == "":
-        return None
-    return text
-
-
-def _jaas(value: str) -> dict[str, str]:
-    """The username and password of a Java ``sasl.jaas.config`` (Plain or Scram login module)."""
-    found = {k.lower(): v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _JAAS.findall(value)}
-    if not {"username", "password"} <= set(found) or "oauthbearer" in value.lower():
-        raise KafkaOptionError(
-            "kafka.sasl.jaas.config",
-            "only a PlainLoginModule or ScramLoginModule with "
-            'username="..." password="..." can be translated; or set kafka.sasl.plain.username '
-            "and kafka.sasl.plain.password",
-        )
-    return {"sasl_plain_username": found["username"], "sasl_plain_password": found["password"]}
-
-
-def _kafka_params(given: Mapping[str, str]) -> tuple[str | None, dict[str, Any]]:
-    """(bootstrap servers, the other Consumer keyword arguments) from the kafka.* options."""
-    types = _config_types()
-    servers = None
-    params: dict[str, Any] = {}
-    for option, value in given.items():
-        name = option[len("kafka.") :]
-        if name == "bootstrap.servers":
-            servers = str(value).strip()
-            continue
-        if name in _KAFKA_REFUSED:
-            raise KafkaOptionError(option, f"not allowed: {_KAFKA_REFUSED[name]}")
-        if name == "sasl.jaas.config":
-            params.update(_jaas(str(value)))
-            continue
-        if name == "ssl.endpoint.identification.algorithm":
-            params["ssl_check_hostname"] = str(value).strip().lower() == "https"
-            continue
-        key = name.replace(".", "_")
-        if key == "bootstrap_servers":
-            servers = str(value).strip()
-            continue
-        if key in _OBJECT_KEYS:
-            raise KafkaOptionError(
-                option, f"config key {key!r} takes a Python object, which a string option cannot give"
-            )
-        if key not in types:
-            options = sorted("kafka." + k.replace("_", ".") for k in types if k not in _OBJECT_KEYS)
-            close = difflib.get_close_matches(option, options, n=1, cutoff=0.6)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise KafkaOptionError(
-                option,
-                f"no fsm_consumer config key {key!r} (kafka.* options are the "
-                f"consumer's config keys with dots for underscores){hint}",
-            )
-        params[key] = _convert(option, key, value, types[key])
-    return servers, params
-
-
-def _check_consumer_config(servers: str, params: dict[str, Any]) -> None:
-    """Build the config once, so a bad value fails here, named as the option it came from."""
-    from .._config import ConsumerConfig
-    from ..errors import ConfigError
-
-    try:
-        ConsumerConfig.from_kwargs(**params, bootstrap_servers=servers)
-    except ConfigError as exc:
-        option = "kafka." + exc.key.replace("_", ".") if exc.key else "kafka.*"
-        if exc.key == "bootstrap_servers":
-            option = "kafka.bootstrap.servers"
-        raise KafkaOptionError(option, str(exc)) from None
-
-
 # -- the whole set ----------------------------------------------------------------------------------------
 def _unknown(option: str) -> KafkaOptionError:
     if option in _UNSUPPORTED:
@@ -316,7 +215,7 @@ def _unknown(option: str) -> KafkaOptionError:
     hint = f"; did you mean '{CANONICAL[close[0]]}'?" if close else ""
     return KafkaOptionError(
         option,
-        "unknown option (fsm_kafka takes Spark's Kafka source options, commitToGroup, historyPath "
+        "unknown option (fsm_kafka takes Spark's Kafka source options, commitToGroup, historyPath, progressPath "
         f"and kafka.* consumer settings){hint}",
     )
 
@@ -348,6 +247,7 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
         lowered[str(key).lower()] = value
     kafka = {k: v for k, v in lowered.items() if k.startswith("kafka.")}
     plain = {k: v for k, v in lowered.items() if not k.startswith("kafka.")}
+    stores = _stores(kafka)
     for option in plain:
         if option not in CANONICAL:
             raise _unknown(option)
@@ -359,7 +259,7 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
             "required: the Kafka brokers to read from, "
             "e.g. .option('kafka.bootstrap.servers', 'host1:9092,host2:9092')",
         )
-    _check_consumer_config(servers, params)
+    _check_consumer_config(servers, {**params, **ssl_settings(stores)})
 
     chosen = [name for name in ("subscribe", "subscribePattern", "assign") if name in opt]
     if len(chosen) > 1:
@@ -400,12 +300,27 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
     history = opt.get("historyPath")
     if history is not None and not str(history).strip():
         raise KafkaOptionError("historyPath", "the directory is empty")
+    progress = opt.get("progressPath")
+    if progress is not None and not str(progress).strip():
+        raise KafkaOptionError("progressPath", "the directory is empty")
+    group_id = params.pop("group_id", None)  # kafka.group.id: carried by the consumers, never joined
+    if "kafka.group.id" in kafka and not str(kafka["kafka.group.id"]).strip():
+        raise KafkaOptionError("kafka.group.id", "the group id is empty")
+    prefix = opt.get("groupIdPrefix")
+    if prefix is not None and not str(prefix).strip():
+        raise KafkaOptionError("groupIdPrefix", "the prefix is empty")
 
     def number(name: str, minimum: int) -> int | None:
         return None if name not in opt else _long(name, opt[name], minimum=minimum)
 
     def number_or(name: str, minimum: int, default: int) -> int:
         return default if name not in opt else _long(name, opt[name], minimum=minimum)
+
+    max_offsets, min_offsets = number("maxOffsetsPerTrigger", 1), number("minOffsetsPerTrigger", 1)
+    if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
+        raise KafkaOptionError(
+            "minOffsetsPerTrigger", f"{min_offsets} is higher than maxOffsetsPerTrigger ({max_offsets})"
+        )
 
     return ReadOptions(
         bootstrap_servers=servers,
@@ -415,7 +330,11 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
         starting=starting,
         ending=ending,
         by_timestamp_strategy=strategy,
-        max_offsets_per_trigger=number("maxOffsetsPerTrigger", 1),
+        max_offsets_per_trigger=max_offsets,
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=_time_ms("maxTriggerDelay", opt["maxTriggerDelay"])
+        if "maxTriggerDelay" in opt
+        else DEFAULT_MAX_TRIGGER_DELAY_MS,
         min_partitions=number("minPartitions", 1),
         max_records_per_partition=number("maxRecordsPerPartition", 1),
         fail_on_data_loss=_bool("failOnDataLoss", opt.get("failOnDataLoss", "true")),
@@ -424,8 +343,12 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
         fetch_retries=number_or("fetchOffset.numRetries", 0, 3),
         fetch_retry_interval_ms=number_or("fetchOffset.retryIntervalMs", 0, 10),
         commit_to_group=None if group is None else str(group).strip(),
+        group_id=None if group_id is None else str(group_id).strip(),
+        group_id_prefix=None if prefix is None else str(prefix).strip(),
         history_path=None if history is None else str(history).strip(),
+        progress_path=None if progress is None else str(progress).strip(),
         kafka_params=params,
+        stores=stores,
         given=frozenset(opt) | ({"kafka.bootstrap.servers"} if servers else frozenset()),
     )
 
@@ -454,6 +377,9 @@ def check_batch(opts: ReadOptions) -> ReadOptions:
         raise KafkaOptionError(
             "commitToGroup", "only for streaming reads (spark.readStream): a batch read has no progress to commit"
         )
+    for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+        if name in opts.given:  # Spark's warning: a batch read takes everything in one go
+            log.warning("fsm_kafka: option %s ignored in batch queries (it is for spark.readStream)", name)
     return opts
 
 

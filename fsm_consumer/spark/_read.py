@@ -17,9 +17,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from . import _history as history
+from . import _progress as progress
 from ._history import consumer_history_path
 from ._offsets import log, report_data_loss
 from ._options import ReadOptions
+from ._progress import RangeProgress
 from ._ranges import KafkaRange
 from ._schema import to_spark
 
@@ -50,13 +52,14 @@ def read_range(opts: ReadOptions, r: InputPartition) -> Iterator[RecordBatch]:
     where = f"{r.topic}-{r.partition}"
     consumer = Consumer(
         **opts.consumer_config(
-            group_id=None,
+            group_id=opts.carried_group_id("executor"),  # never joined nor committed to (as Spark's)
             enable_auto_commit=False,
             auto_offset_reset="none",
             history_path=consumer_history_path(opts.history_path, r.topic, r.partition, r.start),
         )
     )
     rows, first_offset, last_offset = 0, None, None
+    reported = RangeProgress(opts.progress_path, r)
     try:
         consumer.assign([tp])
         consumer.seek(tp, r.start)
@@ -86,6 +89,7 @@ def read_range(opts: ReadOptions, r: InputPartition) -> Iterator[RecordBatch]:
                     if first_offset is None:
                         first_offset = int(offsets[0])
                     last_offset = int(offsets[batch.num_rows - 1])
+                    reported.update(rows)
                     yield to_spark(batch, opts.include_headers)
             now_at = consumer.position(tp)
             if now_at > position:
@@ -100,6 +104,7 @@ def read_range(opts: ReadOptions, r: InputPartition) -> Iterator[RecordBatch]:
                     progress_at = time.monotonic()
     finally:
         consumer.close(autocommit=False, timeout_ms=5000)
+        reported.update(rows, final=True)
         history.write(
             opts.history_path,
             "task",
@@ -114,7 +119,8 @@ def read_range(opts: ReadOptions, r: InputPartition) -> Iterator[RecordBatch]:
 
 
 def planned(opts: ReadOptions, ranges: list[KafkaRange]) -> None:
-    """The driver's ``batch_planned`` line (with ``historyPath``)."""
+    """The driver's ``batch_planned`` line (with ``historyPath``) and the batch's plan (``progressPath``)."""
+    progress.planned(opts.progress_path, ranges)
     history.write(
         opts.history_path,
         "driver",

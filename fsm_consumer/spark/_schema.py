@@ -2,7 +2,8 @@
 
 key binary, value binary, topic string, partition int, offset long, timestamp timestamp,
 timestampType int (0 create time, 1 log append time, -1 none), and with ``includeHeaders``
-``headers array<struct<key: string, value: binary>>``; every field nullable, as in Spark.
+``headers array<struct<key: string, value: binary>>`` (null for a record without headers, as Spark's); every field
+nullable, as in Spark.
 Executors hand Spark ``pyarrow.RecordBatch``es whose schema is exactly what pyspark checks against
 (``to_arrow_schema(schema, timezone="UTC")``: timestamp[us, tz=UTC], int32, plain strings).
 """
@@ -87,5 +88,27 @@ def to_spark(batch: pa.RecordBatch, include_headers: bool) -> pa.RecordBatch:
         kind,
     ]
     if include_headers:
-        columns.append(batch.column("headers").cast(schema.field("headers").type))
+        columns.append(_headers_or_null(batch.column("headers").cast(schema.field("headers").type)))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _headers_or_null(headers: pa.Array) -> pa.Array:
+    """A record without headers has null headers in Spark's Kafka source, not an empty array (a query
+    counting nulls or filtering ``headers IS NULL`` must get Spark's answer). Built from the list's buffers
+    (pyarrow's compute and scalars would import pandas in every task, see ``fetch._arrow``)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ..fetch._arrow import nulls
+
+    n = len(headers)
+    if not n:
+        return headers
+    offsets = np.frombuffer(headers.buffers()[1], dtype=np.int32, count=n + 1, offset=headers.offset * 4)
+    empty = offsets[1:] == offsets[:-1]
+    if not empty.any():
+        return headers
+    null = empty | nulls(headers)
+    validity = pa.py_buffer(np.packbits(~null, bitorder="little"))
+    # the offsets of this slice (they index the whole child array, which ``values`` is)
+    return pa.Array.from_buffers(headers.type, n, [validity, pa.py_buffer(offsets.copy())], children=[headers.values])

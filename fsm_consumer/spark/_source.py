@@ -49,14 +49,14 @@ class KafkaDataSource(DataSource):
     def reader(self, schema: StructType) -> KafkaBatchReader:
         from ._batch import KafkaBatchReader
 
-        opts = check_batch(parse(self.options))
+        opts = check_batch(parse(self.options)).with_group_id("batch")
         _check_schema(schema, opts)
         return KafkaBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         from ._stream import KafkaStreamReader
 
-        opts = check_stream(parse(self.options))
+        opts = check_stream(parse(self.options)).with_group_id("stream")
         _check_schema(schema, opts)
         return KafkaStreamReader(opts)
 

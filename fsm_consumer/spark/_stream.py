@@ -17,11 +17,18 @@ the only truth: the group is never read. See ``KafkaStreamReader.commit`` for wh
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamReader
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
 from . import _history as history
 from ._offsets import JsonOffsets, OffsetLookup, Offsets, decode, describe, encode, log, report_data_loss, resolve
@@ -61,6 +68,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: JsonOffsets | None = None
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
+        # minOffsetsPerTrigger: when the last batch was let through (None: never, so the first one is)
+        self._last_trigger: float | None = None
+        self.clock: Callable[[], float] = time.monotonic  # seconds; a test may set its own
 
     def __getstate__(self) -> dict[str, Any]:
         # only the options travel to the executors; the consumers stay on the driver
@@ -84,8 +94,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        # pyspark has no composite limit: with both options the engine is given the upper one, and the
+        # lower one (minOffsetsPerTrigger) is applied in latestOffset from the options, as Spark's source
+        # reads maxTriggerDelay from its options too
         if self.opts.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -109,12 +124,32 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             }
         start_at = {**self.lookup.earliest(new), **{tp: o for tp, o in begin.items() if tp in latest}}
         until = dict(latest)
+        if self._delay(limit, start_at, latest):
+            return start  # no batch this trigger: fewer than minOffsetsPerTrigger new, maxTriggerDelay not over
         if isinstance(limit, ReadMaxRows):
             until = rate_limit(limit.max_rows, start_at, until)
-        elif not isinstance(limit, ReadAllAvailable):
+        elif not isinstance(limit, (ReadAllAvailable, ReadMinRows)):
             log.warning("read limit %r is not supported by fsm_kafka; reading all available", limit)
         # partitions that went away stay out: partitions() reports them (failOnDataLoss)
         return encode(until)
+
+    def _delay(self, limit: ReadLimit, start: Offsets, latest: Offsets) -> bool:
+        """Whether this trigger makes no batch, as Spark's Kafka source decides (``delayBatch``): with
+        ``minOffsetsPerTrigger``, unless ``maxTriggerDelay`` has passed since the last batch (the first
+        trigger always passes), a batch waits until that many new offsets are there. Not for a trigger that
+        wants everything (``Trigger.Once``: the engine's ReadAllAvailable) nor under ``Trigger.AvailableNow``
+        (which must end: it reads up to what was there at its start)."""
+        minimum = self.opts.min_offsets_per_trigger
+        if minimum is None or self._target is not None or isinstance(limit, ReadAllAvailable):
+            return False
+        now = self.clock()
+        if self._last_trigger is None or (now - self._last_trigger) * 1000 >= self.opts.max_trigger_delay_ms:
+            self._last_trigger = now
+            return False
+        if sum(max(0, o - start.get(tp, o)) for tp, o in latest.items()) < minimum:
+            return True
+        self._last_trigger = now
+        return False
 
     def reportLatestOffset(self) -> JsonOffsets | None:
         return None if self._latest is None else encode(self._latest)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from ._options import KafkaOptionError
+from ._option_values import KafkaOptionError
 
 if TYPE_CHECKING:
     from pyarrow import RecordBatch

@@ -118,21 +118,25 @@ class _Member:
             if m.error() is not None:
                 self.history.write("poll_error", error=str(m.error()))
                 continue
-            offsets.setdefault((m.topic(), m.partition()), []).append(m.offset())
+            topic, partition, offset = m.topic(), m.partition(), m.offset()
+            if topic is None or partition is None or offset is None:  # a record always has them
+                continue
+            offsets.setdefault((topic, partition), []).append(offset)
         for (topic, partition), os_ in offsets.items():
             for first, last in _runs(os_):
                 self.history.write(
                     "read", t=returned, tp=[topic, partition], offsets=[first, last], count=last - first + 1
                 )
+                # librdkafka does not say its position before: the first offset handed out stands for it
+                positions: dict[str, Any] = {"from": first, "to": last + 1}
                 self.lib.write(
                     "read",
                     t=returned,
                     tp=[topic, partition],
                     offsets=[first, last],
                     count=last - first + 1,
-                    # librdkafka does not say its position before: the first offset handed out stands for it
-                    **{"from": first, "to": last + 1},
                     t_poll_start=started,
+                    **positions,
                 )
             self.position[(topic, partition)] = os_[-1] + 1
         if offsets and self.every_poll:

@@ -107,8 +107,15 @@ def test_names_are_case_insensitive_and_kafka_options_map_to_consumer_keys():
         ({"subscribe": "a", "subscribepatern": "x"}, "subscribepatern", "did you mean 'subscribePattern'?"),
         ({"subscribe": "a", "flux": "1"}, "flux", "unknown option"),
         ({"subscribe": "a", "topic": "a"}, "topic", "the Kafka sink's option"),
-        ({"subscribe": "a", "minOffsetsPerTrigger": "10"}, "minOffsetsPerTrigger", "not implemented"),
-        ({"subscribe": "a", "kafka.group.id": "g"}, "kafka.group.id", "commitToGroup"),
+        ({"subscribe": "a", "minOffsetsPerTrigger": "0"}, "minOffsetsPerTrigger", ">= 1"),
+        (
+            {"subscribe": "a", "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"},
+            "minOffsetsPerTrigger",
+            "higher than maxOffsetsPerTrigger (5)",
+        ),
+        ({"subscribe": "a", "maxTriggerDelay": "soon"}, "maxTriggerDelay", "not a duration"),
+        ({"subscribe": "a", "kafka.group.id": " "}, "kafka.group.id", "empty"),
+        ({"subscribe": "a", "groupIdPrefix": ""}, "groupIdPrefix", "empty"),
         ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "kafka.auto.offset.reset", "startingOffsets"),
         ({"subscribe": "a", "kafka.enable.auto.commit": "true"}, "kafka.enable.auto.commit", "never commits"),
         ({"subscribe": "a", "kafka.value.deserializer": "x"}, "kafka.value.deserializer", "bytes"),
@@ -294,3 +301,110 @@ def test_the_data_source_schema_and_name():
     with pytest.raises(ValueError, match="fixed schema"):
         source.reader(with_headers)
     assert source.reader(source.schema()).opts.subscribe == ("t",)
+
+
+def test_kafka_group_id_is_carried_by_every_consumer_and_group_id_prefix_names_the_generated_one(caplog):
+    """As Spark's source: kafka.group.id is the group id of the driver's and the executors' consumers (for
+    brokers that authorize by group; never joined, never committed to; a warning says so and that
+    groupIdPrefix is then ignored); without it each query makes one, groupIdPrefix (default
+    spark-kafka-relation for a batch read, spark-kafka-source for a stream), a dash and a UUID, with -driver
+    and -executor appended per role."""
+    given = _parse(**{"kafka.group.id": "authorized", "groupIdPrefix": "p"}).with_group_id("stream")
+    assert given.carried_group_id("driver") == given.carried_group_id("executor") == "authorized"
+    assert "kafka.group.id 'authorized' is carried" in caplog.text and "groupIdPrefix is ignored" in caplog.text
+    assert "group_id" not in given.kafka_params and given.consumer_config() == {
+        "bootstrap_servers": BASE["kafka.bootstrap.servers"]
+    }
+    batch = _parse().with_group_id("batch")
+    stem = batch.generated_group_id
+    assert (
+        stem is not None and stem.startswith("spark-kafka-relation-") and len(stem) == len("spark-kafka-relation-") + 36
+    )
+    assert (batch.carried_group_id("driver"), batch.carried_group_id("executor")) == (
+        f"{stem}-driver",
+        f"{stem}-executor",
+    )
+    assert batch.with_group_id("batch") is batch  # once per query: the executors get the driver's
+    stream = _parse().with_group_id("stream").generated_group_id
+    assert stream.startswith("spark-kafka-source-") and stream != _parse().with_group_id("stream").generated_group_id
+    assert _parse(groupIdPrefix="etl").with_group_id("stream").generated_group_id.startswith("etl-")
+    assert _parse().carried_group_id("executor") is None  # options not yet a query's
+
+
+class _Offsets:
+    """The driver's offsets, set by the test (what KafkaStreamReader asks OffsetLookup)."""
+
+    def __init__(self, latest):
+        self.now = dict(latest)
+
+    def partitions(self):
+        return sorted(self.now)
+
+    def latest(self, tps):
+        return {tp: self.now[tp] for tp in tps}
+
+    def earliest(self, tps):
+        return dict.fromkeys(tps, 0)
+
+
+def _stream_reader(latest, **options):
+    from fsm_consumer.spark._stream import KafkaStreamReader
+
+    reader = KafkaStreamReader(check_stream(_parse(**options)))
+    reader._lookup = _Offsets(latest)
+    clock = [1000.0]
+    reader.clock = lambda: clock[0]
+    return reader, reader._lookup, clock
+
+
+def test_min_offsets_per_trigger_and_max_trigger_delay_as_sparks_source():
+    """Spark's delayBatch: the first trigger makes a batch; then a trigger makes one only when at least
+    minOffsetsPerTrigger new offsets are there, or maxTriggerDelay has passed since the last batch (which
+    then takes what there is); maxOffsetsPerTrigger still bounds a batch; Trigger.Once (the engine's
+    ReadAllAvailable) and Trigger.AvailableNow are never held back."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+    tp0, tp1 = ("t", 0), ("t", 1)
+    reader, lookup, clock = _stream_reader({tp0: 3, tp1: 0}, minOffsetsPerTrigger="10", maxTriggerDelay="30s")
+    assert reader.getDefaultReadLimit() == ReadMinRows(10)
+    limit = reader.getDefaultReadLimit()
+    start = {"t": {"0": 0, "1": 0}}
+    assert reader.latestOffset(start, limit) == {"t": {"0": 3, "1": 0}}  # the first trigger: a batch
+    start = {"t": {"0": 3, "1": 0}}
+    lookup.now = {tp0: 7, tp1: 5}  # 9 new: fewer than 10
+    clock[0] += 10
+    assert reader.latestOffset(start, limit) == start  # held: no batch this trigger
+    lookup.now = {tp0: 8, tp1: 5}  # 10 new
+    clock[0] += 1
+    assert reader.latestOffset(start, limit) == {"t": {"0": 8, "1": 5}}
+    start = {"t": {"0": 8, "1": 5}}
+    lookup.now = {tp0: 9, tp1: 5}
+    clock[0] += 29.9
+    assert reader.latestOffset(start, limit) == start  # 1 new, 29.9 s since the last batch
+    clock[0] += 0.1
+    assert reader.latestOffset(start, limit) == {"t": {"0": 9, "1": 5}}  # maxTriggerDelay passed
+    assert reader.latestOffset({"t": {"0": 9, "1": 5}}, ReadAllAvailable()) == {"t": {"0": 9, "1": 5}}
+    lookup.now = {tp0: 10, tp1: 5}
+    assert reader.latestOffset({"t": {"0": 9, "1": 5}}, ReadAllAvailable()) == {"t": {"0": 10, "1": 5}}  # Once
+
+    both, lookup, clock = _stream_reader({tp0: 0, tp1: 0}, minOffsetsPerTrigger="4", maxOffsetsPerTrigger="6")
+    assert both.getDefaultReadLimit() == ReadMaxRows(6)
+    assert both.latestOffset({"t": {"0": 0, "1": 0}}, ReadMaxRows(6)) == {"t": {"0": 0, "1": 0}}  # first: empty
+    lookup.now = {tp0: 2, tp1: 1}
+    clock[0] += 1
+    assert both.latestOffset({"t": {"0": 0, "1": 0}}, ReadMaxRows(6)) == {"t": {"0": 0, "1": 0}}  # 3 < 4
+    lookup.now = {tp0: 20, tp1: 10}
+    got = both.latestOffset({"t": {"0": 0, "1": 0}}, ReadMaxRows(6))
+    assert sum(got["t"].values()) == 6  # let through, and bounded by maxOffsetsPerTrigger
+
+    now, lookup, clock = _stream_reader({tp0: 2, tp1: 0}, minOffsetsPerTrigger="100")
+    now.prepareForTriggerAvailableNow()
+    assert now.latestOffset({"t": {"0": 0, "1": 0}}, now.getDefaultReadLimit()) == {"t": {"0": 2, "1": 0}}
+    clock[0] += 1
+    assert now.latestOffset({"t": {"0": 0, "1": 0}}, now.getDefaultReadLimit()) == {"t": {"0": 2, "1": 0}}
+
+
+def test_trigger_options_are_ignored_by_a_batch_read_with_sparks_warning(caplog):
+    check_batch(_parse(minOffsetsPerTrigger="5", maxTriggerDelay="1m"))
+    assert "minOffsetsPerTrigger ignored in batch queries" in caplog.text
+    assert "maxTriggerDelay ignored in batch queries" in caplog.text

@@ -118,7 +118,9 @@ def test_headers_when_asked(kafka, broker, make_topic, produce):
     produce(topic, 2, partition=0)
     rows = kafka(subscribe=topic, includeHeaders="true").load().orderBy("offset").collect()
     assert rows[0].headers == [("trace", b"t1"), ("empty", b"")]
-    assert [r.headers for r in rows[3:]] == [[], []]
+    assert [r.headers for r in rows[3:]] == [None, None]  # as Spark's Kafka source: null, not []
+    df = kafka(subscribe=topic, includeHeaders="true").load()
+    assert df.where("headers IS NULL").count() == 2
     schema = kafka(subscribe=topic, includeHeaders="true").load().schema
     assert schema["headers"].dataType.simpleString() == "array<struct<key:string,value:binary>>"
     assert "headers" not in kafka(subscribe=topic).load().schema.fieldNames()
@@ -169,6 +171,7 @@ def test_timestamp_type_column_from_log_append_time_batches():
     assert rows.column("timestampType").to_pylist() == [1, 0, 1]
     assert rows.column("timestamp")[0].as_py().timestamp() * 1000 == ts
     assert rows.column("topic").to_pylist() == ["t"] * 3
+    assert rows.column("headers").to_pylist() == [None] * 3  # records without headers: null, as Spark's
 
 
 @pytest.mark.parametrize(
@@ -184,7 +187,7 @@ def test_timestamp_type_column_from_log_append_time_batches():
         ({"subscribe": "a", "startingOfsets": "earliest"}, "did you mean 'startingOffsets'?"),
         ({"subscribe": "a", "kafka.security.protocl": "SSL"}, "kafka.security.protocl': no fsm_consumer config key"),
         ({"subscribe": "a", "kafka.security.protocl": "SSL"}, "did you mean 'kafka.security.protocol'?"),
-        ({"subscribe": "a", "kafka.group.id": "g"}, "kafka.group.id"),
+        ({"subscribe": "a", "kafka.group.id": ""}, "kafka.group.id"),
         ({"subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
     ],
 )

@@ -121,6 +121,38 @@ def test_tls_with_the_right_ca_consumes(kafka_secure, pki):
     ) == [b"secured"]
 
 
+def test_a_java_pkcs12_trust_store_given_as_spark_options_consumes(kafka_secure, pki, tmp_path):
+    """fsm_kafka's kafka.ssl.truststore.* options with a PKCS12 store made by Java's keytool: the consumer
+    the executors make from them reads over TLS (tests/spark/test_stores.py checks the options)."""
+    import shutil
+    import subprocess
+
+    pytest.importorskip("pyspark")
+    from fsm_consumer.spark._options import parse
+
+    keytool = shutil.which("keytool")
+    if keytool is None:
+        pytest.skip("no keytool (a JDK) on this machine")
+    store = tmp_path / "trust.p12"
+    subprocess.run(
+        [keytool, "-importcert", "-noprompt", "-alias", "ca", "-file", str(pki["ca"]), "-keystore", str(store)]
+        + ["-storetype", "PKCS12", "-storepass", "trust-secret"],
+        check=True,
+        capture_output=True,
+    )
+    opts = parse(
+        {
+            "kafka.bootstrap.servers": kafka_secure.ssl_bootstrap_servers,
+            "subscribe": "any",
+            "kafka.security.protocol": "SSL",
+            "kafka.ssl.truststore.location": str(store),
+            "kafka.ssl.truststore.type": "PKCS12",
+            "kafka.ssl.truststore.password": "trust-secret",
+        }
+    )
+    assert _consume_one(kafka_secure, **opts.consumer_config()) == [b"secured"]
+
+
 @pytest.mark.parametrize("api_version", [None, (2, 8)], ids=["probed-by-the-constructor", "given"])
 def test_an_untrusted_ca_is_raised_within_two_seconds(kafka_secure, pki, api_version):
     message = _raised_within_two_seconds(

@@ -270,6 +270,48 @@ def test_an_attribute_may_give_the_rest_once(tmp_path):
     )
 
 
+def test_an_attribute_value_unless_a_condition_is_the_rest_while_it_holds(tmp_path):
+    """``unless: <condition>``: what may be sent decided in the spec (membership's request: no LeaveGroup
+    for a member that keeps its place), read through the model's condition when the attribute is read."""
+    spec = load(
+        tmp_path,
+        ATTRS.replace("open: {states: [a]}", "open: {states: [a], unless: frozen}").replace(
+            "refused: {states: [b]}", 'refused: {states: "*"}'
+        ),
+    )
+    assert spec.attributes["commit"].unless == {"open": "frozen"}
+
+    class Model:
+        is_frozen = False
+
+        def frozen(self) -> bool:
+            return self.is_frozen
+
+    model = Model()
+    m = SpecMachine(spec, model, clock=FakeClock(0))
+    assert m.attribute("commit") == "open"
+    model.is_frozen = True
+    assert m.attribute("commit") == "refused"  # read when asked: the model's condition now
+    assert m.attribute_of("commit", "a") == "open"  # the state's own value, as the diagram shows it
+    with pytest.raises(SpecError, match=r"frozen \(used by attributes.commit.values.open.unless"):
+        SpecMachine(spec, object(), clock=FakeClock(0))
+
+
+def test_unless_needs_a_rest_value_and_is_not_on_it(tmp_path):
+    fails(
+        tmp_path,
+        ATTRS.replace("open: {states: [a]}", "open: {states: [a], unless: frozen}"),
+        16,
+        "no value takes '*'",
+    )
+    fails(
+        tmp_path,
+        ATTRS.replace("refused: {states: [b]}", 'refused: {states: "*", unless: frozen}'),
+        17,
+        "not on '*' itself",
+    )
+
+
 def test_an_internal_transition_stays_in_its_state(tmp_path):
     text = GOOD.replace(
         "  - {trigger: go, source: a, dest: b}",

@@ -1,0 +1,135 @@
+"""What ``fsm-consumer ingest`` shows while its query runs.
+
+Records read of records planned come from the source's progress files (``progressPath``,
+``fsm_consumer.spark._progress``): they move while a batch runs, where Spark reports a batch only when it
+ends. On a terminal a live table (rich); piped, a line every ``--progress-every`` seconds; nothing with
+``--quiet``. ``watch`` returns the records this run's batches took in (Spark's ``numInputRows``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..spark._progress import Totals, totals
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+
+class _Rate:
+    """Records per second over the last few seconds of samples."""
+
+    def __init__(self, window_s: float = 3.0) -> None:
+        self.window = window_s
+        self.samples: deque[tuple[float, int]] = deque()
+
+    def add(self, t: float, read: int) -> float:
+        self.samples.append((t, read))
+        while len(self.samples) > 2 and t - self.samples[0][0] > self.window:
+            self.samples.popleft()
+        (t0, r0), (t1, r1) = self.samples[0], self.samples[-1]
+        return (r1 - r0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+def _lag(progress: dict[str, Any] | None) -> dict[str, int]:
+    """Per topic-partition: what the broker has (latestOffset) minus what the last batch reached."""
+    if not progress or not progress.get("sources"):
+        return {}
+    source = progress["sources"][0]
+    try:
+        latest = json.loads(source.get("latestOffset") or "null") or {}
+        end = json.loads(source.get("endOffset") or "null") or {}
+    except (TypeError, ValueError):
+        return {}
+    lag = {}
+    for topic, parts in latest.items():
+        for p, offset in parts.items():
+            lag[f"{topic}-{p}"] = max(0, int(offset) - int(end.get(topic, {}).get(p, 0)))
+    return lag
+
+
+def describe(now: Totals, rate: float, batches_done: int) -> str:
+    """One line: records read of planned, rate, time left, batches."""
+    share = f" ({100 * now.read / now.planned:.0f}%)" if now.planned else ""
+    left = (now.planned - now.read) / rate if rate > 0 and now.planned > now.read else None
+    when = f", about {left:,.0f} s left" if left is not None else ""
+    return (
+        f"{now.read:,} of {now.planned:,} records read{share}, {rate:,.0f} records/s{when}; batches done {batches_done}"
+    )
+
+
+def watch(
+    query: StreamingQuery,
+    progress_dir: str,
+    *,
+    title: str,
+    quiet: bool,
+    every_s: float,
+    deadline: float | None,
+    tty: bool | None = None,
+    out: Callable[[str], None] = print,
+) -> int:
+    """Follow the query until it ends (or ``deadline``, monotonic); returns the rows its batches took in."""
+    seen: set[int] = set()
+    rows = 0
+    rate = _Rate()
+
+    def step() -> bool:
+        nonlocal rows
+        for p in query.recentProgress:
+            if p["batchId"] not in seen:
+                seen.add(p["batchId"])
+                rows += p.get("numInputRows", 0)
+        if deadline is not None and time.monotonic() >= deadline:
+            query.stop()
+        return query.isActive
+
+    def sample() -> tuple[Totals, float]:
+        now = totals(progress_dir)
+        return now, rate.add(time.monotonic(), now.read)
+
+    if quiet:
+        while step():
+            query.awaitTermination(0.5)  # type: ignore[arg-type]  # pyspark takes float seconds
+        step()
+        return rows
+    if not (sys.stdout.isatty() if tty is None else tty):
+        next_line = time.monotonic() + every_s
+        while step():
+            query.awaitTermination(0.25)  # type: ignore[arg-type]
+            if time.monotonic() >= next_line:
+                next_line += every_s
+                now, per_s = sample()
+                out(f"progress: {describe(now, per_s, len(seen))}")
+        step()
+        now, per_s = sample()
+        out(f"progress: {describe(now, per_s, len(seen))}")
+        return rows
+    from rich.live import Live
+    from rich.table import Table
+
+    def render() -> Table:
+        now, per_s = sample()
+        table = Table(title=title, show_header=False)
+        share = f" ({100 * now.read / now.planned:.0f}%)" if now.planned else ""
+        table.add_row("records read", f"{now.read:,} of {now.planned:,} planned{share}")
+        table.add_row("records/s", f"{per_s:,.0f}")
+        left = (now.planned - now.read) / per_s if per_s > 0 and now.planned > now.read else None
+        table.add_row("time left", f"about {left:,.0f} s" if left is not None else "-")
+        table.add_row("batches done / written", f"{len(seen)} / {rows:,} records")
+        lag = _lag(query.lastProgress)
+        table.add_row("lag per partition", ", ".join(f"{k}: {v:,}" for k, v in sorted(lag.items())) or "-")
+        return table
+
+    with Live(render(), refresh_per_second=4, transient=False) as live:
+        while step():
+            query.awaitTermination(0.25)  # type: ignore[arg-type]
+            live.update(render())
+        step()
+        live.update(render())
+    return rows
