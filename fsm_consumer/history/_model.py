@@ -43,6 +43,8 @@ KNOWN_EVENTS = frozenset(
 #: the events that end a consumer's ownership of the partitions they name (``closed`` ends all);
 #: ``abandoned`` too: the consumer gives its partitions up without the callback
 ENDS_OWNERSHIP = frozenset({"revoked", "lost", "session_expired", "abandoned"})
+#: the lines that make a consumer a member of the group its ``started`` line names (else it only carries it)
+_IN_GROUP = ("joined", "assigned", "commit")
 
 
 class NoStart(enum.Enum):
@@ -235,6 +237,7 @@ class ConsumerInfo:
     first_t: float
     last_t: float
     closed: bool = False
+    carried_group: str | None = None  # the group id of a consumer that neither joined nor committed to it
     generations: set[int] = field(default_factory=set)
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # lines per event
 
@@ -304,6 +307,11 @@ class Timeline:
                 self._one(i, t, name, kind, e, info, open_)
             except Malformed as err:
                 self.malformed.append((f"{kind}: {err}", e))
+        for info in self.consumers.values():
+            if isinstance(info.group, str) and not any(info.counts.get(k) for k in _IN_GROUP):
+                # it carries a group id (a Spark source's task consumer does, for brokers that authorize by
+                # group) but never joined the group nor committed to it: a group-less reader to the rules
+                info.carried_group, info.group = info.group, None
         for (name, tp), (start_i, start_t, generation) in open_.items():
             info = self.consumers[name]
             self.intervals.append(

@@ -8,7 +8,9 @@ judges librdkafka under the same faults (tools/faults ``--client librdkafka``):
 
 What the history can say is what the application sees: ``assigned``/``revoked``/``lost`` when librdkafka
 calls ``on_assign``/``on_revoke``/``on_lost`` (partitions are handed out only after the first, never
-after the others return), a ``read`` per partition per ``consume()``, a ``commit`` when a synchronous
+after the others return), a ``read`` per partition per ``consume()`` (its position before is the first
+offset handed out: offsets that hold no record, such as those a broker crash left never acknowledged, show
+as a gap to rule M, where this library's own history says "skip"), a ``commit`` when a synchronous
 ``commit()`` returned, and generation -1 (librdkafka does not tell its generation). A session that ran
 out is seen as ``lost``, when librdkafka reports it. ``--commit auto`` uses librdkafka's auto-commit
 (commits not in the history, as with ``_member_process``).

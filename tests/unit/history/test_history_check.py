@@ -248,6 +248,23 @@ def test_a_sources_own_lines_are_passed_over() -> None:
 # -- E --------------------------------------------------------------------------------------------------
 
 
+def test_a_consumer_that_only_carries_a_group_id_is_judged_group_less() -> None:
+    """Two Spark queries' task consumers, each carrying its query's generated group id, reading halves of
+    a topic with manual assignment: no group of theirs read everything, yet nothing is lost (they never
+    joined those groups nor committed to them); a consumer that commits to its group stays in it."""
+    events = [
+        started(A, 0, group="spark-kafka-source-1-executor"),
+        started(B, 1, group="spark-kafka-source-2-executor"),
+        reset(A, 2, -1, 0, 0, why="earliest"),
+        read(A, 10, -1, 0, 0, 4),
+        read(B, 11, -1, 0, 5, 9),
+    ]
+    result = check(events, produced={"events": {"0": 10}})
+    assert result.status("L") == "passed", result.format()
+    committing = [*events, commit(B, 12, -1, {0: 10}, sent=11.5)]
+    assert check(committing, produced={"events": {"0": 10}}).status("L") == "violated"
+
+
 def test_e_compares_no_consumers_without_a_group() -> None:
     # two readers of one partition at once by assign() (a Spark source's): nobody owns it, nothing to judge
     events = [
