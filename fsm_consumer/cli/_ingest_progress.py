@@ -53,10 +53,16 @@ def _lag(progress: dict[str, Any] | None) -> dict[str, int]:
     return lag
 
 
-def describe(now: Totals, rate: float, batches_done: int) -> str:
-    """One line: records read of planned, rate, time left, batches."""
+def _share_and_left(now: Totals, rate: float) -> tuple[str, float | None]:
+    """`` (65%)`` of the records planned (empty before a plan), and the seconds left at ``rate`` (None: unknown)."""
     share = f" ({100 * now.read / now.planned:.0f}%)" if now.planned else ""
     left = (now.planned - now.read) / rate if rate > 0 and now.planned > now.read else None
+    return share, left
+
+
+def describe(now: Totals, rate: float, batches_done: int) -> str:
+    """One line: records read of planned, rate, time left, batches."""
+    share, left = _share_and_left(now, rate)
     when = f", about {left:,.0f} s left" if left is not None else ""
     return (
         f"{now.read:,} of {now.planned:,} records read{share}, {rate:,.0f} records/s{when}; batches done {batches_done}"
@@ -116,10 +122,9 @@ def watch(
     def render() -> Table:
         now, per_s = sample()
         table = Table(title=title, show_header=False)
-        share = f" ({100 * now.read / now.planned:.0f}%)" if now.planned else ""
+        share, left = _share_and_left(now, per_s)
         table.add_row("records read", f"{now.read:,} of {now.planned:,} planned{share}")
         table.add_row("records/s", f"{per_s:,.0f}")
-        left = (now.planned - now.read) / per_s if per_s > 0 and now.planned > now.read else None
         table.add_row("time left", f"about {left:,.0f} s" if left is not None else "-")
         table.add_row("batches done / written", f"{len(seen)} / {rows:,} records")
         lag = _lag(query.lastProgress)
