@@ -74,6 +74,7 @@ class MembershipManager:
         self._commit_on_revoke = True  # False once close(autocommit=False) began
         self._closing = False  # close() began: a completed leave does not rejoin
         self._token = 0  # identifies the callback request last posted
+        self._revocation_commit = 0  # identifies the revoked partitions' auto-commit last awaited
         self._token_kind: str | None = None  # and what it was (revoke, assign, lost)
         self._last_poll: float | None = None
         self._joined_topics: tuple[str, ...] = ()
@@ -88,6 +89,7 @@ class MembershipManager:
         self.history_file = history  # the consumer's history (history_path), or None
         # no clock: the engine ticks this machine each loop and passes `now` to every fire
         self.machine = SpecMachine(shipped_spec("membership"), self, config=config, instance=config.client_id)
+        self._revocation_waits = frozenset(self.machine.spec.events["revocation_completed"].arrives_in)
         self._exchange = GroupExchange(self)
         self.session_expiries = 0
 
@@ -217,15 +219,18 @@ class MembershipManager:
         self._own(self.owned - revoked)
         self._record("revoked", revoked)
         self._revoked_this_round = bool(revoked) and self.protocol is RebalanceProtocol.COOPERATIVE
+        self._revocation_commit += 1
         if positions and self._config.enable_auto_commit and self._commit_on_revoke and self.generation >= 0:
-            visit = self.machine.visit
-            self._commits.commit_positions(positions, on_done=lambda error: self._revocation_committed(visit))
+            sent = self._revocation_commit
+            self._commits.commit_positions(positions, on_done=lambda error: self._revocation_committed(sent))
         else:
             self.machine.fire("revocation_completed")
 
-    def _revocation_committed(self, visit: int) -> None:
-        # the commit outlived its visit when revocation_commit_timeout fired first: nothing waits for it
-        if self.machine.visit == visit:
+    def _revocation_committed(self, sent: int) -> None:
+        # awaited in partitions_revoked and, after a leave_requested, in committing_then_leave (a new visit);
+        # an answer that outlived its wait (revocation_commit_timeout fired, a later round began) is dropped
+        if sent == self._revocation_commit and self.machine.state in self._revocation_waits:
+            self._revocation_commit += 1  # answered once
             self.machine.fire("revocation_completed")
 
     def install_assignment(self) -> None:

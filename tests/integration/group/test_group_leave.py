@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 from group_harness import FAST, coordinator_node, wait_until
 
-from fsm_consumer import Consumer, ConsumerRebalanceListener
+from fsm_consumer import Consumer, ConsumerRebalanceListener, TopicPartition
 from fsm_consumer._config import ConsumerConfig
 from fsm_consumer.transport import FaultyTransport, KafkaTransport
 
@@ -77,7 +77,8 @@ def _close_and_check(consumer, sent, listener, state):
     consumer.close(timeout_ms=CLOSE_MS)
     took = time.monotonic() - started
     log = [r.trigger for r in consumer._group.membership.machine.log]
-    assert sent["LeaveGroup"] == leaves + 1, (state, log)
+    steps = [(r.source, r.trigger, r.dest) for r in consumer._group.membership.machine.log]
+    assert sent["LeaveGroup"] == leaves + 1, f"{state}: {steps}"
     assert consumer._group.membership.machine.state == "unjoined", log
     assert took < CLOSE_MS / 2000, f"close() in {state} took {took:.1f} s: {log}"
     return log
@@ -102,6 +103,38 @@ def test_close_in_revoking_partitions(broker, make_topic, members):
     wait_until(lambda: _state(c) == "revoking_partitions", 20, "the revocation callback to be awaited")
     _close_and_check(c, sent, listener, "revoking_partitions")
     assert listener.calls[-1] == ("revoked", [0, 1])
+
+
+def test_close_while_the_revoked_partitions_commit_is_in_flight(broker, make_topic, members, produce):
+    """partitions_revoked -> committing_then_leave: close() waits for the auto-commit of what was revoked
+    (its answer held back 1.5 s), then leaves; the commit is not dropped for the leave."""
+    topic = make_topic(partitions=2)
+    group = f"g-{topic}"
+    produce(topic, 20)
+    # no periodic auto-commit in the way: the only OffsetCommit is the revocation's
+    c, faults, sent, listener = _member(broker.bootstrap_servers, group, topic, "range", auto_commit_interval_ms=600000)
+    _poll_until_stable(c)
+    deadline = time.monotonic() + 20
+    while sum(c.position(tp) for tp in c.assignment()) < 20 and time.monotonic() < deadline:
+        c.poll(timeout_ms=100)  # (some were read already while waiting for the assignment)
+    assert sum(c.position(tp) for tp in c.assignment()) == 20
+    faults.delay("OffsetCommit", 1500)
+    members(broker.bootstrap_servers, group, topic, "other", partition_assignment_strategy=["range"])
+    deadline = time.monotonic() + 20
+    while _state(c) != "partitions_revoked" and time.monotonic() < deadline:
+        c.poll(timeout_ms=10)  # on_partitions_revoked runs here, then the commit goes out and is held
+    commits = sent["OffsetCommit"]
+    log = _close_and_check(c, sent, listener, "partitions_revoked")
+    assert sent["OffsetCommit"] == commits  # close() waited for it, sent no other
+    steps = [(r.source, r.trigger, r.dest) for r in c._group.membership.machine.log]
+    at = steps.index(("partitions_revoked", "leave_requested", "committing_then_leave"))
+    assert steps[at + 1] == ("committing_then_leave", "revocation_completed", "leaving"), log
+    check = Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=group, enable_auto_commit=False)
+    try:
+        committed = {tp.partition: check.committed(tp) for tp in (TopicPartition(topic, 0), TopicPartition(topic, 1))}
+    finally:
+        check.close()
+    assert sum(committed.values()) == 20, committed  # the held commit was acknowledged, not given up
 
 
 def test_close_in_joining_keeps_no_partition(broker, make_topic, members):

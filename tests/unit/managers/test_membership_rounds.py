@@ -33,8 +33,8 @@ class Coordinator:
         raise AssertionError("no coordinator error in these rounds")
 
 
-def make(delay_ms: int):
-    config = ConsumerConfig.from_kwargs(
+def make(delay_ms: int, **overrides):
+    settings = dict(
         bootstrap_servers="127.0.0.1:1",
         group_id="g",
         client_id="c",
@@ -44,6 +44,7 @@ def make(delay_ms: int):
         session_timeout_ms=3000,
         heartbeat_interval_ms=300,
     )
+    config = ConsumerConfig.from_kwargs(**{**settings, **overrides})
     clock = FakeClock(1_000)
     subs = SubscriptionState()
     subs.subscribe(["t"])
@@ -216,3 +217,55 @@ def test_a_leader_rejoins_when_the_topics_changed_after_its_assignment():
     answer(sync, clock, error_code=0, assignment=encode_assignment(Assignment(partitions=[])))
     join = sent(manager, clock, JoinGroupRequest)
     assert join.request.member_id == "me"
+
+
+class HeldCommits:
+    """The commit manager as the revocation reads it: each commit's on_done kept for the test to call."""
+
+    def __init__(self) -> None:
+        self.done: list = []
+
+    def commit_positions(self, positions, on_done):
+        self.done.append(on_done)
+
+
+def revoked_with_commit_held():
+    """An eager member taken by hand to partitions_revoked, the revoked partitions' auto-commit in flight."""
+    manager, _ = make(0, enable_auto_commit=True, partition_assignment_strategy=["range"])
+    manager._commits = commits = HeldCommits()
+    m = manager.machine
+    m.fire("join_requested")
+    m.fire("joined")
+    manager._new = frozenset({T0, T1})
+    manager.generation = 1
+    manager._joined_topics = ("t",)  # as the JoinGroup sent them: no rejoin on becoming stable
+    m.fire("synced")  # no listener: the callbacks are acknowledged at once
+    assert m.state == "stable"
+    manager._subs.seek(T0, 4)
+    manager._subs.seek(T1, 2)
+    m.fire("rejoin_needed")
+    assert m.state == "partitions_revoked" and len(commits.done) == 1
+    return manager, commits.done[0]
+
+
+@pytest.mark.parametrize("leave, then", [(False, "joining"), (True, "leaving")])
+def test_the_revoked_partitions_commit_ends_the_wait_also_after_a_leave_request(leave, then):
+    """partitions_revoked -> committing_then_leave enters a new state: the commit sent on entering
+    partitions_revoked is still the one awaited (it was once dropped as stale, and close() sat out the timeout)."""
+    manager, answered = revoked_with_commit_held()
+    if leave:
+        manager.machine.fire("leave_requested")
+        assert manager.machine.state == "committing_then_leave"
+    waited = manager.machine.state
+    answered(None)
+    steps = [(r.source, r.trigger, r.dest) for r in manager.machine.log]
+    assert (waited, "revocation_completed", then) in steps
+
+
+def test_a_revoked_partitions_commit_answered_after_its_wait_ran_out_fires_nothing():
+    manager, answered = revoked_with_commit_held()
+    manager.machine.fire("revocation_completed")  # as revocation_commit_timeout fires it
+    manager.machine.fire("leave_requested")
+    fired = len(manager.machine.log)
+    answered(None)
+    assert len(manager.machine.log) == fired
