@@ -152,6 +152,32 @@ def _api_version(value: Any) -> tuple[int, ...] | None:
     return value
 
 
+# with group_protocol="consumer" the broker runs the group: these client settings have no meaning (the Java
+# client refuses them the same way); what takes their place
+_CLASSIC_ONLY = {
+    "partition_assignment_strategy": "group_remote_assignor ('uniform' or 'range'; the broker assigns)",
+    "session_timeout_ms": "the broker's group.consumer.session.timeout.ms",
+    "heartbeat_interval_ms": "the broker's group.consumer.heartbeat.interval.ms (sent back in every heartbeat)",
+}
+
+
+def _protocol_checks(given: dict[str, Any]) -> None:
+    """Settings given that the chosen group protocol does not use are refused, not silently ignored."""
+    protocol = given.get("group_protocol", "classic")
+    if protocol == "consumer":
+        for key, instead in _CLASSIC_ONLY.items():
+            if key in given:
+                raise ConfigError(
+                    f"config key {key!r} cannot be set with group_protocol='consumer': use {instead}", key=key
+                )
+    elif given.get("group_remote_assignor") is not None:
+        raise ConfigError(
+            "config key 'group_remote_assignor' needs group_protocol='consumer' (the classic protocol assigns "
+            "on the client: use partition_assignment_strategy)",
+            key="group_remote_assignor",
+        )
+
+
 def _cross_checks(cfg: ConsumerConfig) -> None:
     if cfg.heartbeat_interval_ms >= cfg.session_timeout_ms:
         raise ConfigError(
@@ -227,6 +253,13 @@ class ConsumerConfig:
     session_timeout_ms: int = attrs.field(default=45_000, validator=_int(1))
     heartbeat_interval_ms: int = attrs.field(default=3000, validator=_int(1))
     max_poll_interval_ms: int = attrs.field(default=300_000, validator=_int(1))
+    # the group protocol: "classic" (JoinGroup/SyncGroup, client-side assignors) or "consumer" (KIP-848:
+    # ConsumerGroupHeartbeat, the broker assigns); the Java client's group.protocol, classic by default
+    group_protocol: str = attrs.field(default="classic", validator=_choice("classic", "consumer"))
+    # the broker-side assignor a consumer-protocol member asks for (group.remote.assignor); None: the broker's
+    group_remote_assignor: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_choice("uniform", "range"))
+    )
     # A follower waits this long after its JoinGroup answer before sending SyncGroup. 0 (Kafka's Java
     # client) is right for Apache Kafka, which holds early follower syncs for the leader's. Tansu 0.6
     # answers JoinGroups one by one and fails a follower sync that beats the leader's after about
@@ -307,6 +340,7 @@ class ConsumerConfig:
                 raise ConfigError(f"unknown config key {key!r}{hint}", key=key)
             clean[key] = value
         clean["_bootstrap_servers_given"] = kw.get("bootstrap_servers", _KAFKA_PYTHON_SERVERS)
+        _protocol_checks(clean)
         return cls(**clean)
 
     def get(self, key: str, default: Any = None) -> Any:

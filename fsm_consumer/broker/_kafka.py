@@ -54,6 +54,12 @@ _BROKER_DEFAULTS = {
     "transaction.state.log.num.partitions": "4",
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "500",  # 6 s by default: tests and demos use short sessions, as Tansu allows
+    # the consumer protocol (KIP-848) takes its heartbeat interval and session from the broker: 5 s and 45 s by
+    # default, floors included; 1 s and 10 s here, so that its groups settle and fence at test speed
+    "group.consumer.min.heartbeat.interval.ms": "100",
+    "group.consumer.heartbeat.interval.ms": "1000",
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.session.timeout.ms": "10000",
     "num.partitions": "1",
     "auto.create.topics.enable": "true",  # as Tansu: asking for an unknown topic creates it
     "log.segment.bytes": str(64 * 1024 * 1024),

@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ..events import CallbackAckEvent, CommitEvent, FetchCommittedEvent, SubscriptionChangedEvent, UnsubscribeEvent
-from ..managers import CommitManager, CoordinatorManager, MembershipManager
+from ..managers import CommitManager, ConsumerMembershipManager, CoordinatorManager, MembershipManager
 
 if TYPE_CHECKING:
     from .._config import ConsumerConfig
@@ -47,7 +47,8 @@ class GroupParts:
             metrics=metrics,
             held=held,
         )
-        self.membership = MembershipManager(
+        member = MembershipManager if config.group_protocol == "classic" else ConsumerMembershipManager
+        self.membership: MembershipManager | ConsumerMembershipManager = member(
             config,
             subscription=subscription,
             metadata=metadata,
@@ -64,6 +65,7 @@ class GroupParts:
         lifecycle.closers.extend([self.membership, self.commits])
         self.unsubscribes: list[UnsubscribeEvent] = []  # waiting for the member to have left
         self._metrics = metrics
+        self._protocol = config.group_protocol
         processor.register(SubscriptionChangedEvent, self._subscription_changed)
         processor.register(UnsubscribeEvent, self._unsubscribe)
         processor.register(CallbackAckEvent, self.membership.on_callback_ack)
@@ -93,6 +95,10 @@ class GroupParts:
             "commit-rate": c.commits_ok / self._metrics.age_s(),
             "commit-latency-avg": c.commit_latency_total_ms / c.commits_ok if c.commits_ok else 0.0,
             "commit-latency-max": c.commit_latency_max_ms,
+            "group-protocol": self._protocol,
+            # the consumer protocol (KIP-848): a rebalance is this member's reconciliation
+            "member-epoch": m.generation if self._protocol == "consumer" else None,
+            "assignment-epoch": getattr(m, "assignment_epoch", None),
         }
 
     @property

@@ -30,6 +30,7 @@ _STARTED_CONFIG = (
     "enable_auto_commit",
     "isolation_level",
     "group_instance_id",
+    "group_protocol",
 )
 
 

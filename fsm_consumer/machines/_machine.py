@@ -155,7 +155,7 @@ class SpecMachine:
         self._arm(spec.initial, self._now)
         for name, timer in self._timers.items():
             if spec.initial in timer.states:
-                self._timer_due[name] = self._now + self.durations[timer.after]
+                self._timer_due[name] = self._now + self.duration_ms(timer.after)
         self._update_next()
 
     # -- driving -------------------------------------------------------------------------
@@ -222,7 +222,7 @@ class SpecMachine:
         earlier than it runs already: a lease renewed by a newer request is not cut short by the late
         answer to an older one."""
         if self.state in self._timers[name].states:
-            due = since + self.durations[self._timers[name].after]
+            due = since + self.duration_ms(self._timers[name].after)
             running = self._timer_due.get(name)
             if running is None or due > running:
                 self._timer_due[name] = due
@@ -328,7 +328,7 @@ class SpecMachine:
             if not inside:
                 self._timer_due.pop(name, None)
             elif rec.source not in timer.states:
-                self._timer_due[name] = now + self.durations[timer.after]
+                self._timer_due[name] = now + self.duration_ms(timer.after)
         self._update_next()
         return now
 

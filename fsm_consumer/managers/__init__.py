@@ -2,6 +2,7 @@
 
 from ._base import Outgoing, RequestManager
 from ._commit import CommitManager
+from ._consumer_membership import ConsumerMembershipManager
 from ._coordinator import CoordinatorManager
 from ._fetch import FetchManager
 from ._membership import MembershipManager
@@ -13,6 +14,7 @@ __all__ = [
     "CommitManager",
     "CoordinatorManager",
     "FetchManager",
+    "ConsumerMembershipManager",
     "MembershipManager",
     "MetadataManager",
     "OffsetsManager",

@@ -40,12 +40,13 @@ from ._base import FOREVER, Outgoing, error_of
 from ._committed import CommittedOffsets
 
 if TYPE_CHECKING:
+    from ._consumer_membership import ConsumerMembershipManager
     from ._membership import MembershipManager
 
 log = logging.getLogger("fsm_consumer.commit")
 
 _LOADING = 14  # COORDINATOR_LOAD_IN_PROGRESS: the same coordinator, later
-_GENERATION_MOVED = {22, 25}
+_GENERATION_MOVED = {22, 25, 110}  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH
 _REBALANCE_IN_PROGRESS = 27
 _GROUP_AUTHORIZATION_FAILED = 30
 _TOPIC_AUTHORIZATION_FAILED = 29
@@ -110,7 +111,8 @@ class CommitManager:
         self._bg = background_events
         self._metrics = metrics
         self._held = held
-        self.membership: MembershipManager | None = None  # set in group mode: generation and member id
+        # set in group mode (either protocol's member): generation or epoch, member id
+        self.membership: MembershipManager | ConsumerMembershipManager | None = None
         self._queue: list[_Commit] = []
         # a failing commit, lookup or partition is retried a few times a second at most (the error policy)
         self._retries = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)  # per commit
@@ -163,10 +165,12 @@ class CommitManager:
         return mode
 
     def _stamp(self) -> tuple[int, str]:
+        """The membership a commit is accepted under: (generation, member id) with the classic protocol; with
+        the consumer protocol the epoch moves on every assignment change, so (the join, member id)."""
         m = self.membership
         if m is None or m.generation < 0:
             return -1, ""
-        return m.generation, m.member_id
+        return m.commit_stamp()
 
     def _refusal(self) -> BaseException | None:
         """Why a commit cannot be sent now (None: it can)."""
@@ -361,7 +365,9 @@ class CommitManager:
 
     # -- requests and answers ---------------------------------------------------------------------------
     def _commit_request(self, offsets, stamp: tuple[int, str]) -> OffsetCommitRequest:
-        generation, member_id = stamp
+        member_id = stamp[1]
+        # the epoch read now (the consumer protocol's moves on while the membership stays; classic: the stamp's)
+        generation = self.membership.commit_epoch() if self.membership is not None and member_id else stamp[0]
         instance = self._config.group_instance_id if self.membership is not None else None
         topics: dict[str, list] = defaultdict(list)
         for tp, om in offsets.items():

@@ -14,19 +14,19 @@ from __future__ import annotations
 import logging
 
 from ..assignors import Assignment, RebalanceProtocol, resolve
-from ..events import CallbackAckEvent, CallbackEvent
+from ..events import CallbackAckEvent
 from ..history._writer import HistoryWriter, tp_list
 from ..machines import SpecMachine, shipped_spec
 from ..policy import public_error
 from ..structs import TopicPartition
 from ._base import Outgoing
+from ._callbacks import ACK_TRIGGER, RebalanceCallbacks
 from ._group_exchange import GroupExchange
 from ._heartbeat import HeartbeatTimer
 from ._leader import partition_counts, subscribed_topics
 
 log = logging.getLogger("fsm_consumer.membership")
 
-_ACK_TRIGGER = {"revoke": "revoke_acked", "assign": "assign_acked", "lost": "lost_acked"}
 # Which states heartbeat, which request a state sends, which acknowledgement it waits for and what a
 # commit may do there are attributes of the states in specs/membership.yaml (machine.attribute).
 
@@ -51,8 +51,6 @@ class MembershipManager:
         self._metadata = metadata
         self._coordinator = coordinator
         self._commits = commits
-        self._bg = background_events
-        self._post = post_app_event
         self._metrics = metrics
         self._held = held
         self.assignors = [resolve(s) for s in config.partition_assignment_strategy]
@@ -73,9 +71,8 @@ class MembershipManager:
         self._revoked_this_round = False
         self._commit_on_revoke = True  # False once close(autocommit=False) began
         self._closing = False  # close() began: a completed leave does not rejoin
-        self._token = 0  # identifies the callback request last posted
+        self._callbacks = RebalanceCallbacks(subscription, background_events, post_app_event)
         self._revocation_commit = 0  # identifies the revoked partitions' auto-commit last awaited
-        self._token_kind: str | None = None  # and what it was (revoke, assign, lost)
         self._last_poll: float | None = None
         self._joined_topics: tuple[str, ...] = ()
         self._joined_counts: dict[str, int] = {}
@@ -115,6 +112,14 @@ class MembershipManager:
             return True
         return self.machine.state in ("unjoined", "fatal") and not self._exchange.leave_in_flight
 
+    def commit_stamp(self) -> tuple[int, str]:
+        """The membership a commit is accepted under, compared again before it is sent."""
+        return self.generation, self.member_id
+
+    def commit_epoch(self) -> int:
+        """What an OffsetCommit carries as GenerationIdOrMemberEpoch."""
+        return self.generation
+
     @property
     def last_poll(self) -> float | None:
         """When the application last polled (engine ms), for metrics."""
@@ -132,8 +137,8 @@ class MembershipManager:
 
     def on_callback_ack(self, event: CallbackAckEvent, now: float) -> None:
         event.complete(None)
-        kind = self._token_kind
-        if event.token != self._token or kind is None or self.machine.attribute("awaits") != kind:
+        kind = self._callbacks.take(event, self.machine.attribute("awaits"))
+        if kind is None:
             # an abandoned callback finished late (the state no longer waits for it: timed out, fenced,
             # fatal, or another callback was asked for since): nothing waits for it any more
             log.debug(
@@ -143,11 +148,10 @@ class MembershipManager:
                 self.machine.state,
             )
             return
-        self._token_kind = None  # each request is acknowledged once
         self._record(f"{kind}_done", ())
         if kind == "lost":
             self._forget_lost()
-        self.machine.fire(_ACK_TRIGGER[kind], now)
+        self.machine.fire(ACK_TRIGGER[kind], now)
 
     def _request_rejoin(self, why: str) -> None:
         if self.machine.state == "stable":
@@ -327,25 +331,12 @@ class MembershipManager:
 
     # -- the application thread does the callbacks -----------------------------------------------
     def _ask_application(self, kind: str, method: str, partitions, *, skip_if_empty: bool, fire: bool = True) -> bool:
-        listener = self._subs.listener
-        fn = getattr(listener, method, None) if listener is not None else None
-        if fn is None and kind == "lost" and listener is not None:
-            fn = getattr(listener, "on_partitions_revoked", None)  # Java's default for lost
-        trigger = {"revoke": "revoke_acked", "assign": "assign_acked", "lost": "lost_acked"}[kind]
-        if fn is None or (skip_if_empty and not partitions):
-            self._record(f"{kind}_done", ())
-            if fire:
-                self.machine.fire(trigger)
-            return False
-        self._token += 1
-        token, self._token_kind = self._token, kind
-        post = self._post
-
-        def ack(error, token=token):
-            post(CallbackAckEvent(future=None, token=token, error=error))
-
-        self._bg.put(CallbackEvent(fn, (set(partitions),), ack))
-        return True
+        if self._callbacks.ask(kind, partitions, skip_if_empty=skip_if_empty):
+            return True
+        self._record(f"{kind}_done", ())
+        if fire:
+            self.machine.fire(ACK_TRIGGER[kind])
+        return False
 
     # -- the manager loop: the group protocol's requests and answers (_group_exchange.py) ------------
     def poll(self, now: float) -> tuple[float, list[Outgoing]]:

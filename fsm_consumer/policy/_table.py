@@ -11,7 +11,7 @@ import enum
 
 import kafka.errors as ke
 
-from ..transport import AuthenticationError
+from ..transport import AuthenticationError, UnsupportedVersion
 
 
 class Action(enum.Enum):
@@ -36,6 +36,8 @@ _TABLE: dict[int, Action] = {
     16: Action.REDISCOVER,
     22: Action.FENCED,
     25: Action.FENCED,
+    110: Action.FENCED,  # FENCED_MEMBER_EPOCH (KIP-848): this epoch is gone
+    113: Action.RETRY,  # STALE_MEMBER_EPOCH: sent again with the epoch the next heartbeat brings (as Java)
     27: Action.RETRY,  # REBALANCE_IN_PROGRESS: the membership decides
     2: Action.FATAL,  # CORRUPT_MESSAGE: held for the partition until a seek
     29: Action.FATAL,
@@ -47,6 +49,8 @@ _TABLE: dict[int, Action] = {
     26: Action.FATAL,
     81: Action.FATAL,
     82: Action.FATAL,
+    111: Action.FATAL,
+    112: Action.FATAL,
 }
 
 # what to do about it, in the words of the message
@@ -62,6 +66,11 @@ _FIXES: dict[int, str] = {
     26: "session_timeout_ms must lie within the broker's group.min/max.session.timeout.ms",
     81: "the group is full (group.max.size): use another group_id or raise the broker's limit",
     82: "another consumer uses the same group_instance_id: give each instance its own",
+    111: (
+        "the previous member with this group_instance_id has not left yet: wait for its session to run out or "
+        "close it first, or give each instance its own group_instance_id"
+    ),
+    112: "group_remote_assignor must be one the broker offers (group.consumer.assignors: 'uniform' or 'range')",
 }
 
 
@@ -78,6 +87,11 @@ def classify(error: int | BaseException) -> Action:
     if getattr(cls, "invalid_metadata", False):
         return Action.REFRESH_METADATA
     return Action.RETRY if getattr(cls, "retriable", False) else Action.FATAL
+
+
+def broker_lacks(error: BaseException) -> bool:
+    """The request failed before it was sent: the broker does not speak its API or any version of it we do."""
+    return isinstance(error, UnsupportedVersion)
 
 
 def describe(code: int) -> str:

@@ -24,6 +24,7 @@ from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.broker_version_data import infer_broker_version_from_api_versions
 
+from .. import protocol as _protocol  # noqa: F401  (the messages kafka-python lacks: ConsumerGroupHeartbeat)
 from ._errors import TransportError, UnsupportedVersion
 
 __all__ = ["Api", "ApiVersionTable", "client_version_range", "request_class"]

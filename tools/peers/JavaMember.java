@@ -1,8 +1,10 @@
-// A group member on Kafka's own Java consumer (classic protocol), the reference peer of the interop tests.
+// A group member on Kafka's own Java consumer, the reference peer of the interop tests: the classic protocol
+// with the range or cooperative-sticky assignor, or the consumer protocol (KIP-848) with "consumer" (the
+// broker's assignor) or "consumer:uniform" / "consumer:range" (group.remote.assignor).
 // Prints JSON lines: {"ev":"assigned"|"revoked"|"lost","parts":[...],"t":ms} and
 // {"ev":"records","p":partition,"offsets":[...]}, after {"ev":"subscribing","t":ms} once the JVM is up;
 // exits on SIGTERM or SIGINT after close().
-//   java -cp <peer dir>:<kafka libs>/* JavaMember BOOTSTRAP GROUP TOPIC range|cooperative-sticky [SESSION_MS HEARTBEAT_MS]
+//   java -cp <peer dir>:<kafka libs>/* JavaMember BOOTSTRAP GROUP TOPIC range|cooperative-sticky|consumer[:ASSIGNOR] [SESSION_MS HEARTBEAT_MS]
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -40,15 +42,21 @@ public class JavaMember {
         p.put("bootstrap.servers", bootstrap);
         p.put("group.id", group);
         p.put("client.id", "java-member");
-        p.put("group.protocol", "classic");
-        p.put("partition.assignment.strategy",
-              strategy.equals("range") ? RangeAssignor.class.getName() : CooperativeStickyAssignor.class.getName());
+        if (strategy.startsWith("consumer")) {
+            // the broker assigns, paces heartbeats and times sessions: the classic settings are refused
+            p.put("group.protocol", "consumer");
+            if (strategy.contains(":")) p.put("group.remote.assignor", strategy.substring(strategy.indexOf(':') + 1));
+        } else {
+            p.put("group.protocol", "classic");
+            p.put("partition.assignment.strategy",
+                  strategy.equals("range") ? RangeAssignor.class.getName() : CooperativeStickyAssignor.class.getName());
+            p.put("session.timeout.ms", args.length > 4 ? args[4] : "10000");
+            p.put("heartbeat.interval.ms", args.length > 5 ? args[5] : "1000");
+        }
         p.put("key.deserializer", ByteArrayDeserializer.class.getName());
         p.put("value.deserializer", ByteArrayDeserializer.class.getName());
         p.put("auto.offset.reset", "earliest");
         p.put("auto.commit.interval.ms", "200");
-        p.put("session.timeout.ms", args.length > 4 ? args[4] : "10000");
-        p.put("heartbeat.interval.ms", args.length > 5 ? args[5] : "1000");
         KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p);
         AtomicBoolean stopping = new AtomicBoolean(false);
         CountDownLatch closed = new CountDownLatch(1);

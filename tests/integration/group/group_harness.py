@@ -40,6 +40,9 @@ class Member(ConsumerRebalanceListener):
         self.commits_done = 0
         self.lock = threading.Lock()
         settings = {**FAST, **config, "bootstrap_servers": bootstrap, "group_id": group, "client_id": name}
+        if settings.get("group_protocol") == "consumer":  # KIP-848: the broker's settings, refused if given
+            for key in ("session_timeout_ms", "heartbeat_interval_ms", "follower_sync_delay_ms"):
+                settings.pop(key, None)
         self.faults = None
         transport = None
         if faulty:  # a FaultyTransport around the real one, to blackhole the coordinator etc.

@@ -114,3 +114,31 @@ def test_frozen_and_secrets_not_in_repr():
 
 def test_errors_are_kafka_python_errors():
     assert issubclass(ConfigError, kafka.errors.KafkaError) and issubclass(ConfigError, ValueError)
+
+
+@pytest.mark.parametrize(
+    "key, value, instead",
+    [
+        ("partition_assignment_strategy", ["range"], "group_remote_assignor"),
+        ("session_timeout_ms", 10_000, "group.consumer.session.timeout.ms"),
+        ("heartbeat_interval_ms", 1000, "group.consumer.heartbeat.interval.ms"),
+    ],
+)
+def test_the_consumer_protocol_refuses_the_settings_the_broker_now_owns(key, value, instead):
+    """As the Java client: with group_protocol="consumer" these are the broker's, and a value given is an error
+    naming the key and what replaces it, never silently ignored."""
+    with pytest.raises(ConfigError, match=instead) as caught:
+        ConsumerConfig.from_kwargs(group_id="g", group_protocol="consumer", **{key: value})
+    assert caught.value.key == key
+
+
+def test_the_remote_assignor_needs_the_consumer_protocol_and_is_one_the_broker_offers():
+    config = ConsumerConfig.from_kwargs(group_id="g", group_protocol="consumer", group_remote_assignor="range")
+    assert (config.group_protocol, config.group_remote_assignor) == ("consumer", "range")
+    assert ConsumerConfig.from_kwargs(group_id="g").group_protocol == "classic"  # the Java client's default
+    with pytest.raises(ConfigError, match="needs group_protocol='consumer'"):
+        ConsumerConfig.from_kwargs(group_id="g", group_remote_assignor="range")
+    with pytest.raises(ConfigError, match="group_remote_assignor"):
+        ConsumerConfig.from_kwargs(group_id="g", group_protocol="consumer", group_remote_assignor="sticky")
+    with pytest.raises(ConfigError, match="group_protocol"):
+        ConsumerConfig.from_kwargs(group_id="g", group_protocol="next")

@@ -39,7 +39,7 @@ def test_mermaid_lists_every_transition():
     assert "closed --> [*]" in mmd
 
 
-@pytest.mark.parametrize("name", ["background", "connection", "membership", "parallel"])
+@pytest.mark.parametrize("name", ["background", "connection", "consumer_membership", "membership", "parallel"])
 def test_rendering_is_deterministic(name):
     spec = shipped_spec(name)
     assert render_all(spec) == render_all(spec)
@@ -57,7 +57,7 @@ def test_check_names_stale_and_missing_files(tmp_path, capsys):
     out = tmp_path / "diagrams"
     assert main(["diagrams", "--specs", str(specs), "--out", str(out)]) == 0
     first = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert len(first) == 3 * 4  # .dot, .svg, .mmd of each spec
+    assert len(first) == 3 * 5  # .dot, .svg, .mmd of each spec
     assert main(["diagrams", "--specs", str(specs), "--out", str(out)]) == 0
     assert {p.name: p.read_bytes() for p in out.iterdir()} == first  # byte-identical rerun
     capsys.readouterr()
@@ -72,7 +72,13 @@ def test_check_names_stale_and_missing_files(tmp_path, capsys):
 def test_check_specs_prints_one_line_per_machine(capsys):
     assert main(["check-specs"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert [line.split(":")[0] for line in lines] == ["background", "connection", "membership", "parallel"]
+    assert [line.split(":")[0] for line in lines] == [
+        "background",
+        "connection",
+        "consumer_membership",
+        "membership",
+        "parallel",
+    ]
     assert lines[0].startswith("background: 8 states, 12 transitions, 3 timeouts")
 
 
@@ -139,7 +145,9 @@ def test_render_diagrams_without_dot_says_what_to_install(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "apt-get install graphviz" in done.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{m}{s}" for m in ("background", "connection", "membership", "parallel") for s in (".dot", ".mmd")
+        f"{m}{s}"
+        for m in ("background", "connection", "consumer_membership", "membership", "parallel")
+        for s in (".dot", ".mmd")
     )
     check = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "render-diagrams"), "--check"],

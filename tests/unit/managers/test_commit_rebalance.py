@@ -43,10 +43,24 @@ def make(state: str):
         metrics=Metrics(),
         held=HeldErrors(),
     )
-    commits.membership = SimpleNamespace(
-        machine=StateOnly(state), generation=3, member_id="m", fatal=None, history_file=None
+    commits.membership = Member(
+        machine=StateOnly(state),
+        generation=3,
+        member_id="m",
+        fatal=None,
+        history_file=None,
     )
     return commits
+
+
+class Member(SimpleNamespace):
+    """The membership as the commit manager reads it (classic: the stamp is the generation)."""
+
+    def commit_stamp(self):
+        return self.generation, self.member_id
+
+    def commit_epoch(self):
+        return self.generation
 
 
 class StateOnly:
@@ -180,8 +194,12 @@ def test_a_waiting_auto_commit_sends_only_partitions_still_assigned():
         metrics=Metrics(),
         held=HeldErrors(),
     )
-    commits.membership = SimpleNamespace(
-        machine=StateOnly("stable"), generation=3, member_id="m", fatal=None, history_file=None
+    commits.membership = Member(
+        machine=StateOnly("stable"),
+        generation=3,
+        member_id="m",
+        fatal=None,
+        history_file=None,
     )
     commits.start_auto_commit(0.0)
     _, out = commits.poll(100.0)

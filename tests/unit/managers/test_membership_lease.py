@@ -173,7 +173,7 @@ def test_an_acknowledgement_after_the_member_went_fatal_is_ignored():
     """The held FencedInstanceIdError reaches the user, not an IllegalTransition from the background thread."""
     manager, clock = make(0)
     posted = []
-    manager._bg = SimpleNamespace(put=posted.append)
+    manager._callbacks._bg = SimpleNamespace(put=posted.append)
     manager._subs.listener = SimpleNamespace(
         on_partitions_assigned=lambda tps: None, on_partitions_revoked=lambda tps: None
     )
@@ -184,7 +184,7 @@ def test_an_acknowledgement_after_the_member_went_fatal_is_ignored():
     clock.advance(300)
     answer(sent(manager, clock, HeartbeatRequest), clock, error_code=82)  # FENCED_INSTANCE_ID
     assert manager.machine.state == "fatal"
-    token = manager._token
+    token = manager._callbacks._token
     manager.on_callback_ack(CallbackAckEvent(future=None, token=token), clock.now_ms())  # must not raise
     assert manager.machine.state == "fatal"
     with pytest.raises(ke.FencedInstanceIdError):

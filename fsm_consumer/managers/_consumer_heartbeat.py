@@ -1,0 +1,243 @@
+"""ConsumerGroupHeartbeat for one consumer-protocol member (KIP-848): when it goes out, what it carries,
+and what each answer means for the member.
+
+When a heartbeat goes and which epoch it carries are the ``heartbeat`` and ``epoch`` attributes of
+specs/consumer_membership.yaml. The request is full (every field) when joining and after any failure;
+otherwise only the fields that changed since the last one sent (subscription, owned partitions), as
+the Java client's heartbeat state does. One heartbeat is in flight at a time; a failed one is retried
+after the error policy's backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import kafka.errors as ke
+
+from ..policy import Action, Backoffs, broker_lacks, classify
+from ..protocol import ConsumerGroupHeartbeatRequest
+from ._base import FOREVER, Outgoing
+
+log = logging.getLogger("fsm_consumer.membership")
+
+_FENCED = {25, 110}  # UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH
+_COORDINATOR = {14, 15, 16}  # load in progress, not available, not coordinator
+_LEAVE_EPOCH, _STATIC_LEAVE_EPOCH = -1, -2
+_NO_KIP_848 = (
+    "the broker does not support the consumer group protocol (KIP-848: no ConsumerGroupHeartbeat API); use "
+    "group_protocol='classic', or a broker that serves it (Apache Kafka 4.0 or later, where it is on by default)"
+)
+
+
+class HeartbeatExchange:
+    """The heartbeat in flight, what the last one sent carried, and when the next may go."""
+
+    def __init__(self, member: Any) -> None:
+        self.m = member  # the ConsumerMembershipManager (typed Any: it imports this module)
+        self.full = True  # the next heartbeat carries every field
+        self.leave_in_flight = False
+        self._in_flight = False
+        self._sent_visit = -1  # the machine visit whose at-once heartbeat went out
+        self._sent_subscription: tuple[Any, ...] | None = None
+        self._sent_owned: frozenset | None = None
+        self._backoff = Backoffs(member._config.retry_backoff_ms, member._config.retry_backoff_max_ms)
+        self._metadata_version = -1
+
+    def poll(self, now: float) -> tuple[float, list[Outgoing]]:
+        m = self.m
+        m._subs.lease_until = FOREVER  # the coordinator holds the lease: a fenced epoch is told in its answer
+        if m.machine.state in ("unsubscribed", "fatal"):
+            return FOREVER, []
+        self._watch_metadata()
+        mode = m.machine.attribute("heartbeat")
+        at_once = mode == "at_once" and self._sent_visit != m.machine.visit
+        if not (at_once or (mode == "interval" and m.heartbeat_due)) or self._in_flight:
+            return FOREVER, []
+        wait = self._backoff.wait("heartbeat", now)
+        if wait > 0:
+            return wait, []
+        node = m._coordinator.node
+        if node is None:
+            m._coordinator.needed()
+            if m.machine.state == "stale":
+                self._sent_visit = m.machine.visit  # best effort only: no coordinator, no leave
+            return FOREVER, []
+        return FOREVER, [self._heartbeat(node, now)]
+
+    def _watch_metadata(self) -> None:
+        """A pattern's new match goes out with the next heartbeat; a target naming unknown topics waits."""
+        m = self.m
+        if m._metadata.version == self._metadata_version:
+            return
+        self._metadata_version = m._metadata.version
+        if m._subs.pattern is not None:
+            m._metadata.all_topics_wanted = True
+        if m.resolve_target():
+            m.machine.fire("target_changed")
+
+    def _subscription(self) -> tuple[Any, ...]:
+        m = self.m
+        if m._subs.pattern is not None:
+            return ("regex", m._subs.pattern.pattern)
+        return ("names", tuple(sorted(m._subs.topics)))
+
+    def _heartbeat(self, node: int, now: float) -> Outgoing:
+        m = self.m
+        config = m._config
+        epoch_kind = m.machine.attribute("epoch")
+        state, visit = m.machine.state, m.machine.visit
+        if epoch_kind == "leave":
+            epoch = _STATIC_LEAVE_EPOCH if config.group_instance_id is not None else _LEAVE_EPOCH
+            request = ConsumerGroupHeartbeatRequest(
+                group_id=config.group_id,
+                member_id=m.member_id,
+                member_epoch=epoch,
+                instance_id=config.group_instance_id,
+            )
+            self.leave_in_flight = True
+        else:
+            epoch = 0 if epoch_kind == "join" else m.epoch
+            full = self.full or epoch == 0
+            subscription = self._subscription()
+            fields: dict[str, Any] = {}
+            if full:
+                fields.update(
+                    instance_id=config.group_instance_id,
+                    rack_id=config.client_rack or None,
+                    rebalance_timeout_ms=config.max_poll_interval_ms,
+                    server_assignor=config.group_remote_assignor,
+                )
+            if full or subscription != self._sent_subscription:
+                if subscription[0] == "regex":
+                    fields["subscribed_topic_regex"] = subscription[1]
+                else:
+                    fields["subscribed_topic_names"] = list(subscription[1])
+                self._sent_subscription = subscription
+            if full or m.owned != self._sent_owned:
+                fields["topic_partitions"] = self._owned_by_id()
+                self._sent_owned = m.owned
+            request = ConsumerGroupHeartbeatRequest(
+                group_id=config.group_id, member_id=m.member_id, member_epoch=epoch, **fields
+            )
+            self.full = False
+        if m.machine.attribute("heartbeat") == "at_once":
+            self._sent_visit = visit
+        m.heartbeat_due = False
+        m.heartbeat.sent(now)
+        self._in_flight = True
+        m.machine.restart_timer("heartbeat", now)
+        log.debug("group %s: heartbeat epoch %d (state %s)", config.group_id, epoch, state)
+        if state == "acknowledging":
+            m.machine.fire("acknowledgement_sent", now)  # the coordinator hears the reconciled assignment
+        # mypy cannot type a lambda with default arguments (python/mypy#15459)
+        return Outgoing(
+            request,
+            node,
+            lambda pending, answered, sent=(epoch, visit): self._on_answer(pending, answered, *sent),  # type: ignore[misc]
+        )
+
+    def _owned_by_id(self) -> list:
+        m = self.m
+        by_topic: dict[str, list[int]] = {}
+        for tp in sorted(m.owned):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        parts = []
+        for topic, partitions in by_topic.items():
+            topic_id = m.topic_ids.get(topic) or _metadata_id(m, topic)
+            if topic_id is not None:
+                parts.append(
+                    ConsumerGroupHeartbeatRequest.TopicPartitions(topic_id=uuid.UUID(topic_id), partitions=partitions)
+                )
+        return parts
+
+    # -- answers -------------------------------------------------------------------------------------
+    def _on_answer(self, pending, now: float, epoch: int, visit: int) -> None:
+        m = self.m
+        self._in_flight = False
+        leaving = epoch < 0
+        if leaving:
+            self.leave_in_flight = False
+        if pending.error is not None:
+            self._failed(pending.error, now, leaving, visit)
+            return
+        r = pending.response
+        code = r.error_code
+        m.heartbeat.answered(now, ok=code == 0)
+        if leaving:
+            log.info("group %s: left (%s)", m._config.group_id, ke.for_code(code).__name__ if code else "ok")
+            self._left(visit, now)
+            return
+        if code:
+            self._error(code, r.error_message, now)
+            return
+        self._backoff.succeeded("heartbeat")
+        if m.machine.state in ("unsubscribed", "fatal", "fenced", "stale", "leaving", "lost_then_leave"):
+            return  # an answer about an epoch this member has left behind
+        if r.member_id:
+            m.member_id = r.member_id
+        m.epoch = r.member_epoch
+        if r.heartbeat_interval_ms > 0:
+            m.heartbeat_interval_ms = float(r.heartbeat_interval_ms)
+        changed = False
+        if r.assignment is not None:
+            assigned = {str(t.topic_id): tuple(t.partitions) for t in r.assignment.topic_partitions}
+            changed = m.take_target(r.member_epoch, assigned)
+        if m.machine.state == "joining":
+            if epoch == 0:
+                log.info("group %s: joined at epoch %d as %s", m._config.group_id, m.epoch, m.member_id)
+                m._record("joined", ())
+                m.machine.fire("joined", now)
+        elif changed:
+            m.machine.fire("target_changed", now)
+
+    def _left(self, visit: int, now: float) -> None:
+        m = self.m
+        if m.machine.state == "leaving" and m.machine.visit == visit:
+            m.machine.fire("left", now)
+
+    def _failed(self, error: BaseException, now: float, leaving: bool, visit: int) -> None:
+        m = self.m
+        m.heartbeat.answered(now, ok=False)
+        if broker_lacks(error):
+            m.fail(ke.UnsupportedVersionError(f"group {m._config.group_id!r}: {_NO_KIP_848}"))
+            return
+        if classify(error) is Action.FATAL:
+            m.fail(error)
+            return
+        if leaving:
+            self._left(visit, now)  # best effort: the session runs out on the broker otherwise
+            return
+        log.info("group %s: heartbeat failed: %s", m._config.group_id, error)
+        self._retry(now)
+        m._coordinator.mark_unknown()
+
+    def _retry(self, now: float) -> None:
+        self.full = True
+        self._sent_visit = -1  # an at-once heartbeat goes again
+        self._backoff.failed("heartbeat", now)
+
+    def _error(self, code: int, message: str | None, now: float) -> None:
+        m = self.m
+        name = ke.for_code(code).__name__
+        if code in _FENCED:
+            log.info("group %s: heartbeat says epoch %d is fenced: %s", m._config.group_id, m.epoch, name)
+            self.full = True
+            m.machine.fire("fenced_error", now)
+        elif code in _COORDINATOR:
+            log.info("group %s: heartbeat: %s, finding the coordinator again", m._config.group_id, name)
+            m._coordinator.mark_unknown()
+            self._retry(now)
+        elif code == 35:  # UNSUPPORTED_VERSION: the API is listed but the consumer protocol is switched off
+            m.fail(ke.UnsupportedVersionError(f"group {m._config.group_id!r}: {_NO_KIP_848} ({message})"))
+        elif getattr(ke.for_code(code), "retriable", False) or code == 27:
+            log.info("group %s: heartbeat failed: %s %s", m._config.group_id, name, message or "")
+            self._retry(now)
+        else:
+            m.fail_code(code, message)
+
+
+def _metadata_id(m: Any, topic: str) -> str | None:
+    info = m._metadata.topics.get(topic)
+    return None if info is None else info.topic_id

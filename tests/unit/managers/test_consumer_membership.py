@@ -1,0 +1,449 @@
+"""ConsumerMembershipManager (KIP-848) driven by hand with a fake clock: heartbeats out of poll(now), the
+coordinator's answers into their handlers, rebalance callbacks acknowledged as the application thread would.
+
+No broker, no threads: the coordinator, the metadata and the commit manager are stand-ins holding only what
+the member reads. The broker-side behaviour is proven against Apache Kafka in tests/integration/kip848.
+"""
+
+from __future__ import annotations
+
+import queue
+import uuid
+from types import SimpleNamespace
+
+import kafka.errors as ke
+import pytest
+
+from fsm_consumer._config import ConsumerConfig
+from fsm_consumer._metrics import Metrics
+from fsm_consumer.events import CallbackEvent
+from fsm_consumer.fetch import TopicPartition
+from fsm_consumer.machines import FakeClock
+from fsm_consumer.managers import ConsumerMembershipManager
+from fsm_consumer.protocol import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from fsm_consumer.state import HeldErrors, SubscriptionState
+from fsm_consumer.transport import UnsupportedVersion
+
+TOPIC_ID = uuid.UUID("5b0d3a7e-0000-4000-8000-000000000001")
+T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
+
+
+class Coordinator:
+    node = 7
+    gone_for_close = False
+
+    def needed(self):
+        pass
+
+    def mark_unknown(self):
+        pass
+
+
+class Commits:
+    """The commit manager as a revocation reads it: each commit's positions and on_done kept."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def commit_positions(self, positions, on_done):
+        self.sent.append((dict(positions), on_done))
+
+
+class Listener:
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def on_partitions_revoked(self, tps):
+        self.calls.append(("revoked", sorted(tp.partition for tp in tps)))
+
+    def on_partitions_assigned(self, tps):
+        self.calls.append(("assigned", sorted(tp.partition for tp in tps)))
+
+    def on_partitions_lost(self, tps):
+        self.calls.append(("lost", sorted(tp.partition for tp in tps)))
+
+
+def make(listener=None, **overrides):
+    settings = dict(
+        bootstrap_servers="127.0.0.1:1",
+        group_id="g",
+        client_id="c",
+        group_protocol="consumer",
+        max_poll_interval_ms=60_000,
+    )
+    config = ConsumerConfig.from_kwargs(**{**settings, **overrides})
+    clock = FakeClock(1_000)
+    subs = SubscriptionState()
+    subs.subscribe(["t"], listener=listener)
+    metadata = SimpleNamespace(
+        version=1,
+        all_topics_wanted=False,
+        request_update=lambda topics=None, all_topics=False: None,
+        topics={"t": SimpleNamespace(leaders={0: 7, 1: 7, 2: 7}, internal=False, topic_id=str(TOPIC_ID))},
+    )
+    background = queue.Queue()
+    member = ConsumerMembershipManager(
+        config,
+        subscription=subs,
+        metadata=metadata,
+        coordinator=Coordinator(),
+        commits=Commits(),
+        background_events=background,
+        post_app_event=lambda event: member.on_callback_ack(event, clock.now_ms()),
+        metrics=Metrics(),
+        held=HeldErrors(),
+    )
+    member.background = background
+    return member, clock
+
+
+def heartbeat(member, clock):
+    """Poll once: the one heartbeat it sends."""
+    _, out = member.poll(clock.now_ms())
+    assert len(out) == 1, (member.machine.state, out)
+    assert isinstance(out[0].request, ConsumerGroupHeartbeatRequest)
+    return out[0]
+
+
+def nothing_sent(member, clock) -> bool:
+    return member.poll(clock.now_ms())[1] == []
+
+
+def answer(outgoing, clock, epoch, partitions=None, error_code=0, interval=500):
+    assignment = None
+    if partitions is not None:
+        assignment = ConsumerGroupHeartbeatResponse.Assignment(
+            topic_partitions=[
+                ConsumerGroupHeartbeatResponse.Assignment.TopicPartitions(topic_id=TOPIC_ID, partitions=partitions)
+            ]
+        )
+    response = ConsumerGroupHeartbeatResponse(
+        version=1,
+        throttle_time_ms=0,
+        error_code=error_code,
+        error_message=None,
+        member_id=None,
+        member_epoch=epoch,
+        heartbeat_interval_ms=interval,
+        assignment=assignment,
+    )
+    outgoing.handler(SimpleNamespace(error=None, response=response), clock.now_ms())
+
+
+def run_callbacks(member, clock):
+    """The application thread: run every callback posted, in order (each acknowledges itself back)."""
+    while not member.background.empty():
+        event = member.background.get_nowait()
+        assert isinstance(event, CallbackEvent)
+        event.fn(*event.args)
+        event.ack(None)
+
+
+def owned_in(request) -> list[int] | None:
+    if request.topic_partitions is None:
+        return None
+    return sorted(p for t in request.topic_partitions for p in t.partitions)
+
+
+def joined(member, clock, partitions, epoch=1):
+    member.on_subscription_changed(clock.now_ms())
+    join = heartbeat(member, clock)
+    answer(join, clock, epoch, partitions)
+    run_callbacks(member, clock)
+    ack = heartbeat(member, clock)  # acknowledging: sent at once with what it now owns
+    assert owned_in(ack.request) == sorted(partitions)
+    answer(ack, clock, epoch)
+    assert member.machine.state == "stable" and member.owned == {TopicPartition("t", p) for p in partitions}
+    return join
+
+
+def test_joins_with_a_full_heartbeat_reconciles_acknowledges_then_sends_only_what_changed():
+    listener = Listener()
+    member, clock = make(listener, group_remote_assignor="uniform", client_rack="r1")
+    join = joined(member, clock, [0, 1])
+    request = join.request
+    assert request.member_epoch == 0 and request.member_id == member.member_id and request.member_id
+    assert request.subscribed_topic_names == ["t"] and request.rebalance_timeout_ms == 60_000
+    assert request.server_assignor == "uniform" and request.rack_id == "r1" and owned_in(request) == []
+    assert listener.calls == [("assigned", [0, 1])]
+    assert member.generation == 1 and member.assignment_epoch == 1
+    # the interval the coordinator returned paces the heartbeats, which now carry only what changed
+    assert nothing_sent(member, clock)
+    clock.advance(499)
+    member.machine.tick(clock.now_ms())
+    assert nothing_sent(member, clock)
+    clock.advance(1)
+    member.machine.tick(clock.now_ms())
+    beat = heartbeat(member, clock).request
+    assert beat.member_epoch == 1 and beat.subscribed_topic_names is None and beat.topic_partitions is None
+    assert beat.rebalance_timeout_ms == -1 and beat.server_assignor is None
+
+
+def test_a_new_target_during_a_revocation_is_reconciled_after_the_acknowledgement_without_doubled_callbacks():
+    listener = Listener()
+    member, clock = make(listener)
+    joined(member, clock, [0, 1])
+    listener.calls.clear()
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 2, [0])  # T1 goes
+    assert member.machine.state == "revoking"  # on_partitions_revoked posted, not yet run
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 3, [0, 2])  # meanwhile: T2 comes
+    assert member.machine.state == "revoking"  # kept, not acted on
+    run_callbacks(member, clock)
+    # the revocation committed nothing (no positions); the assignment toward epoch 2's target added nothing
+    assert member.machine.state == "acknowledging"
+    ack = heartbeat(member, clock)
+    assert owned_in(ack.request) == [0]
+    # once the acknowledgement went out the member reconciles toward the newest target at once
+    run_callbacks(member, clock)
+    assert member.machine.state == "acknowledging" and member.owned == {T0, T2}
+    answer(ack, clock, 3)
+    ack2 = heartbeat(member, clock)
+    assert owned_in(ack2.request) == [0, 2]
+    assert member.machine.state == "stable"
+    assert listener.calls == [("revoked", [1]), ("assigned", [2])]
+
+
+def test_the_revoked_partitions_are_committed_before_they_are_acknowledged():
+    member, clock = make(Listener())
+    joined(member, clock, [0, 1])
+    member._subs.seek(T1, 42)
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 2, [0])
+    run_callbacks(member, clock)
+    assert member.machine.state == "committing_revoked"
+    ((positions, done),) = member._commits.sent
+    assert positions == {T1: 42}
+    assert nothing_sent(member, clock) or member.machine.state == "committing_revoked"
+    done(None)
+    assert member.machine.state == "acknowledging"
+
+
+@pytest.mark.parametrize("code", [110, 25])  # FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID
+def test_fenced_loses_its_partitions_and_rejoins_at_epoch_zero_with_the_same_id(code):
+    listener = Listener()
+    member, clock = make(listener)
+    joined(member, clock, [0, 1])
+    member_id = member.member_id
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 1, error_code=code)
+    assert member.machine.state == "fenced"
+    run_callbacks(member, clock)
+    assert listener.calls[-1] == ("lost", [0, 1]) and member.owned == frozenset()
+    assert member.machine.state == "joining"
+    rejoin = heartbeat(member, clock).request
+    assert rejoin.member_epoch == 0 and rejoin.member_id == member_id and rejoin.subscribed_topic_names == ["t"]
+
+
+def test_a_broker_without_the_consumer_protocol_is_a_fatal_error_naming_the_fix():
+    member, clock = make()
+    member.on_subscription_changed(clock.now_ms())
+    join = heartbeat(member, clock)
+    join.handler(
+        SimpleNamespace(
+            error=UnsupportedVersion("broker does not support ConsumerGroupHeartbeatRequest", api_key=68), response=None
+        ),
+        clock.now_ms(),
+    )
+    assert member.machine.state == "fatal"
+    assert isinstance(member.fatal, ke.UnsupportedVersionError)
+    assert "group_protocol='classic'" in str(member.fatal)
+    with pytest.raises(ke.UnsupportedVersionError):
+        member._held.raise_first()
+
+
+@pytest.mark.parametrize("static, epoch", [(False, -1), (True, -2)])
+def test_close_revokes_commits_then_leaves_with_the_leave_epoch(static, epoch):
+    listener = Listener()
+    member, clock = make(listener, **({"group_instance_id": "i1"} if static else {}))
+    joined(member, clock, [0, 1])
+    member.begin_close(autocommit=True)
+    assert member.machine.state == "prepare_leaving"
+    run_callbacks(member, clock)
+    assert listener.calls[-1] == ("revoked", [0, 1])
+    assert member.machine.state == "leaving"
+    leave = heartbeat(member, clock)
+    assert leave.request.member_epoch == epoch
+    assert not member.close_done
+    answer(leave, clock, epoch)
+    assert member.machine.state == "unsubscribed" and member.close_done
+
+
+def test_a_member_that_stops_polling_leaves_and_loses_its_partitions_when_polled_again():
+    listener = Listener()
+    member, clock = make(listener)
+    joined(member, clock, [0])
+    for _ in range(120):  # heartbeats go on while the application does not poll
+        clock.advance(500)
+        member.machine.tick(clock.now_ms())
+        if member.machine.state != "stable":
+            break
+        answer(heartbeat(member, clock), clock, 1)
+    assert member.machine.state == "stale"
+    leave = heartbeat(member, clock)
+    assert leave.request.member_epoch == -1
+    member.on_app_poll(clock.now_ms())
+    run_callbacks(member, clock)
+    assert listener.calls[-1] == ("lost", [0]) and member.machine.state == "joining"
+
+
+def test_a_late_acknowledgement_of_an_abandoned_callback_is_ignored():
+    listener = Listener()
+    member, clock = make(listener)
+    member.on_subscription_changed(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 1, [0])
+    assert member.machine.state == "assigning"  # on_partitions_assigned posted, not yet run
+    assigned = member.background.get_nowait()
+    member.machine.fire("fenced_error", clock.now_ms())  # as a heartbeat answered FENCED_MEMBER_EPOCH
+    assert member.machine.state == "fenced"  # now waiting for on_partitions_lost
+    assigned.fn(*assigned.args)
+    assigned.ack(None)  # the abandoned callback finishes late: dropped
+    assert member.machine.state == "fenced"
+    run_callbacks(member, clock)  # on_partitions_lost
+    assert member.machine.state == "joining"
+    assert listener.calls == [("assigned", [0]), ("lost", [0])]
+
+
+def beat(member, clock, epoch, partitions=None, error_code=0):
+    """The heartbeat timer runs out; the heartbeat goes and is answered."""
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    answer(heartbeat(member, clock), clock, epoch, partitions, error_code=error_code)
+
+
+def steps(member) -> list[tuple[str, str, str]]:
+    return [(r.source, r.trigger, r.dest) for r in member.machine.log]
+
+
+def test_a_join_answered_without_an_assignment_is_stable_until_one_comes():
+    member, clock = make(Listener())
+    member.on_subscription_changed(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 1)
+    assert member.machine.state == "stable" and member.owned == frozenset()
+    beat(member, clock, 2, [2])
+    run_callbacks(member, clock)
+    assert member.machine.state == "acknowledging" and member.owned == {T2}
+
+
+@pytest.mark.parametrize("waiting", ["revoking", "assigning"])
+def test_a_callback_that_outlives_the_rebalance_timeout_makes_the_member_stale(waiting):
+    member, clock = make(Listener())
+    if waiting == "revoking":
+        joined(member, clock, [0, 1])
+        beat(member, clock, 2, [0])
+    else:
+        member.on_subscription_changed(clock.now_ms())
+        answer(heartbeat(member, clock), clock, 1, [0])
+    assert member.machine.state == waiting  # the callback posted and never run
+    clock.advance(60_000)  # max_poll_interval_ms: the rebalance timeout
+    member.machine.tick(clock.now_ms())
+    assert member.machine.state == "stale"
+    assert heartbeat(member, clock).request.member_epoch == -1
+
+
+def test_leaving_with_nothing_owned_sends_the_leave_at_once_and_a_new_subscription_rejoins():
+    member, clock = make(Listener())
+    member.on_subscription_changed(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 1)
+    member.on_unsubscribe(clock.now_ms())
+    assert member.machine.state == "leaving"
+    leave = heartbeat(member, clock)
+    answer(leave, clock, -1)  # still subscribed (subscribe() again came first): it joins again
+    assert member.machine.state == "joining" and heartbeat(member, clock).request.member_epoch == 0
+
+
+def test_leaving_during_a_revocation_finishes_it_then_revokes_the_rest():
+    listener = Listener()
+    member, clock = make(listener)
+    joined(member, clock, [0, 1])
+    beat(member, clock, 2, [0])
+    assert member.machine.state == "revoking"
+    member.begin_close(autocommit=True)
+    assert member.machine.state == "revoking_then_leave"
+    run_callbacks(member, clock)  # the revocation's callback, then the leave's for what is left
+    assert ("leave_committing", "revocation_completed", "leaving") in steps(member)
+    assert listener.calls[-2:] == [("revoked", [1]), ("revoked", [0])]
+    answer(heartbeat(member, clock), clock, -1)
+    assert member.machine.state == "unsubscribed"
+
+
+@pytest.mark.parametrize("keeps, then", [([0], "prepare_leaving"), ([], "leaving")])
+def test_leaving_while_the_revoked_partitions_commit_is_in_flight_waits_for_it(keeps, then):
+    member, clock = make(Listener())
+    joined(member, clock, [0, 1])
+    member._subs.seek(T1, 7)
+    member._subs.seek(T0, 3)
+    beat(member, clock, 2, keeps)
+    run_callbacks(member, clock)
+    assert member.machine.state == "committing_revoked"
+    member.begin_close(autocommit=True)
+    assert member.machine.state == "committing_then_leave"
+    member._commits.sent[0][1](None)
+    assert ("committing_then_leave", "revocation_completed", then) in steps(member)
+
+
+def test_leaving_during_an_assignment_finishes_it_then_revokes_everything():
+    listener = Listener()
+    member, clock = make(listener)
+    member.on_subscription_changed(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 1, [0, 1])
+    assert member.machine.state == "assigning"
+    member.begin_close(autocommit=False)
+    assert member.machine.state == "assigning_then_leave"
+    run_callbacks(member, clock)
+    assert listener.calls == [("assigned", [0, 1]), ("revoked", [0, 1])]
+    assert member.machine.state == "leaving"
+
+
+@pytest.mark.parametrize("waiting", ["revoking_then_leave", "prepare_leaving", "assigning_then_leave"])
+def test_a_callback_that_outlives_the_rebalance_timeout_while_leaving_is_abandoned(waiting):
+    member, clock = make(Listener())
+    if waiting == "assigning_then_leave":
+        member.on_subscription_changed(clock.now_ms())
+        answer(heartbeat(member, clock), clock, 1, [0])
+    else:
+        joined(member, clock, [0, 1])
+        if waiting == "revoking_then_leave":
+            beat(member, clock, 2, [0])
+    member.begin_close(autocommit=True)
+    assert member.machine.state == waiting
+    clock.advance(60_000)
+    member.machine.tick(clock.now_ms())
+    assert member.machine.state == "leaving" and member.owned == frozenset()
+
+
+def test_fenced_while_leaving_loses_what_is_left_and_sends_no_leave():
+    listener = Listener()
+    member, clock = make(listener)
+    joined(member, clock, [0, 1])
+    member.begin_close(autocommit=True)
+    assert member.machine.state == "prepare_leaving"
+    member.machine.fire("fenced_error", clock.now_ms())  # a heartbeat answered FENCED_MEMBER_EPOCH meanwhile
+    assert member.machine.state == "lost_then_leave"
+    run_callbacks(member, clock)
+    assert listener.calls[-1] == ("lost", [0, 1]) and member.machine.state == "unsubscribed"
+    assert member._commits.sent == []
+
+
+def test_leaving_when_fenced_or_stale_needs_no_leave_heartbeat():
+    listener = Listener()
+    member, clock = make(listener)
+    joined(member, clock, [0])
+    beat(member, clock, 1, error_code=110)
+    assert member.machine.state == "fenced"
+    member.begin_close(autocommit=True)
+    assert member.machine.state == "lost_then_leave"
+    run_callbacks(member, clock)
+    assert member.machine.state == "unsubscribed" and nothing_sent(member, clock)
+
+    member, clock = make(listener)
+    joined(member, clock, [0])
+    member.machine.fire("poll_timer_expired", clock.now_ms())
+    assert member.machine.state == "stale"
+    member.begin_close(autocommit=True)
+    assert member.machine.state == "unsubscribed"
