@@ -48,10 +48,10 @@ class HeartbeatExchange:
     def poll(self, now: float) -> tuple[float, list[Outgoing]]:
         m = self.m
         m._subs.lease_until = FOREVER  # the coordinator holds the lease: a fenced epoch is told in its answer
-        if m.machine.state in ("unsubscribed", "fatal"):
+        mode = m.machine.attribute("heartbeat")
+        if mode == "none":
             return FOREVER, []
         self._watch_metadata()
-        mode = m.machine.attribute("heartbeat")
         at_once = mode == "at_once" and self._sent_visit != m.machine.visit
         if not (at_once or (mode == "interval" and m.heartbeat_due)) or self._in_flight:
             return FOREVER, []
@@ -129,7 +129,7 @@ class HeartbeatExchange:
         self._in_flight = True
         m.machine.restart_timer("heartbeat", now)
         log.debug("group %s: heartbeat epoch %d (state %s)", config.group_id, epoch, state)
-        if state == "acknowledging":
+        if m.machine.may("acknowledgement_sent"):
             m.machine.fire("acknowledgement_sent", now)  # the coordinator hears the reconciled assignment
         # mypy cannot type a lambda with default arguments (python/mypy#15459)
         return Outgoing(
@@ -173,8 +173,8 @@ class HeartbeatExchange:
             self._error(code, r.error_message, now)
             return
         self._backoff.succeeded("heartbeat")
-        if m.machine.state in ("unsubscribed", "fatal", "fenced", "stale", "leaving", "lost_then_leave"):
-            return  # an answer about an epoch this member has left behind
+        if m.machine.attribute("heartbeat") == "none" or m.machine.attribute("epoch") == "leave":
+            return  # an answer about an epoch this member has left behind (fenced, leaving, gone)
         if r.member_id:
             m.member_id = r.member_id
         m.epoch = r.member_epoch
@@ -184,7 +184,7 @@ class HeartbeatExchange:
         if r.assignment is not None:
             assigned = {str(t.topic_id): tuple(t.partitions) for t in r.assignment.topic_partitions}
             changed = m.take_target(r.member_epoch, assigned)
-        if m.machine.state == "joining":
+        if m.machine.attribute("epoch") == "join":
             if epoch == 0:
                 log.info("group %s: joined at epoch %d as %s", m._config.group_id, m.epoch, m.member_id)
                 m._record("joined", ())
@@ -194,7 +194,7 @@ class HeartbeatExchange:
 
     def _left(self, visit: int, now: float) -> None:
         m = self.m
-        if m.machine.state == "leaving" and m.machine.visit == visit:
+        if m.machine.may("left") and m.machine.visit == visit:
             m.machine.fire("left", now)
 
     def _failed(self, error: BaseException, now: float, leaving: bool, visit: int) -> None:

@@ -15,7 +15,6 @@ from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, SyncGrou
 
 from fsm_consumer.assignors import Assignment, encode_assignment
 from fsm_consumer.events import CallbackAckEvent, CallbackEvent
-from fsm_consumer.managers import MembershipManager
 
 from .test_membership_rounds import T0, T1, answer, join_round, make, sent
 
@@ -208,13 +207,25 @@ def test_partition_errors_held_are_released_with_the_partition():
 
 def test_the_manager_reads_heartbeats_requests_and_acks_from_the_spec():
     """No state-name sets beside the spec: every state of the spec has each attribute the manager reads."""
-    spec = MembershipManager.__init__.__globals__["shipped_spec"]("membership")
+    from fsm_consumer.machines import shipped_spec
+
+    spec = shipped_spec("membership")
     for name in ("heartbeat", "commit", "awaits", "request"):
         assert set(spec.attributes[name].of_state) == set(spec.states), name
     import fsm_consumer.managers._membership as module
 
     source = open(module.__file__).read()
     for state in ("syncing", "assigning_partitions", "revoking_then_leave", "partitions_revoked"):
+        assert f'"{state}"' not in source, f"the manager names state {state!r}: read the spec's attributes"
+    # the consumer protocol's member and its heartbeat exchange alike
+    spec = shipped_spec("consumer_membership")
+    for name in ("heartbeat", "epoch", "commit", "awaits"):
+        assert set(spec.attributes[name].of_state) == set(spec.states), name
+    import fsm_consumer.managers._consumer_heartbeat as exchange
+    import fsm_consumer.managers._consumer_membership as member
+
+    source = open(member.__file__).read() + open(exchange.__file__).read()
+    for state in set(spec.states) - {"unsubscribed", "fatal", "stale"}:
         assert f'"{state}"' not in source, f"the manager names state {state!r}: read the spec's attributes"
 
 
