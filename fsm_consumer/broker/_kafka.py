@@ -60,6 +60,9 @@ _BROKER_DEFAULTS = {
     "group.consumer.heartbeat.interval.ms": "1000",
     "group.consumer.min.session.timeout.ms": "1000",
     "group.consumer.session.timeout.ms": "10000",
+    # a classic group becomes a consumer-protocol group when a member of the new protocol joins it, and back
+    # (online migration; the rolling upgrade of docs/usage.md): said here, whatever the release's default
+    "group.consumer.migration.policy": "bidirectional",
     "num.partitions": "1",
     "auto.create.topics.enable": "true",  # as Tansu: asking for an unknown topic creates it
     "log.segment.bytes": str(64 * 1024 * 1024),

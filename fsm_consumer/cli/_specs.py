@@ -102,6 +102,14 @@ def spec_coverage(argv: list[str]) -> int:
         help="with --compare-brokers: a transition only some brokers can reach (or that only a chance timing "
         "reaches), reported, not failed; DEST picks one of the trigger's transitions",
     )
+    ap.add_argument(
+        "--only-on",
+        action="append",
+        default=[],
+        metavar="MACHINE:BROKER",
+        help="with --compare-brokers: a machine only BROKER can run (the consumer protocol on Apache Kafka): "
+        "what it fires elsewhere is not compared, and what it never fires on BROKER is a gap",
+    )
     ap.add_argument("--machines", help="comma-separated machines (default: all shipped specs)")
     ap.add_argument("--fail-under", type=float, default=None, help="exit 1 if any machine is below this percent")
     args = ap.parse_args(argv)
@@ -115,7 +123,8 @@ def spec_coverage(argv: list[str]) -> int:
     wanted = set(args.machines.split(",")) if args.machines else None
     specs = [s for s in specs if not wanted or s.machine in wanted]
     if args.compare_brokers:
-        gaps = _compare_brokers(specs, records, args.compare_brokers.split(","), set(args.allow_gap))
+        only_on = dict(item.split(":", 1) for item in args.only_on)
+        gaps = _compare_brokers(specs, records, args.compare_brokers.split(","), set(args.allow_gap), only_on)
         return 1 if (failed or gaps) else 0
     kind = f"broker:{args.broker}" if args.broker else args.kind
     below = False
@@ -136,13 +145,26 @@ def spec_coverage(argv: list[str]) -> int:
 
 
 def _compare_brokers(
-    specs: list[Spec], records: dict[str, dict[int, dict[str, int]]], brokers: list[str], allowed: set[str]
+    specs: list[Spec],
+    records: dict[str, dict[int, dict[str, int]]],
+    brokers: list[str],
+    allowed: set[str],
+    only_on: dict[str, str] | None = None,
 ) -> bool:
-    """Print each broker's share per machine and the gaps between them; True if a gap is not allowed."""
+    """Print each broker's share per machine and the gaps between them; True if a gap is not allowed. A
+    machine in ``only_on`` is judged on its broker alone: every transition must fire there."""
     any_gap = False
     for s in specs:
         shares = ", ".join(f"{b} {len(coverage(s, records, f'broker:{b}')[0])}" for b in brokers)
         print(f"{s.machine}: {len(s.transitions)} transitions; fired by broker tests on {shares}")
+        only = (only_on or {}).get(s.machine)
+        if only is not None:
+            for i in coverage(s, records, f"broker:{only}")[1]:
+                t = s.transitions[i]
+                ok = f"{s.machine}:{t.trigger}" in allowed or f"{s.machine}:{t.trigger}:{t.dest}" in allowed
+                print(f"  never fired on {only}{' [allowed]' if ok else ''}: {t.label}  ({s.file}:{t.line})")
+                any_gap |= not ok
+            continue
         for b, missing in broker_gaps(s, records, brokers).items():
             for i in missing:
                 t = s.transitions[i]

@@ -216,6 +216,7 @@ class HeartbeatExchange:
     def _retry(self, now: float) -> None:
         self.full = True
         self._sent_visit = -1  # an at-once heartbeat goes again
+        self.m.heartbeat_due = True  # and an interval one, without waiting out another interval
         self._backoff.failed("heartbeat", now)
 
     def _error(self, code: int, message: str | None, now: float) -> None:

@@ -7,7 +7,8 @@ dev dependency) to create the topic and produce.
 
 Modes (``MODES``): ``eager`` (range assignor), ``cooperative`` (cooperative-sticky), ``static``
 (cooperative-sticky, each member a static one: ``group_instance_id`` = its name; not on Tansu 0.6, see
-``UNSUPPORTED``) and ``parallel`` (cooperative-sticky, each member a ``ParallelConsumer`` with
+``UNSUPPORTED``), ``consumer`` (the consumer group protocol, KIP-848; Apache Kafka only) and ``parallel``
+(cooperative-sticky, each member a ``ParallelConsumer`` with
 ``ordering="key"`` over its consumer; the records have ``keys`` keys, so rule K has lanes to check).
 """
 
@@ -43,11 +44,13 @@ MODES: dict[str, Mode] = {
     "cooperative": Mode("cooperative-sticky"),
     "static": Mode("cooperative-sticky", static=True),
     "parallel": Mode("cooperative-sticky", parallel=True),
+    "consumer": Mode("consumer"),  # the consumer group protocol (KIP-848): the broker assigns
 }
 
 
 #: (broker kind, mode) -> why the scenario cannot be judged there: a broker's limit, not the client's
 UNSUPPORTED: dict[tuple[str, str], str] = {
+    ("tansu", "consumer"): "Tansu 0.6 has no consumer group protocol (KIP-848: no ConsumerGroupHeartbeat API)",
     ("tansu", "static"): (
         "Tansu 0.6 hands a static member's replacement its predecessor's member id, and takes it back only if "
         "its JoinGroup metadata is byte for byte its predecessor's last: a cooperative-sticky subscription "

@@ -54,6 +54,10 @@ class _Member:
             # faults make librdkafka log a lot on stderr; the run keeps the member's stderr
             "log_level": 4,
         }
+        if args.strategy == "consumer":  # KIP-848: the broker assigns and times the session
+            for key in ("partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms"):
+                del config[key]
+            config["group.protocol"] = "consumer"
         if args.instance_id:
             config["group.instance.id"] = args.instance_id
         if args.max_poll_interval_ms is not None:

@@ -4,11 +4,12 @@ for ``fsm_consumer.history``'s checker):
 
     python -m fsm_consumer.testing._member_process --bootstrap HOST:PORT --group G --topic T --name m0 \
         --out m0.jsonl [--session-timeout-ms N --heartbeat-interval-ms N --max-poll-records N \
-        --commit every-poll|auto --strategy range|cooperative-sticky --instance-id ID \
+        --commit every-poll|auto --strategy range|cooperative-sticky|consumer --instance-id ID \
         --parallel N --handler-sleep-ms MS --max-poll-interval-ms N --revoke-sleep-ms MS]
 
 By default a poll loop (cooperative-sticky, a dynamic member, ``commit()`` after every poll). ``--strategy``
-chooses the assignor, ``--instance-id`` makes it a static member (``group_instance_id``), ``--parallel N``
+chooses the assignor ("consumer": the consumer group protocol, KIP-848), ``--instance-id`` makes it a
+static member (``group_instance_id``), ``--parallel N``
 runs a ``ParallelConsumer`` (N workers, ``ordering="key"``, its own commits) over the consumer instead of
 the loop, its handler sleeping up to ``--handler-sleep-ms`` and logging each record as a one-record "read".
 A thread writes a "leader" line whenever the member becomes or stops being the group's leader. SIGTERM (or
@@ -135,7 +136,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="every-poll: commit() after each non-empty poll, logged; auto: the library's "
         "auto-commit (not logged here, only in OUT.lib)",
     )
-    p.add_argument("--strategy", choices=["range", "cooperative-sticky"], default="cooperative-sticky")
+    p.add_argument("--strategy", choices=["range", "cooperative-sticky", "consumer"], default="cooperative-sticky")
     p.add_argument("--instance-id", default=None, help="group_instance_id: a static member (default: dynamic)")
     p.add_argument(
         "--parallel",
@@ -185,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         follower_sync_delay_ms=400,
         history_path=args.out + ".lib",
     )
+    if args.strategy == "consumer":  # KIP-848: the broker assigns, paces heartbeats and times the session
+        for key in ("partition_assignment_strategy", "session_timeout_ms", "heartbeat_interval_ms"):
+            del config[key]
+        del config["follower_sync_delay_ms"]
+        config["group_protocol"] = "consumer"
     if args.max_poll_records is not None:
         config["max_poll_records"] = args.max_poll_records
     if args.max_poll_interval_ms is not None:

@@ -102,14 +102,15 @@ def test_fsm_java_and_librdkafka_members_join_and_leave_while_records_flow(kafka
             return f"{describe(fsm)}; peers own {[sorted(m.owned()) for m in members if m not in fsm]}"
 
         wait_until(lambda: covers(members, PARTITIONS), 90, "four members covering the topic, disjoint", explain)
-        produced |= produce_spread(kafka, topic, 30_000, PARTITIONS)
+        produced |= produce_spread(kafka, topic, 20_000, PARTITIONS)
         fsm[0].stop()  # leaves while records flow
+        produced |= produce_spread(kafka, topic, 20_000, PARTITIONS)
         late = Member(kafka.bootstrap_servers, group, topic, "fsm2", **KIP848)
         fsm.append(late)
         members.append(late)
-        produced |= produce_spread(kafka, topic, 30_000, PARTITIONS)
         live = [m for m in members if m is not fsm[0]]
         wait_until(lambda: covers(live, PARTITIONS), 90, "the group to settle again after the leave and join", explain)
+        produced |= produce_spread(kafka, topic, 20_000, PARTITIONS)  # the newcomer's share too
 
         def consumed() -> set:
             return {x for m in members for x in list(m.consumed)}
@@ -128,7 +129,7 @@ def test_fsm_java_and_librdkafka_members_join_and_leave_while_records_flow(kafka
                 m.stop()
     assert len(produced) == 100_000
     assert sorted(p for o in final for p in o) == list(range(PARTITIONS)), "disjoint and complete"
-    assert all(m.consumed for m in members), "every member consumed"
+    assert all(m.consumed for m in members), [(m.name, len(m.consumed)) for m in members]
     assert_disjoint(members)
     # every committed offset is at or below what its partition's consumers processed (+1: the next to read)
     highest: dict[int, int] = {}
@@ -137,3 +138,127 @@ def test_fsm_java_and_librdkafka_members_join_and_leave_while_records_flow(kafka
     for p, offset in committed(kafka, group, topic, PARTITIONS).items():
         assert offset is not None and offset <= highest[p] + 1, (p, offset, highest[p])
     assert not any(m.errors for m in fsm), [m.errors for m in fsm]
+
+
+def test_a_rolling_upgrade_to_the_consumer_protocol_and_back_loses_nothing_and_commits_nothing_backwards(
+    kafka, tmp_path
+):
+    """Point 4 of issue 27: a running classic group (two fsm_consumer members and a Java consumer, range) is
+    restarted member by member onto the consumer protocol (Kafka converts the group online when the first
+    member of the new protocol joins), then back; records flow all along."""
+    topic = f"kip848-upgrade-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=PARTITIONS)
+    group = f"kip848-upgrade-{uuid.uuid4().hex[:8]}"
+    classes = compile_peer(kafka, tmp_path)
+    classic = dict(partition_assignment_strategy=["range"], session_timeout_ms=10000, heartbeat_interval_ms=1000)
+    produced = produce_spread(kafka, topic, 10_000, PARTITIONS)
+    everyone: list = []
+    commits: list[dict[int, int | None]] = []
+
+    def start(slot: int, protocol: str):
+        if slot == 2:
+            peer = JavaPeer(kafka, classes, group, topic, "range" if protocol == "classic" else "consumer")
+        elif protocol == "classic":
+            peer = Member(kafka.bootstrap_servers, group, topic, f"fsm{slot}-{len(everyone)}", **classic)
+        else:
+            peer = Member(kafka.bootstrap_servers, group, topic, f"fsm{slot}-{len(everyone)}", **KIP848)
+        everyone.append(peer)
+        return peer
+
+    try:
+        live = [start(slot, "classic") for slot in range(3)]
+
+        def explain() -> str:
+            return (
+                f"{describe([m for m in live if isinstance(m, Member)])}; all own {[sorted(m.owned()) for m in live]}"
+            )
+
+        wait_until(lambda: covers(live, PARTITIONS), 90, "the classic group to settle", explain)
+        for protocol in ("consumer", "classic"):
+            for slot in range(3):
+                live[slot].stop()  # a clean restart: revokes, commits, leaves
+                live[slot] = start(slot, protocol)
+                produced |= produce_spread(kafka, topic, 5_000, PARTITIONS)
+                wait_until(
+                    lambda: covers(live, PARTITIONS), 90, f"the group to settle, slot {slot} on {protocol}", explain
+                )
+                commits.append(committed(kafka, group, topic, PARTITIONS))
+
+        def consumed() -> set:
+            return {x for m in everyone for x in list(m.consumed)}
+
+        wait_until(
+            lambda: consumed() >= produced,
+            120,
+            "every record to be consumed",
+            lambda: f"{len(consumed() & produced)} of {len(produced)}; {explain()}",
+        )
+    finally:
+        for m in everyone:
+            if not getattr(m, "_stop", None) or not m._stop.is_set():
+                m.stop()
+    assert len(produced) == 40_000
+    assert_disjoint(everyone)
+    for p in range(PARTITIONS):  # the group's commits, read after every step, never went backwards
+        seen = [c[p] for c in commits if c[p] is not None]
+        assert seen == sorted(seen), (p, seen)
+    assert not any(m.errors for m in everyone if isinstance(m, Member)), [
+        m.errors for m in everyone if isinstance(m, Member)
+    ]
+
+
+def test_a_member_frozen_past_the_rebalance_timeout_loses_its_partitions_and_the_others_go_on(kafka):
+    """Fencing, as issue 27 asks: the application thread of one member stops polling while the group hands
+    half its partitions to a newcomer; past the rebalance timeout (max_poll_interval_ms) it is out of the
+    group, the newcomer reads everything without waiting for it, and when it polls again
+    on_partitions_lost runs (no commit for those partitions) and it joins again."""
+    topic = f"kip848-freeze-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=PARTITIONS)
+    group = f"kip848-freeze-{uuid.uuid4().hex[:8]}"
+    produced = produce_spread(kafka, topic, 8_000, PARTITIONS)
+    frozen = Member(kafka.bootstrap_servers, group, topic, "frozen", max_poll_interval_ms=3000, **KIP848)
+    other = None
+    try:
+        wait_until(
+            lambda: covers([frozen], PARTITIONS), 30, "the first member to own everything", lambda: describe([frozen])
+        )
+        wait_until(lambda: len(frozen.consumed) >= 8_000, 30, "the first records", lambda: describe([frozen]))
+        frozen.paused_polling.set()  # its application thread stops; its background thread heartbeats on
+        time.sleep(0.5)  # the poll under way (50 ms at most) returns first
+        paused_at = time.monotonic()
+        other = Member(kafka.bootstrap_servers, group, topic, "other", **KIP848)
+        produced |= produce_spread(kafka, topic, 8_000, PARTITIONS)
+        wait_until(
+            lambda: covers([other], PARTITIONS) and {x for x in other.consumed} >= produced - set(frozen.consumed),
+            30,
+            "the newcomer to own and read everything while the other is frozen",
+            lambda: describe([frozen, other]),
+        )
+        out_at = frozen.consumer._group.membership.epoch
+        frozen.paused_polling.clear()
+        wait_until(
+            lambda: frozen.owned() and covers([frozen, other], PARTITIONS),
+            30,
+            "the frozen member to lose its partitions, join again and get its share",
+            lambda: describe([frozen, other]),
+        )
+        lost = [h for h in frozen.consumer._group.membership.history if h[0] == "lost"]
+        triggers = frozen.triggers()
+    finally:
+        for m in (frozen, other):
+            if m is not None and not m._stop.is_set():
+                m.stop()
+    assert lost and {tp.partition for tp in lost[0][1]} == set(range(PARTITIONS)), lost
+    assert "poll_resumed" in triggers and ("revocation_timed_out" in triggers or "fenced_error" in triggers), triggers
+    assert out_at >= 0
+    # one reader at a time, from what each member handed out: after the pause the frozen member hands out a
+    # partition only once it is its own again, after the newcomer's last record of it
+    for p in range(PARTITIONS):
+        later = [t for t in frozen.delivery_times[p] if t > paused_at]
+        if later:
+            assert min(later) > max(other.delivery_times[p], default=0.0), p
+    highest: dict[int, int] = {}
+    for p, o in set(frozen.consumed) | set(other.consumed):
+        highest[p] = max(highest.get(p, -1), o)
+    for p, offset in committed(kafka, group, topic, PARTITIONS).items():
+        assert offset is None or offset <= highest[p] + 1, (p, offset, highest[p])

@@ -123,6 +123,23 @@ def test_spec_coverage_per_broker_and_the_gaps_between_brokers(tmp_path, capsys)
     assert f"never fired on kafka (fired on another broker) [allowed]: {second.label}" in capsys.readouterr().out
 
 
+def test_a_machine_only_one_broker_runs_is_judged_on_that_broker_alone(tmp_path, capsys):
+    """The consumer protocol runs on Apache Kafka only: its spec is not compared with Tansu's (which fires only
+    the refusal), and every transition must fire on Kafka."""
+    spec = shipped_spec("consumer_membership")
+    hits = {str(t.index): {"broker:kafka": 1} for t in spec.transitions[1:]}
+    hits[str(spec.transitions[-1].index)]["broker:tansu"] = 1  # the refusal: fatal on Tansu too
+    (tmp_path / "records-1.json").write_text(json.dumps({"machines": {"consumer_membership": hits}}))
+    base = ["spec-coverage", "--records", str(tmp_path), "--machines", "consumer_membership"]
+    base += ["--compare-brokers", "tansu,kafka", "--only-on", "consumer_membership:kafka"]
+    assert main(base) == 1
+    out = capsys.readouterr().out
+    assert f"never fired on kafka: {spec.transitions[0].label}" in out and "never fired on tansu" not in out
+    hits[str(spec.transitions[0].index)] = {"broker:kafka": 3}
+    (tmp_path / "records-1.json").write_text(json.dumps({"machines": {"consumer_membership": hits}}))
+    assert main(base) == 0
+
+
 def test_tools_run_from_a_checkout():
     for tool in ("check-specs", "render-diagrams"):
         args = [sys.executable, str(ROOT / "tools" / tool)] + (["--check"] if tool == "render-diagrams" else [])

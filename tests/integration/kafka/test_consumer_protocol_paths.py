@@ -1,0 +1,331 @@
+"""The consumer-protocol member's other paths on Apache Kafka: leaving from each state that waits (a callback,
+the revoked partitions' commit, on_partitions_lost), callbacks that outlive the rebalance timeout, a member
+that stops polling, a new target during a reconciliation, fencing by the broker, and a fatal error.
+
+As tests/integration/group/test_group_leave.py does for the classic member: the member under test is
+polled by the test itself, which holds it in a state (a callback awaited and not yet run, a commit answer
+held back by its FaultyTransport), then acts. Only what the broker cannot be made to do on cue is injected
+through the transport (an error code on a heartbeat answer)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import kafka.errors as ke
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "group"))  # importlib mode: the group harness
+
+from group_harness import Member, coordinator_node, wait_until  # noqa: E402
+
+from fsm_consumer import Consumer, ConsumerRebalanceListener  # noqa: E402
+from fsm_consumer._config import ConsumerConfig  # noqa: E402
+from fsm_consumer.transport import FaultyTransport, KafkaTransport  # noqa: E402
+
+pytestmark = pytest.mark.brokers("kafka")
+CLOSE_MS = 8000
+
+
+class Recorder(ConsumerRebalanceListener):
+    """Records the callbacks; ``hold`` (seconds) makes the next callback of a kind sleep that long."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[int]]] = []
+        self.hold: dict[str, float] = {}
+
+    def _note(self, kind: str, tps) -> None:
+        self.calls.append((kind, sorted(tp.partition for tp in tps)))
+        delay = self.hold.pop(kind, 0.0)
+        if delay:
+            time.sleep(delay)
+
+    def on_partitions_assigned(self, assigned):
+        self._note("assigned", assigned)
+
+    def on_partitions_revoked(self, revoked):
+        self._note("revoked", revoked)
+
+    def on_partitions_lost(self, lost):
+        self._note("lost", lost)
+
+
+def member(kafka, group: str, topic: str, **extra):
+    settings = {
+        "bootstrap_servers": kafka.bootstrap_servers,
+        "group_id": group,
+        "client_id": "under-test",
+        "group_protocol": "consumer",
+        "auto_offset_reset": "earliest",
+        "request_timeout_ms": 5000,
+        **extra,
+    }
+    faults = FaultyTransport(KafkaTransport(ConsumerConfig.from_kwargs(**settings)))
+    sent: Counter = Counter()
+    real_send = faults.send
+
+    def send(request, *args, **kw):
+        sent[type(request).__name__.removesuffix("Request")] += 1
+        return real_send(request, *args, **kw)
+
+    faults.send = send
+    consumer = Consumer(transport=faults, **settings)
+    listener = Recorder()
+    consumer.subscribe([topic], listener=listener)
+    return consumer, faults, sent, listener
+
+
+def state(consumer) -> str:
+    return consumer._group.membership.machine.state
+
+
+def steps(consumer) -> list[tuple[str, str, str]]:
+    return [(r.source, r.trigger, r.dest) for r in consumer._group.membership.machine.log]
+
+
+def poll_until(consumer, predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        consumer.poll(timeout_ms=20)
+        if predicate():
+            return
+    raise AssertionError(f"timed out waiting for {what}: state {state(consumer)}, {steps(consumer)[-6:]}")
+
+
+def stable_owning(consumer, count: int) -> None:
+    poll_until(
+        consumer, lambda: state(consumer) == "stable" and len(consumer.assignment()) == count, 30, f"{count} owned"
+    )
+
+
+def close_and_check(consumer, sent, waiting: str) -> list[tuple[str, str, str]]:
+    """close() from ``waiting``: returns promptly, the member ends unsubscribed."""
+    assert state(consumer) == waiting, steps(consumer)[-6:]
+    started = time.monotonic()
+    consumer.close(timeout_ms=CLOSE_MS)
+    took = time.monotonic() - started
+    log = steps(consumer)
+    assert consumer._group.membership.machine.state == "unsubscribed", log[-8:]
+    assert took < CLOSE_MS / 1000, f"close() from {waiting} took {took:.1f} s"
+    return log
+
+
+@pytest.fixture
+def topic(kafka, make_topic):
+    return make_topic(partitions=4)
+
+
+@pytest.fixture
+def others():
+    made: list[Member] = []
+    yield made
+    for m in made:
+        if not m._stop.is_set():
+            m.stop()
+
+
+def test_close_while_on_partitions_assigned_is_awaited(kafka, topic):
+    c, _, sent, listener = member(kafka, f"g-{topic}", topic)
+    # not polled: the assignment arrives with a heartbeat answer and its callback waits for the application
+    wait_until(lambda: state(c) == "assigning", 30, "on_partitions_assigned to be awaited", lambda: steps(c)[-4:])
+    log = close_and_check(c, sent, "assigning")
+    # the awaited callback ran inside close(), then everything owned was revoked, then the leave heartbeat
+    assert listener.calls == [("assigned", [0, 1, 2, 3]), ("revoked", [0, 1, 2, 3])]
+    assert ("assigning", "leave_requested", "assigning_then_leave") in log
+    assert ("assigning_then_leave", "assign_acked", "prepare_leaving") in log
+    assert ("leaving", "left", "unsubscribed") in log
+
+
+def test_close_while_a_revocation_is_awaited_then_revokes_the_rest(kafka, topic, others):
+    group = f"g-{topic}"
+    c, _, sent, listener = member(kafka, group, topic)
+    stable_owning(c, 4)
+    others.append(Member(kafka.bootstrap_servers, group, topic, "other", group_protocol="consumer"))
+    deadline = time.monotonic() + 30
+    while not (state(c) == "revoking" and c._group.membership._callbacks.kind == "revoke"):
+        assert time.monotonic() < deadline, steps(c)[-6:]
+        time.sleep(0.02)  # not polling: the broker's new target waits for this member's callback
+    log = close_and_check(c, sent, "revoking")
+    assert ("revoking", "leave_requested", "revoking_then_leave") in log
+    assert ("leave_committing", "revocation_completed", "prepare_leaving") in log  # the rest, revoked next
+    assert [k for k, _ in listener.calls] == ["assigned", "revoked", "revoked"]
+    assert sorted(listener.calls[1][1] + listener.calls[2][1]) == [0, 1, 2, 3]
+
+
+def test_close_while_the_revoked_partitions_commit_is_in_flight(kafka, topic, others, produce):
+    group = f"g-{topic}"
+    produce(topic, 40)
+    c, faults, sent, listener = member(kafka, group, topic, auto_commit_interval_ms=600_000)
+    stable_owning(c, 4)
+    poll_until(c, lambda: sum(c.position(tp) for tp in c.assignment()) >= 40, 20, "every record read")
+    faults.delay("OffsetCommit", 1500)
+    others.append(Member(kafka.bootstrap_servers, group, topic, "other", group_protocol="consumer"))
+    poll_until(c, lambda: state(c) == "committing_revoked", 30, "the revoked partitions' commit")
+    log = close_and_check(c, sent, "committing_revoked")
+    assert ("committing_revoked", "leave_requested", "committing_then_leave") in log
+    assert ("committing_then_leave", "revocation_completed", "prepare_leaving") in log  # it still owned two
+
+
+def test_an_assignment_callback_that_outlives_the_rebalance_timeout_makes_the_member_stale(kafka, topic):
+    c, _, _, listener = member(kafka, f"g-{topic}", topic, max_poll_interval_ms=1500)
+    listener.hold["assigned"] = 2.5  # longer than the rebalance timeout (max_poll_interval_ms)
+    try:
+        poll_until(c, lambda: ("assigning", "assignment_timed_out", "stale") in steps(c), 30, "stale")
+        poll_until(c, lambda: state(c) == "stable" and c.assignment(), 30, "rejoined after losing them")
+        assert [k for k, _ in listener.calls][:2] == ["assigned", "lost"]
+    finally:
+        c.close(timeout_ms=CLOSE_MS)
+
+
+@pytest.mark.parametrize("kind, waiting", [("revoked", "prepare_leaving"), ("assigned", "assigning_then_leave")])
+def test_a_callback_that_outlives_the_rebalance_timeout_while_leaving_is_abandoned(kafka, topic, kind, waiting):
+    c, _, sent, listener = member(kafka, f"g-{topic}", topic, max_poll_interval_ms=1500)
+    if kind == "revoked":
+        stable_owning(c, 4)
+    else:
+        wait_until(lambda: state(c) == "assigning", 30, "on_partitions_assigned to be awaited", lambda: steps(c)[-4:])
+    listener.hold[kind] = 2.5
+    log = close_and_check(c, sent, "stable" if kind == "revoked" else "assigning")
+    timed_out = "revocation_timed_out" if kind == "revoked" else "assignment_timed_out"
+    assert (waiting, timed_out, "leaving") in log, log[-8:]
+
+
+def test_a_member_that_stops_polling_leaves_and_a_close_then_sends_nothing_more(kafka, topic):
+    c, _, sent, listener = member(kafka, f"g-{topic}", topic, max_poll_interval_ms=1500)
+    stable_owning(c, 4)
+    wait_until(lambda: state(c) == "stale", 10, "the poll timer to run out", lambda: steps(c)[-4:])
+    time.sleep(0.5)  # its leave heartbeat goes out meanwhile
+    heartbeats = sent["ConsumerGroupHeartbeat"]
+    log = close_and_check(c, sent, "stale")
+    assert ("stable", "poll_timer_expired", "stale") in log and ("stale", "leave_requested", "unsubscribed") in log
+    assert sent["ConsumerGroupHeartbeat"] == heartbeats  # its leave went out when it went stale
+
+
+def test_fenced_by_the_broker_after_its_session_loses_its_partitions_and_rejoins(kafka, topic):
+    """Its heartbeats cannot reach the coordinator for longer than the broker's session (10 s here,
+    group.consumer.session.timeout.ms): the broker drops the member; its next heartbeat is answered
+    UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH, on_partitions_lost runs, and it joins again."""
+    c, faults, _, listener = member(kafka, f"g-{topic}", topic)
+    try:
+        stable_owning(c, 4)
+        faults.blackhole(coordinator_node(kafka))
+        time.sleep(11)
+        faults.clear()
+        poll_until(c, lambda: ("stable", "fenced_error", "fenced") in steps(c), 30, "fenced")
+        poll_until(c, lambda: state(c) == "stable" and len(c.assignment()) == 4, 30, "joined again")
+        assert ("lost", [0, 1, 2, 3]) in listener.calls
+    finally:
+        c.close(timeout_ms=CLOSE_MS)
+
+
+@pytest.mark.parametrize("waiting", ["fenced", "prepare_leaving"])
+def test_fenced_while_a_callback_is_awaited_then_close_loses_instead_of_leaving(kafka, topic, waiting):
+    """FENCED_MEMBER_EPOCH injected on a heartbeat answer (the broker fences on its own only after a session,
+    the test above): closing while on_partitions_lost is awaited, or fenced while the leave's revocation
+    runs, loses the partitions and sends no leave heartbeat for an epoch that is gone."""
+    c, faults, sent, listener = member(kafka, f"g-{topic}", topic)
+    stable_owning(c, 4)
+    if waiting == "fenced":
+        faults.fail("ConsumerGroupHeartbeat", 110)
+        wait_until(lambda: state(c) == "fenced", 10, "fenced", lambda: steps(c)[-4:])
+        log = close_and_check(c, sent, "fenced")
+        assert ("fenced", "leave_requested", "lost_then_leave") in log
+    else:
+
+        def slow_revoke(revoked):  # long enough for a heartbeat (every second) to be answered meanwhile
+            listener.calls.append(("revoked", sorted(tp.partition for tp in revoked)))
+            faults.fail("ConsumerGroupHeartbeat", 110)
+            time.sleep(2.5)
+
+        listener.on_partitions_revoked = slow_revoke
+        log = close_and_check(c, sent, "stable")
+        assert ("prepare_leaving", "fenced_error", "lost_then_leave") in log
+    assert ("lost_then_leave", "lost_acked", "unsubscribed") in log
+    assert listener.calls[-1] == ("lost", [0, 1, 2, 3])
+
+
+def test_an_unsubscribe_that_times_out_before_the_leave_is_answered_keeps_the_member_subscribed(kafka, topic):
+    """unsubscribe(timeout_ms) runs out while the leave heartbeat's answer is held back (2 s): the call raises,
+    the subscription stands, and once the leave is answered the member joins again (leaving -> joining)."""
+    c, faults, _, listener = member(kafka, f"g-{topic}", topic)
+    try:
+        stable_owning(c, 4)
+        faults.delay("ConsumerGroupHeartbeat", 2000, times=3)
+        with pytest.raises(ke.KafkaTimeoutError):
+            c.unsubscribe(timeout_ms=500)
+        assert listener.calls[-1] == ("revoked", [0, 1, 2, 3])
+        poll_until(c, lambda: ("leaving", "left", "joining") in steps(c), 15, "the leave answered, then a join")
+        poll_until(c, lambda: state(c) == "stable" and len(c.assignment()) == 4, 30, "joined again")
+    finally:
+        c.close(timeout_ms=CLOSE_MS)
+
+
+def test_a_member_owning_nothing_leaves_at_once(kafka, make_topic, others):
+    topic = make_topic(partitions=1)
+    group = f"g-{topic}"
+    others.append(Member(kafka.bootstrap_servers, group, topic, "owner", group_protocol="consumer"))
+    wait_until(lambda: others[0].owned() == {0}, 30, "the first member to own the partition")
+    c, _, sent, listener = member(kafka, group, topic)
+    poll_until(c, lambda: state(c) == "stable", 30, "stable, owning nothing")
+    log = close_and_check(c, sent, "stable")
+    assert ("stable", "leave_requested", "leaving") in log and listener.calls == []
+
+
+def test_a_new_target_during_a_reconciliation_is_reconciled_after_it(kafka, make_topic, others):
+    """While this member's on_partitions_assigned runs (slowly), a third member joins: the coordinator's newer
+    target arrives in a heartbeat answer during the assignment (Kafka holds a new target back only while a
+    member still has partitions to revoke) and is reconciled once the first is acknowledged; no partition
+    is assigned or revoked twice."""
+    topic = make_topic(partitions=6)
+    group = f"g-{topic}"
+    others.append(Member(kafka.bootstrap_servers, group, topic, "first", group_protocol="consumer"))
+    wait_until(lambda: len(others[0].owned()) == 6, 30, "the first member to own everything")
+    c, _, _, listener = member(kafka, group, topic)
+    listener.hold["assigned"] = 2.5  # heartbeats go on meanwhile (every second)
+    try:
+
+        def third_joins_while_assigning():
+            wait_until(lambda: state(c) == "assigning", 30, "the assignment to start")
+            others.append(Member(kafka.bootstrap_servers, group, topic, "third", group_protocol="consumer"))
+
+        joiner = threading.Thread(target=third_joins_while_assigning, daemon=True)
+        joiner.start()
+        poll_until(
+            c,
+            lambda: (
+                len(others) == 2
+                and len(c.assignment()) == 2
+                and state(c) == "stable"
+                and all(len(m.owned()) == 2 for m in others)
+            ),
+            60,
+            "three members owning two partitions each",
+        )
+        joiner.join(5)
+        log = steps(c)
+        assert ("assigning", "target_changed", "assigning") in log, "\n".join(map(str, log))
+        assert ("acknowledging", "acknowledgement_sent", "reconciling") in log
+        assigned = [p for k, ps in listener.calls if k == "assigned" for p in ps]
+        revoked = [p for k, ps in listener.calls if k == "revoked" for p in ps]
+        assert len(assigned) == len(set(assigned)) and len(revoked) == len(set(revoked)), listener.calls
+        assert set(assigned) - set(revoked) == {tp.partition for tp in c.assignment()}
+    finally:
+        c.close(timeout_ms=CLOSE_MS)
+
+
+def test_a_second_static_member_with_the_same_instance_id_is_told_it_is_not_released(kafka, topic, others):
+    group = f"g-{topic}"
+    others.append(
+        Member(kafka.bootstrap_servers, group, topic, "first", group_protocol="consumer", group_instance_id="i1")
+    )
+    wait_until(lambda: others[0].owned() == {0, 1, 2, 3}, 30, "the first static member to own everything")
+    c, _, _, _ = member(kafka, group, topic, group_instance_id="i1")
+    try:
+        with pytest.raises(ke.UnreleasedInstanceIdError, match="group_instance_id"):
+            poll_until(c, lambda: False, 10, "the error")
+        assert state(c) == "fatal"
+    finally:
+        c.close(timeout_ms=2000)
