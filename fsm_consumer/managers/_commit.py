@@ -207,6 +207,14 @@ class CommitManager:
                 f"(generation {now_gen}, member {now_member or '-'}); the partitions may be owned by another "
                 "member now, so their offsets are no longer this member's to commit"
             )
+        m = self.membership
+        gone = m.no_longer_owned(commit.offsets) if m is not None and commit.stamp[1] else frozenset()
+        if gone:  # the consumer protocol: the epoch moves within a membership, the partitions are checked
+            return CommitFailedError(
+                f"commit of {_describe(commit.offsets)} not sent: {_describe(dict.fromkeys(gone))} were revoked "
+                f"from this member of group {self._config.group_id!r} while the commit waited; another member "
+                "may own them now, so their offsets are no longer this member's to commit"
+            )
         return None
 
     def _generation_error(self, code: int) -> BaseException:

@@ -57,6 +57,13 @@ class ConsumerMembershipManager(MemberBase):
     def commit_epoch(self) -> int:
         return self.epoch
 
+    def no_longer_owned(self, partitions) -> frozenset[TopicPartition]:
+        """The epoch moves within a membership and the broker does not check who owns what is committed: a
+        commit accepted before a reconciliation must not go out for partitions revoked since (another member
+        may have committed them further). What is being revoked may be committed until its commit is done."""
+        revoking = self._to_revoke if self.machine.state in self._revocation_waits else frozenset()
+        return frozenset(partitions) - self.owned - revoking
+
     @property
     def joined_topics(self) -> tuple[str, ...]:
         return self.subscribed_topics()

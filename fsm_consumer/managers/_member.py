@@ -115,6 +115,11 @@ class MemberBase:
         """What an OffsetCommit carries as GenerationIdOrMemberEpoch."""
         return self.generation
 
+    def no_longer_owned(self, partitions) -> frozenset[TopicPartition]:
+        """Of a commit's partitions, those this member may no longer commit. Classic: none (a commit is
+        refused as a whole once the generation it was accepted under moved; revoking takes a new one)."""
+        return frozenset()
+
     # -- conditions named in both specs -----------------------------------------------------------
     def owns_partitions(self) -> bool:
         return bool(self.owned)

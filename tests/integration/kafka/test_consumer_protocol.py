@@ -4,6 +4,7 @@ beside Kafka's own Java consumer and librdkafka, all speaking ConsumerGroupHeart
 from __future__ import annotations
 
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -262,3 +263,96 @@ def test_a_member_frozen_past_the_rebalance_timeout_loses_its_partitions_and_the
         highest[p] = max(highest.get(p, -1), o)
     for p, offset in committed(kafka, group, topic, PARTITIONS).items():
         assert offset is None or offset <= highest[p] + 1, (p, offset, highest[p])
+
+
+def test_a_pattern_subscription_is_matched_by_the_broker(kafka):
+    """subscribe(pattern=...) goes out as SubscribedTopicRegex: the broker matches it (RE2/J) and assigns
+    the partitions of every matching topic, a topic created later included."""
+    stem = f"kip848re{uuid.uuid4().hex[:6]}"
+    kafka.create_topic(f"{stem}-a", partitions=2)
+    kafka.create_topic(f"{stem}-b", partitions=2)
+    kafka.create_topic(f"other-{stem}", partitions=2)  # not matched: the pattern is anchored at both ends
+    c = Consumer(
+        bootstrap_servers=kafka.bootstrap_servers,
+        group_id=f"g-{stem}",
+        group_protocol="consumer",
+        metadata_max_age_ms=1000,
+    )
+    try:
+        c.subscribe(pattern=f"{stem}-.*")
+
+        def owned() -> set[tuple[str, int]]:
+            c.poll(timeout_ms=50)
+            return {(tp.topic, tp.partition) for tp in c.assignment()}
+
+        wait_until(lambda: owned() == {(f"{stem}-{t}", p) for t in "ab" for p in (0, 1)}, 30, "both topics")
+        kafka.create_topic(f"{stem}-c", partitions=1)
+        wait_until(lambda: (f"{stem}-c", 0) in owned(), 30, "the topic created later")
+        assert not any(t.startswith("other-") for t, _ in owned())
+    finally:
+        c.close()
+
+
+def test_a_parallel_consumer_on_the_consumer_protocol_hands_each_record_to_one_member(kafka):
+    """ParallelConsumer over consumer-protocol members: a second member joins midway; every record is handled,
+    none by both (its revocation drains and commits before the broker hands a partition over)."""
+    from fsm_consumer.parallel import ParallelConsumer
+
+    topic = f"kip848-par-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, partitions=4)
+    everything = produce_spread(kafka, topic, 20_000, 4)
+    group = f"kip848-par-{uuid.uuid4().hex[:8]}"
+    handled: dict[str, list[tuple[int, int]]] = {"a": [], "b": []}
+    lock = threading.Lock()
+    runners: dict[str, ParallelConsumer] = {}
+
+    def handler_for(name):
+        def handler(record):
+            time.sleep(0.0005)
+            with lock:
+                handled[name].append((record.partition, record.offset))
+                if len(set(handled["a"]) | set(handled["b"])) >= len(everything):
+                    for r in runners.values():
+                        r.stop()
+
+        return handler
+
+    def member(name):
+        c = Consumer(
+            bootstrap_servers=kafka.bootstrap_servers,
+            group_id=group,
+            group_protocol="consumer",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        c.subscribe([topic])
+        runners[name] = ParallelConsumer(c, handler_for(name), parallelism=4)
+        errors: list = []
+        thread = threading.Thread(target=lambda: _run(runners[name], errors), daemon=True)
+        thread.start()
+        return c, thread, errors
+
+    ca, ta, ea = member("a")
+    try:
+        wait_until(lambda: len(handled["a"]) > 3000, 60, "member a to handle 3000 records")
+        cb, tb, eb = member("b")
+        ta.join(120)
+        tb.join(120)
+    finally:
+        for r in runners.values():
+            r.stop()
+    ca.close()
+    cb.close()
+    assert not ea and not eb, (ea, eb)
+    a, b = set(handled["a"]), set(handled["b"])
+    assert b, "member b never handled a record"
+    assert a | b == everything
+    assert not a & b, f"{len(a & b)} records handled by both members"
+    assert len(handled["a"]) == len(a) and len(handled["b"]) == len(b)
+
+
+def _run(runner, errors: list) -> None:
+    try:
+        runner.run()
+    except BaseException as exc:  # handed to the test
+        errors.append(exc)

@@ -62,6 +62,9 @@ class Member(SimpleNamespace):
     def commit_epoch(self):
         return self.generation
 
+    def no_longer_owned(self, partitions):
+        return frozenset(partitions) & getattr(self, "revoked", frozenset())
+
 
 class StateOnly:
     """The membership machine as the commit manager reads it: a state and its attributes in the spec."""
@@ -210,3 +213,16 @@ def test_a_waiting_auto_commit_sends_only_partitions_still_assigned():
     _, out = commits.poll(10_000.0)
     (retry,) = [o for o in out if o.request.__class__.__name__ == "OffsetCommitRequest"]
     assert [(t.name, p.partition_index) for t in retry.request.topics for p in t.partitions] == [("t", 0)]
+
+
+def test_a_commit_is_not_sent_for_partitions_revoked_while_it_waited():
+    """The consumer protocol (KIP-848): the epoch moves within a membership and the broker does not check
+    ownership, so a commit accepted before a reconciliation is refused once its partitions were revoked (a
+    churn run on Kafka caught one landing below the new owner's commit)."""
+    commits = make("stable")
+    event = commit(commits)
+    commits.membership.revoked = frozenset({TP})  # revoked (and perhaps reassigned) before it went out
+    _, out = commits.poll(0.0)
+    assert out == []
+    with pytest.raises(CommitFailedError, match="revoked from this member"):
+        event.future.result()
