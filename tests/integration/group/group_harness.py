@@ -139,6 +139,25 @@ class Member(ConsumerRebalanceListener):
             self.open.clear()
 
 
+def counted_consumer(settings: dict):
+    """A Consumer on a FaultyTransport that counts every request it sends, by API: (consumer, faults, sent)."""
+    from collections import Counter
+
+    from fsm_consumer._config import ConsumerConfig
+    from fsm_consumer.transport import FaultyTransport, KafkaTransport
+
+    faults = FaultyTransport(KafkaTransport(ConsumerConfig.from_kwargs(**settings)))
+    sent: Counter = Counter()
+    real_send = faults.send
+
+    def send(request, *args, **kw):
+        sent[type(request).__name__.removesuffix("Request")] += 1
+        return real_send(request, *args, **kw)
+
+    faults.send = send
+    return Consumer(transport=faults, **settings), faults, sent
+
+
 NODE_ID = {"tansu": 111, "kafka": 1}  # the broker's node id: Tansu's default, KafkaBroker's node.id
 
 

@@ -8,14 +8,11 @@ then on_partitions_revoked for what is still owned, then LeaveGroup.
 """
 
 import time
-from collections import Counter
 
 import pytest
-from group_harness import FAST, coordinator_node, wait_until
+from group_harness import FAST, coordinator_node, counted_consumer, wait_until
 
 from fsm_consumer import Consumer, ConsumerRebalanceListener, TopicPartition
-from fsm_consumer._config import ConsumerConfig
-from fsm_consumer.transport import FaultyTransport, KafkaTransport
 
 pytestmark = pytest.mark.integration
 CLOSE_MS = 8000
@@ -42,16 +39,7 @@ def _member(bootstrap, group, topic, strategy, **extra):
         "partition_assignment_strategy": [strategy],
         **extra,
     }
-    faults = FaultyTransport(KafkaTransport(ConsumerConfig.from_kwargs(**settings)))
-    sent = Counter()
-    real_send = faults.send
-
-    def send(request, *args, **kw):
-        sent[type(request).__name__.removesuffix("Request")] += 1
-        return real_send(request, *args, **kw)
-
-    faults.send = send
-    consumer = Consumer(transport=faults, **settings)
+    consumer, faults, sent = counted_consumer(settings)
     listener = Recorder()
     consumer.subscribe([topic], listener=listener)
     return consumer, faults, sent, listener

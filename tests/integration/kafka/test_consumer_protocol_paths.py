@@ -12,7 +12,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 
 import kafka.errors as ke
@@ -20,11 +19,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "group"))  # importlib mode: the group harness
 
-from group_harness import Member, coordinator_node, wait_until  # noqa: E402
+from group_harness import Member, coordinator_node, counted_consumer, wait_until  # noqa: E402
 
-from fsm_consumer import Consumer, ConsumerRebalanceListener  # noqa: E402
-from fsm_consumer._config import ConsumerConfig  # noqa: E402
-from fsm_consumer.transport import FaultyTransport, KafkaTransport  # noqa: E402
+from fsm_consumer import ConsumerRebalanceListener  # noqa: E402
 
 pytestmark = pytest.mark.brokers("kafka")
 CLOSE_MS = 8000
@@ -63,16 +60,7 @@ def member(kafka, group: str, topic: str, **extra):
         "request_timeout_ms": 5000,
         **extra,
     }
-    faults = FaultyTransport(KafkaTransport(ConsumerConfig.from_kwargs(**settings)))
-    sent: Counter = Counter()
-    real_send = faults.send
-
-    def send(request, *args, **kw):
-        sent[type(request).__name__.removesuffix("Request")] += 1
-        return real_send(request, *args, **kw)
-
-    faults.send = send
-    consumer = Consumer(transport=faults, **settings)
+    consumer, faults, sent = counted_consumer(settings)
     listener = Recorder()
     consumer.subscribe([topic], listener=listener)
     return consumer, faults, sent, listener
