@@ -111,7 +111,14 @@ class NetworkThread:
         # application event is judged by the state (a commit must not pass as "stable" and then go out)
         for m in self._machines:
             m.tick(now)
-        for event in self._app_queue.drain():
+        events = self._app_queue.drain()
+        if events:
+            # made after this pass began (a commit of what poll() just handed out): what they cause is
+            # stamped no earlier than they were made, as Java's runOnce reads the time after them
+            now = clock.now_ms()
+            for m in self._machines:
+                m.tick(now)
+        for event in events:
             self._processor.process(event, now)
             if event.future is not None and not event.future.done:
                 self._waiting.append(event)

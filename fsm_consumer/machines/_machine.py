@@ -12,6 +12,7 @@ A trigger the spec declares ignorable in the current state is a no-op (``fire`` 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, cast
@@ -155,7 +156,7 @@ class SpecMachine:
         self._arm(spec.initial, self._now)
         for name, timer in self._timers.items():
             if spec.initial in timer.states:
-                self._timer_due[name] = self._now + self.duration_ms(timer.after)
+                self._arm_timer(name, self._now)
         self._update_next()
 
     # -- driving -------------------------------------------------------------------------
@@ -224,7 +225,7 @@ class SpecMachine:
         if self.state in self._timers[name].states:
             due = since + self.duration_ms(self._timers[name].after)
             running = self._timer_due.get(name)
-            if running is None or due > running:
+            if not math.isinf(due) and (running is None or due > running):
                 self._timer_due[name] = due
                 self._update_next()
 
@@ -328,9 +329,17 @@ class SpecMachine:
             if not inside:
                 self._timer_due.pop(name, None)
             elif rec.source not in timer.states:
-                self._timer_due[name] = now + self.duration_ms(timer.after)
+                self._arm_timer(name, now)
         self._update_next()
         return now
+
+    def _arm_timer(self, name: str, since: float) -> None:
+        # an infinite duration (a computed one not known yet) never fires: the timer is not running
+        due = since + self.duration_ms(self._timers[name].after)
+        if math.isinf(due):
+            self._timer_due.pop(name, None)
+        else:
+            self._timer_due[name] = due
 
     def _arm(self, state: str, now: float) -> None:
         timeouts = self._timeouts[state]

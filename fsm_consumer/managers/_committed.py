@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from kafka.protocol.consumer import OffsetFetchRequest
@@ -75,52 +76,59 @@ class CommittedOffsets:
         self._needed = set()
         if ready:
             self._fetching |= ready
-            out.append(
-                Outgoing(
-                    self._fetch_request(ready),
-                    node,
-                    # mypy cannot type a lambda with default arguments (python/mypy#15459)
-                    lambda p, n, tps=frozenset(ready): self._on_positions(p, n, tps),  # type: ignore[misc]
-                    max_version=7,
-                )
-            )
+            out.append(self._fetch(ready, node, partial(self._on_positions, partitions=frozenset(ready))))
         for event in list(self._lookups):
             later = self._retries.wait(event, now)
             if later:
                 wait = min(wait, later)
                 continue
             self._lookups.remove(event)
-            out.append(
-                Outgoing(
-                    self._fetch_request(event.partitions),
-                    node,
-                    # mypy cannot type a lambda with default arguments (python/mypy#15459)
-                    lambda p, n, ev=event: self._on_lookup(p, n, ev),  # type: ignore[misc]
-                    max_version=7,
-                )
-            )
+            out.append(self._fetch(event.partitions, node, partial(self._on_lookup, event=event)))
         return wait, out
 
-    def _fetch_request(self, partitions) -> OffsetFetchRequest:
+    def _fetch(self, partitions, node: int, on_answer) -> Outgoing:
+        """An OffsetFetch of ``partitions``. Under the consumer protocol it carries the member id and epoch
+        (v9, KIP-848) where the spec's ``offset_fetch`` attribute says so, read now; a broker that speaks that
+        protocol (Kafka 3.7+) speaks v9. Otherwise a plain group lookup, v7, which every broker here speaks."""
         topics: dict[str, list[int]] = defaultdict(list)
         for tp in partitions:
             topics[tp.topic].append(tp.partition)
-        return OffsetFetchRequest(
-            group_id=self._config.group_id,
+        m = self._membership()
+        member = None if m is None else m.fetch_member()
+        if member is None:
+            plain = OffsetFetchRequest(
+                group_id=self._config.group_id,
+                require_stable=True,
+                topics=[
+                    OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=sorted(ps))
+                    for t, ps in topics.items()
+                ],
+            )
+            return Outgoing(plain, node, on_answer, max_version=7)
+        group = OffsetFetchRequest.OffsetFetchRequestGroup
+        request = OffsetFetchRequest(
             require_stable=True,
-            topics=[
-                OffsetFetchRequest.OffsetFetchRequestTopic(name=t, partition_indexes=sorted(ps))
-                for t, ps in topics.items()
+            groups=[
+                group(
+                    group_id=self._config.group_id,
+                    member_id=member[0],
+                    member_epoch=member[1],
+                    topics=[
+                        group.OffsetFetchRequestTopics(name=t, partition_indexes=sorted(ps)) for t, ps in topics.items()
+                    ],
+                )
             ],
         )
+        return Outgoing(request, node, on_answer, min_version=9, max_version=9)
 
     @staticmethod
     def _committed(response, partitions) -> tuple[dict, dict]:
         """(tp -> OffsetAndMetadata or None, tp -> error code); a group-level code applies to all."""
         found: dict = {}
         errors: dict = {}
-        top = getattr(response, "error_code", 0)
-        for t in response.topics:
+        answer = response.groups[0] if getattr(response, "groups", None) else response  # v8+: one group asked
+        top = getattr(answer, "error_code", 0)
+        for t in answer.topics or ():
             for p in t.partitions:
                 tp = TopicPartition(t.name, p.partition_index)
                 if p.error_code or top:
@@ -236,11 +244,12 @@ class CommittedOffsets:
             event.complete({tp: found.get(tp) for tp in event.partitions})
             return
         code = next(
-            (c for c in errors.values() if classify(c) in (Action.FATAL, Action.RESET, Action.FENCED)),
+            (c for c in errors.values() if classify(c) in (Action.FATAL, Action.RESET)),
             next(iter(errors.values())),
         )
         action = classify(code)
-        if action in (Action.FATAL, Action.RESET, Action.FENCED):  # the user's to fix: never retried
+        # FENCED: the member epoch it carried is gone; asked again with what the member holds then
+        if action in (Action.FATAL, Action.RESET):  # the user's to fix: never retried
             self._retries.succeeded(event)
             tps = None if code == _GROUP_AUTHORIZATION_FAILED else [tp for tp, c in errors.items() if c == code]
             event.fail(public_error(code, f"OffsetFetch for group {self._config.group_id!r}", partitions=tps))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from functools import partial
 from typing import Any
 
 import kafka.errors as ke
@@ -19,11 +20,11 @@ import kafka.errors as ke
 from ..policy import Action, Backoffs, broker_lacks, classify
 from ..protocol import ConsumerGroupHeartbeatRequest
 from ._base import FOREVER, Outgoing
+from ._consumer_session import SessionTimeoutLookup
 
 log = logging.getLogger("fsm_consumer.membership")
 
-_FENCED = {25, 110}  # UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH
-_COORDINATOR = {14, 15, 16}  # load in progress, not available, not coordinator
+_UNSUPPORTED_VERSION = 35
 _LEAVE_EPOCH, _STATIC_LEAVE_EPOCH = -1, -2
 _NO_KIP_848 = (
     "the broker does not support the consumer group protocol (KIP-848: no ConsumerGroupHeartbeat API); use "
@@ -44,10 +45,43 @@ class HeartbeatExchange:
         self._sent_owned: frozenset | None = None
         self._backoff = Backoffs(member._config.retry_backoff_ms, member._config.retry_backoff_max_ms)
         self._metadata_version = -1
+        self.lease_from: float | None = None  # when the last heartbeat answered OK was sent
+        config = member._config
+        self._session = SessionTimeoutLookup(config.group_id, config.retry_backoff_ms, config.retry_backoff_max_ms)
 
     def poll(self, now: float) -> tuple[float, list[Outgoing]]:
         m = self.m
-        m._subs.lease_until = FOREVER  # the coordinator holds the lease: a fenced epoch is told in its answer
+        self._publish_lease()
+        # the lease needs the group's session timeout, which no heartbeat answer carries
+        lookup = self._session.poll(now, m._coordinator.node, self._learned) if m.epoch > 0 else []
+        wait, out = self._heartbeat_poll(now)
+        return wait, lookup + out
+
+    # -- the lease (the spec's session timer) ------------------------------------------------------
+    def _publish_lease(self) -> None:
+        """The collector hands out records only within the lease (see SubscriptionState.lease_until)."""
+        deadline = self.m.machine.timer_deadline("session")
+        self.m._subs.lease_until = FOREVER if deadline is None else deadline
+
+    def joining(self) -> None:
+        """A new join: every field goes, at once, even while a heartbeat of the lost epoch is unanswered."""
+        self.full = True
+        self._in_flight = False
+
+    def _renew(self, sent: float) -> None:
+        """A heartbeat answered OK: the broker heard from the member after ``sent``."""
+        self.lease_from = sent if self.lease_from is None else max(self.lease_from, sent)
+        self.m.machine.restart_timer("session", sent)
+        self._publish_lease()
+
+    def _learned(self, session_ms: float) -> None:
+        self.m.session_timeout_ms = session_ms
+        if self.lease_from is not None:
+            self.m.machine.restart_timer("session", self.lease_from)
+        self._publish_lease()
+
+    def _heartbeat_poll(self, now: float) -> tuple[float, list[Outgoing]]:
+        m = self.m
         mode = m.machine.attribute("heartbeat")
         if mode == "none":
             return FOREVER, []
@@ -131,12 +165,8 @@ class HeartbeatExchange:
         log.debug("group %s: heartbeat epoch %d (state %s)", config.group_id, epoch, state)
         if m.machine.may("acknowledgement_sent"):
             m.machine.fire("acknowledgement_sent", now)  # the coordinator hears the reconciled assignment
-        # mypy cannot type a lambda with default arguments (python/mypy#15459)
-        return Outgoing(
-            request,
-            node,
-            lambda pending, answered, sent=(epoch, visit): self._on_answer(pending, answered, *sent),  # type: ignore[misc]
-        )
+        answer = partial(self._on_answer, epoch=epoch, visit=visit, sent=now, joins=m.joins)
+        return Outgoing(request, node, answer)
 
     def _owned_by_id(self) -> list:
         m = self.m
@@ -153,12 +183,14 @@ class HeartbeatExchange:
         return parts
 
     # -- answers -------------------------------------------------------------------------------------
-    def _on_answer(self, pending, now: float, epoch: int, visit: int) -> None:
+    def _on_answer(self, pending, now: float, epoch: int, visit: int, sent: float, joins: int) -> None:
         m = self.m
         self._in_flight = False
         leaving = epoch < 0
         if leaving:
             self.leave_in_flight = False
+        elif joins != m.joins:
+            return  # sent before the member joined again (its lease ran out meanwhile): about an epoch gone
         if pending.error is not None:
             self._failed(pending.error, now, leaving, visit)
             return
@@ -175,6 +207,9 @@ class HeartbeatExchange:
         self._backoff.succeeded("heartbeat")
         if m.machine.attribute("heartbeat") == "none" or m.machine.attribute("epoch") == "leave":
             return  # an answer about an epoch this member has left behind (fenced, leaving, gone)
+        if m.machine.timer_ran_out("session"):  # the next tick fires session_expired
+            log.info("group %s: a heartbeat answer read after the lease ran out proves nothing", m._config.group_id)
+            return
         if r.member_id:
             m.member_id = r.member_id
         m.epoch = r.member_epoch
@@ -191,6 +226,7 @@ class HeartbeatExchange:
                 m.machine.fire("joined", now)
         elif changed:
             m.machine.fire("target_changed", now)
+        self._renew(sent)
 
     def _left(self, visit: int, now: float) -> None:
         m = self.m
@@ -220,19 +256,21 @@ class HeartbeatExchange:
         self._backoff.failed("heartbeat", now)
 
     def _error(self, code: int, message: str | None, now: float) -> None:
+        """What an error code in a heartbeat answer does, as the error policy table says."""
         m = self.m
         name = ke.for_code(code).__name__
-        if code in _FENCED:
+        action = classify(code)
+        if code == _UNSUPPORTED_VERSION:  # the API is listed but the consumer protocol is switched off
+            m.fail(ke.UnsupportedVersionError(f"group {m._config.group_id!r}: {_NO_KIP_848} ({message})"))
+        elif action is Action.FENCED:
             log.info("group %s: heartbeat says epoch %d is fenced: %s", m._config.group_id, m.epoch, name)
             self.full = True
             m.machine.fire("fenced_error", now)
-        elif code in _COORDINATOR:
+        elif action is Action.REDISCOVER:
             log.info("group %s: heartbeat: %s, finding the coordinator again", m._config.group_id, name)
             m._coordinator.mark_unknown()
             self._retry(now)
-        elif code == 35:  # UNSUPPORTED_VERSION: the API is listed but the consumer protocol is switched off
-            m.fail(ke.UnsupportedVersionError(f"group {m._config.group_id!r}: {_NO_KIP_848} ({message})"))
-        elif getattr(ke.for_code(code), "retriable", False) or code == 27:
+        elif action in (Action.RETRY, Action.REFRESH_METADATA):
             log.info("group %s: heartbeat failed: %s %s", m._config.group_id, name, message or "")
             self._retry(now)
         else:

@@ -11,6 +11,7 @@ spec's triggers. Rebalance callbacks run on the application thread as in the cla
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 
 from ..policy import public_error
@@ -41,6 +42,7 @@ class ConsumerMembershipManager(MemberBase):
         self._reconciling_to: frozenset[TopicPartition] = frozenset()
         self.topic_ids: dict[str, str] = {}  # topic name -> id, of the topics assignments named
         self.heartbeat_interval_ms = 0.0  # the coordinator's; 0 until its first answer (the spec's default)
+        self.session_timeout_ms: float | None = None  # the group's, once the broker said (the lease's length)
         self.heartbeat_due = False
         self.heartbeat = HeartbeatTimer(0, config.retry_backoff_ms)  # its figures, for metrics()
         self._exchange = HeartbeatExchange(self)
@@ -56,6 +58,12 @@ class ConsumerMembershipManager(MemberBase):
 
     def commit_epoch(self) -> int:
         return self.epoch
+
+    def fetch_member(self) -> tuple[str, int] | None:
+        """The member id and epoch an OffsetFetch carries (v9, KIP-848): the spec's ``offset_fetch`` attribute."""
+        if self.machine.attribute("offset_fetch") == "member_epoch" and self.epoch > 0:
+            return self.member_id, self.epoch
+        return None
 
     def no_longer_owned(self, partitions) -> frozenset[TopicPartition]:
         """The epoch moves within a membership and the broker does not check who owns what is committed: a
@@ -123,11 +131,15 @@ class ConsumerMembershipManager(MemberBase):
     def broker_heartbeat_interval_ms(self, configured: float) -> float:
         return self.heartbeat_interval_ms or configured
 
+    def broker_session_timeout_ms(self, configured: float) -> float:
+        """The group's session timeout as the broker gave it; no lease (infinite) until it has."""
+        return math.inf if self.session_timeout_ms is None else self.session_timeout_ms
+
     # -- actions named in the spec ---------------------------------------------------------------
     def prepare_join(self) -> None:
         self.epoch = 0
         self.joins += 1
-        self._exchange.full = True
+        self._exchange.joining()
         log.info("group %s: joining as %s (consumer protocol)", self._config.group_id, self.member_id)
 
     def start_reconciliation(self) -> None:
@@ -161,6 +173,18 @@ class ConsumerMembershipManager(MemberBase):
     def reconciliation_done(self) -> None:
         self.assignment_epoch = self.target_epoch
         self._count_rebalance()
+
+    def note_session_expired(self) -> None:
+        self.session_expiries += 1
+        log.warning(
+            "group %s: no heartbeat answered OK for %d ms (the group's session timeout): the group may have "
+            "moved on without member %s; its partitions %s are lost and it joins again",
+            self._config.group_id,
+            self.session_timeout_ms or 0,
+            self.member_id,
+            sorted(self.owned),
+        )
+        self._record("session_expired", self.owned)
 
     def heartbeat_wanted(self) -> None:
         self.heartbeat_due = True

@@ -115,6 +115,10 @@ class MemberBase:
         """What an OffsetCommit carries as GenerationIdOrMemberEpoch."""
         return self.generation
 
+    def fetch_member(self) -> tuple[str, int] | None:
+        """The member id and epoch an OffsetFetch carries. Classic: none (OffsetFetch names the group only)."""
+        return None
+
     def no_longer_owned(self, partitions) -> frozenset[TopicPartition]:
         """Of a commit's partitions, those this member may no longer commit. Classic: none (a commit is
         refused as a whole once the generation it was accepted under moved; revoking takes a new one)."""

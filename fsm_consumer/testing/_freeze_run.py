@@ -46,6 +46,7 @@ def run(
     log: Callable[[str], None] | None = None,
     commit_log: Callable[[str], list[tuple[str, int, int]]] | None = None,
     client: str = "fsm",
+    strategy: str = "cooperative-sticky",
 ) -> CheckResult:
     """Create ``topic``, produce ``produce_rate`` records/s, start ``members`` member processes, and once
     all own partitions: steady for ``freeze_every_s`` (and until member 0 owns partitions again), member 0
@@ -54,13 +55,19 @@ def run(
     ``freeze_every_s`` whoever owns what, so two may be frozen at once when ``freeze_s`` is longer (issue
     23's scenario). ``records`` stops the producer after that many. Then stop producing, wait (at most
     ``drain_timeout_s``) until every produced record was read, stop the members and check their histories
-    (files in ``out_dir``). The other options go to ``_member_process``."""
+    (files in ``out_dir``). ``strategy="consumer"``: the members speak KIP-848 (Apache Kafka only), whose
+    session the broker owns: ``session_timeout_ms`` (and ``heartbeat_interval_ms``, default a tenth of it) are
+    set on the group (consumer.session.timeout.ms, consumer.heartbeat.interval.ms) before it forms. The other
+    options go to ``_member_process``."""
     say = log or (lambda _: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     group = group or f"freeze-{topic}"
     if create_topic:
         _create_topic(bootstrap, topic, partitions)
+    if strategy == "consumer":
+        interval = heartbeat_interval_ms or max(100, session_timeout_ms // 10)
+        set_group_session(bootstrap, group, session_timeout_ms, interval)
     producer = Producer(bootstrap, topic, produce_rate, limit=records)
     procs: list[MemberProcess] = []
     context: dict = {}
@@ -80,6 +87,7 @@ def run(
                     request_timeout_ms=request_timeout_ms,
                     commit=commit,
                     client=client,
+                    strategy=strategy,
                 )
             )
         watch = Watch(procs)
@@ -184,3 +192,16 @@ def _rotate(
         for i in thaw_at:
             procs[i].signal(signal.SIGCONT)
     return freezes, owning
+
+
+def set_group_session(bootstrap: str, group: str, session_ms: int, heartbeat_ms: int) -> None:
+    """The consumer protocol's session and heartbeat interval of one group (Apache Kafka 4.0+ group configs,
+    within the broker's group.consumer.min/max bounds), set before its first member joins."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    settings = {"consumer.session.timeout.ms": str(session_ms), "consumer.heartbeat.interval.ms": str(heartbeat_ms)}
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group, configs=settings)])
+    finally:
+        admin.close()

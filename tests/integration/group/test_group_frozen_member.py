@@ -74,3 +74,36 @@ def test_members_frozen_in_turn_two_at_once(broker, make_topic, tmp_path):
     assert s["context"]["freezes_owning"] >= 4, report
     assert result.violations == [] and result.ok, report
     assert s["context"]["produced"] > 0 and result.status("L") == "passed", report
+
+
+@pytest.mark.brokers("kafka")
+@pytest.mark.timeout(120)
+def test_consumer_protocol_members_frozen_in_turn_past_the_groups_session(broker, make_topic, tmp_path):
+    """The same under the consumer protocol (KIP-848), whose session the broker owns: the group's own
+    consumer.session.timeout.ms (2 s, heartbeats every 200 ms, set on the group before it forms) is what each
+    member reads back for its lease. A thawed member hands out nothing of partitions it may have lost."""
+    topic = make_topic(partitions=6)
+    result = run(
+        broker.bootstrap_servers,
+        topic,
+        6,
+        duration_s=20,
+        session_timeout_ms=2000,  # set on the group (and heartbeats every 200 ms) before it forms
+        freeze_every_s=3,
+        out_dir=tmp_path,
+        produce_rate=500,
+        members=3,
+        drain_timeout_s=30,
+        rotate=True,
+        freeze_s=4,
+        create_topic=False,
+        strategy="consumer",
+        commit_log=broker.commit_log,
+    )
+    report = f"{result.format()}\n{result.summary['context']}"
+    print(report)
+    s = result.summary
+    assert s["context"]["broker_commit_log_entries"], report
+    assert s["context"]["freezes_owning"] >= 3, report
+    assert result.violations == [] and result.ok, report
+    assert s["context"]["produced"] > 0 and result.status("L") == "passed", report

@@ -192,19 +192,31 @@ def test_a_member_that_stops_polling_leaves_and_a_close_then_sends_nothing_more(
     assert sent["ConsumerGroupHeartbeat"] == heartbeats  # its leave went out when it went stale
 
 
-def test_fenced_by_the_broker_after_its_session_loses_its_partitions_and_rejoins(kafka, topic):
-    """Its heartbeats cannot reach the coordinator for longer than the broker's session (10 s here,
-    group.consumer.session.timeout.ms): the broker drops the member; its next heartbeat is answered
-    UNKNOWN_MEMBER_ID or FENCED_MEMBER_EPOCH, on_partitions_lost runs, and it joins again."""
+def test_cut_off_from_the_coordinator_for_a_session_the_lease_ends_then_the_partitions_are_lost(kafka, topic, produce):
+    """Its heartbeats cannot reach the coordinator for longer than the group's session (10 s here, read from
+    the broker: group.consumer.session.timeout.ms) while its fetches still can: the broker drops the member
+    and may give its partitions to another. The member's own lease ends first: no record is handed out past
+    it, on_partitions_lost runs, and it joins again once the coordinator answers."""
     c, faults, _, listener = member(kafka, f"g-{topic}", topic)
     try:
         stable_owning(c, 4)
+        membership = c._group.membership
+        poll_until(c, lambda: membership.session_timeout_ms == 10_000, 10, "the group's session timeout read")
         faults.blackhole(coordinator_node(kafka))
-        time.sleep(11)
+        handed_out: list[tuple[float, int]] = []  # (engine ms, records) of every poll that returned records
+        deadline = time.monotonic() + 11
+        while time.monotonic() < deadline:
+            got = sum(len(rs) for rs in c.poll(timeout_ms=50).values())
+            if got:
+                handed_out.append((c._clock.now_ms(), got))
+            if len(handed_out) < 200:
+                produce(topic, 5)
+        assert ("stable", "session_expired", "fenced") in steps(c), steps(c)[-6:]
+        expired = next(r.time for r in membership.machine.log if r.trigger == "session_expired")
+        assert handed_out and all(at < expired for at, _ in handed_out), (handed_out[-3:], expired)
         faults.clear()
-        poll_until(c, lambda: ("stable", "fenced_error", "fenced") in steps(c), 30, "fenced")
         poll_until(c, lambda: state(c) == "stable" and len(c.assignment()) == 4, 30, "joined again")
-        assert ("lost", [0, 1, 2, 3]) in listener.calls
+        assert ("lost", [0, 1, 2, 3]) in listener.calls and membership.session_expiries == 1
     finally:
         c.close(timeout_ms=CLOSE_MS)
 
@@ -317,3 +329,80 @@ def test_a_second_static_member_with_the_same_instance_id_is_told_it_is_not_rele
         assert state(c) == "fatal"
     finally:
         c.close(timeout_ms=2000)
+
+
+def offset_fetches(faults) -> list:
+    """Every OffsetFetch the member sends, as sent (the counting wrapper of counted_consumer kept)."""
+    seen: list = []
+    counting = faults.send
+
+    def send(request, *args, **kw):
+        if type(request).__name__ == "OffsetFetchRequest":
+            seen.append(request)
+        return counting(request, *args, **kw)
+
+    faults.send = send
+    return seen
+
+
+def read_all(consumer, count: int, timeout_s: float = 30) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(r for recs in consumer.poll(timeout_ms=100).values() for r in recs)
+    return got
+
+
+def test_the_committed_offsets_are_fetched_under_the_member_epoch_and_a_stale_epoch_is_asked_again(
+    kafka, topic, produce
+):
+    """OffsetFetch v9 carries the member id and epoch (KIP-848); the broker takes them (the starting
+    positions are the group's commits), and an answer of STALE_MEMBER_EPOCH (injected: the broker gives it
+    only in the moment an epoch moves) is asked again rather than failing the partitions."""
+    group = f"g-{topic}"
+    produce(topic, 40)
+    first, _, _, _ = member(kafka, group, topic)
+    try:
+        assert len(read_all(first, 40)) == 40
+        first.commit()
+    finally:
+        first.close(timeout_ms=CLOSE_MS)
+    produce(topic, 40, value=lambda i: f"after-{i}")
+    c, faults, _, _ = member(kafka, group, topic)
+    fetches = offset_fetches(faults)
+    faults.fail("OffsetFetch", 113)
+    try:
+        got = read_all(c, 40)
+        assert sorted(r.value for r in got) == sorted(f"after-{i}".encode() for i in range(40))
+        assert not read_all(c, 1, timeout_s=1.0)  # nothing below the commits came
+        assert len(fetches) >= 2, fetches  # the stale answer, then asked again
+        epochs = [(g.member_id, g.member_epoch) for f in fetches for g in f.groups]
+        membership = c._group.membership
+        assert len(epochs) == len(fetches), "an OffsetFetch without the member"
+        assert all(m == membership.member_id and e > 0 for m, e in epochs), epochs
+    finally:
+        c.close(timeout_ms=CLOSE_MS)
+
+
+def test_a_coordinator_that_moves_is_found_again_without_a_rebalance(kafka, topic, produce):
+    """NOT_COORDINATOR on a heartbeat and on a commit (injected: one broker cannot move its coordinator):
+    the member looks the coordinator up again and goes on at the same epoch; no callback runs, nothing is
+    lost, and the commit lands once the coordinator is found."""
+    c, faults, sent, listener = member(kafka, f"g-{topic}", topic)
+    try:
+        stable_owning(c, 4)
+        epoch, calls, lookups = c._group.membership.epoch, list(listener.calls), sent["FindCoordinator"]
+        produce(topic, 20)
+        assert len(read_all(c, 20)) == 20
+        faults.fail("ConsumerGroupHeartbeat", 16)
+        faults.fail("OffsetCommit", 16)
+        c.commit()  # NOT_COORDINATOR: found again, sent again, within the call
+        poll_until(c, lambda: sent["FindCoordinator"] >= lookups + 2, 15, "the coordinator looked up twice")
+        heartbeat = c._group.membership.heartbeat
+        found = heartbeat.last_ok
+        poll_until(c, lambda: (heartbeat.last_ok or 0) > (found or 0), 5, "a heartbeat answered after it")
+        assert state(c) == "stable" and c._group.membership.epoch == epoch
+        assert listener.calls == calls
+        assert sum(c.committed(tp) or 0 for tp in c.assignment()) == 20
+    finally:
+        c.close(timeout_ms=CLOSE_MS)

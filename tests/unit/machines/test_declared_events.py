@@ -132,8 +132,9 @@ class _Queue:
 
 
 class _Exploding:
-    """Raises from its second tick: a pass ticks the machines before its events (timers due after a
-    stall come first) and again after them; the second is the one after the close was handled."""
+    """Raises from its third tick: a pass ticks the machines before its events (timers due after a
+    stall come first), again as of the time the events were drained, and after them; the third is the
+    one after the close was handled."""
 
     next_deadline = None
     timers_running = False
@@ -141,7 +142,7 @@ class _Exploding:
 
     def tick(self, now):
         self.ticks += 1
-        if self.ticks > 1:
+        if self.ticks > 2:
             raise RuntimeError("boom")
 
 

@@ -50,6 +50,7 @@ class Rig:
         )
         self.now = 0.0
         self.sent: list[tuple[float, object]] = []  # (time, request)
+        self.versions: list[tuple[int, int | None]] = []  # (min, max) of each request sent
 
     def _lost(self):
         self.lost += 1
@@ -72,6 +73,7 @@ class Rig:
             wait, out = self.commits.poll(self.now)
             for o in out:
                 self.sent.append((self.now, o.request))
+                self.versions.append((o.min_version, o.max_version))
             if out:
                 self.now += RTT
                 for o in out:
@@ -115,29 +117,35 @@ def commit_answer(code: int):
     return answer
 
 
+def answered_topics(topic_cls, partition_cls, asked, code: int, offset: int) -> list:
+    """An OffsetFetch answer's topics (either layout's classes) for the topics ``asked``."""
+    return [
+        topic_cls(
+            name=t.name,
+            partitions=[
+                partition_cls(
+                    partition_index=i,
+                    committed_offset=-1 if code else offset,
+                    committed_leader_epoch=-1,
+                    metadata="",
+                    error_code=code,
+                )
+                for i in t.partition_indexes
+            ],
+        )
+        for t in asked
+    ]
+
+
 def fetch_answer(code: int, top: int = 0, offset: int = 42):
     def answer(request):
         assert isinstance(request, OffsetFetchRequest)
         R = OffsetFetchResponse
+        T = R.OffsetFetchResponseTopic
         return R(
             throttle_time_ms=0,
             error_code=top,
-            topics=[
-                R.OffsetFetchResponseTopic(
-                    name=t.name,
-                    partitions=[
-                        R.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
-                            partition_index=i,
-                            committed_offset=-1 if code else offset,
-                            committed_leader_epoch=-1,
-                            metadata="",
-                            error_code=code,
-                        )
-                        for i in t.partition_indexes
-                    ],
-                )
-                for t in request.topics
-            ],
+            topics=answered_topics(T, T.OffsetFetchResponsePartition, request.topics, code, offset),
         )
 
     return answer
@@ -343,3 +351,88 @@ def test_committed_lookup_backs_off_on_retriable_and_fails_at_once_on_authorizat
     rig.run(9_000.0, fetch_answer(0, top=30))
     assert rig.count(OffsetFetchRequest) == sent
     assert not rig.held.holds(("group",))  # the caller got it: nothing held for an explicit lookup
+
+
+# -- OffsetFetch under the consumer protocol (KIP-848): the member id and epoch, v9 -----------------------
+
+
+class EpochMember:
+    """The consumer-protocol member as the OffsetFetch reads it: the (member id, epoch) it may carry, or None
+    where the spec's commit attribute says commits do not go out under the epoch (joining, fenced, stale)."""
+
+    def __init__(self, epoch: int | None) -> None:
+        self.epoch = epoch
+        self.machine = SimpleNamespace(attribute=lambda name: "open")
+
+    def fetch_member(self):
+        return None if self.epoch is None else ("member-1", self.epoch)
+
+
+def group_answer(codes, offset: int = 42, seen: list | None = None):
+    """A v8+ answer (one group), each call taking the next (group-level code, partition code); the members
+    the requests carried are noted in ``seen``."""
+    codes = list(codes)
+
+    def answer(request):
+        assert isinstance(request, OffsetFetchRequest) and request.groups, request
+        (g,) = request.groups
+        if seen is not None:
+            seen.append((g.member_id, g.member_epoch))
+        top, code = codes.pop(0) if len(codes) > 1 else codes[0]
+        R = OffsetFetchResponse
+        G = R.OffsetFetchResponseGroup
+        T = G.OffsetFetchResponseTopics
+        topics = answered_topics(T, T.OffsetFetchResponsePartitions, g.topics, code or top, offset)
+        return R(throttle_time_ms=0, groups=[G(group_id=g.group_id, error_code=top, topics=topics)])
+
+    return answer
+
+
+def test_a_member_with_an_epoch_fetches_with_its_id_and_epoch_in_v9():
+    rig = Rig()
+    rig.commits.membership = EpochMember(7)
+    assigned(rig, T0, T1)
+    seen: list = []
+    rig.run(1_000.0, group_answer([(0, 0)], seen=seen))
+    assert seen == [("member-1", 7)] and rig.versions == [(9, 9)]
+    assert rig.subs.positions() == {T0: 42, T1: 42}
+
+
+def test_without_an_epoch_the_fetch_names_the_group_only_in_v7():
+    rig = Rig()
+    rig.commits.membership = EpochMember(None)  # joining, fenced or stale: no epoch the broker would take
+    assigned(rig, T0)
+    rig.run(1_000.0, fetch_answer(0))
+    assert rig.versions == [(0, 7)] and rig.sent[0][1].group_id == "g"
+    assert rig.subs.positions() == {T0: 42}
+
+
+@pytest.mark.parametrize("code", [113, 110, 25])  # STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID
+def test_a_stale_or_fenced_epoch_on_the_positions_fetch_is_asked_again_with_the_epoch_held_then(code):
+    rig = Rig()
+    member = rig.commits.membership = EpochMember(3)
+    assigned(rig, T0)
+    seen: list = []
+    answer = group_answer([(code, 0), (0, 0)], seen=seen)
+    rig.run(1.0, answer)
+    assert seen == [("member-1", 3)] and rig.subs.positions() == {}
+    member.epoch = 4  # the next heartbeat's answer
+    rig.run(2_000.0, answer)
+    assert seen == [("member-1", 3), ("member-1", 4)]
+    assert rig.subs.positions() == {T0: 42} and not rig.held.holds(("group",))
+
+
+@pytest.mark.parametrize("code", [113, 110])
+def test_a_committed_lookup_told_its_epoch_is_stale_or_fenced_is_retried_not_failed(code):
+    rig = Rig()
+    member = rig.commits.membership = EpochMember(3)
+    event = FetchCommittedEvent(partitions=frozenset([T0]), deadline_ms=60_000)
+    rig.commits.on_fetch_committed(event, 0.0)
+    seen: list = []
+    answer = group_answer([(code, 0), (0, 0)], offset=17, seen=seen)
+    rig.run(1.0, answer)
+    assert not event.future.done
+    member.epoch = None if code == 110 else 4  # fenced: joining again, no epoch; stale: the next one
+    rig.run(2_000.0, answer if code == 113 else fetch_answer(0, offset=17))
+    assert event.future.result() == {T0: OffsetAndMetadata(17, "", -1)}
+    assert seen[0] == ("member-1", 3) and rig.versions[-1] == ((9, 9) if code == 113 else (0, 7))

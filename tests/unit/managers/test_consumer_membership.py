@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import kafka.errors as ke
 import pytest
+from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 
 from fsm_consumer._config import ConsumerConfig
 from fsm_consumer._metrics import Metrics
@@ -97,9 +98,44 @@ def make(listener=None, **overrides):
     return member, clock
 
 
-def heartbeat(member, clock):
-    """Poll once: the one heartbeat it sends."""
+SESSION_MS = 10_000  # the group's session timeout the broker gives (DescribeConfigs)
+
+
+def describe_answer(outgoing, clock, session_ms=SESSION_MS, error_code=0):
+    R = DescribeConfigsResponse
+    configs = (
+        []
+        if session_ms is None
+        else [
+            R.DescribeConfigsResult.DescribeConfigsResourceResult(
+                name="consumer.session.timeout.ms",
+                value=str(session_ms),
+                read_only=False,
+                config_source=5,
+                is_sensitive=False,
+                synonyms=[],
+                config_type=3,
+                documentation=None,
+            )
+        ]
+    )
+    result = R.DescribeConfigsResult(
+        error_code=error_code, error_message=None, resource_type=32, resource_name="g", configs=configs
+    )
+    response = R(version=4, throttle_time_ms=0, results=[result])
+    outgoing.handler(SimpleNamespace(error=None, response=response), clock.now_ms())
+
+
+def heartbeat(member, clock, session_ms=SESSION_MS):
+    """Poll once: the one heartbeat it sends (the lookup of the group's session timeout, when it asks,
+    answered at once with ``session_ms``)."""
     _, out = member.poll(clock.now_ms())
+    lookups = [o for o in out if isinstance(o.request, DescribeConfigsRequest)]
+    for lookup in lookups:
+        (resource,) = lookup.request.resources
+        assert resource.resource_type == 32 and resource.resource_name == "g"
+        describe_answer(lookup, clock, session_ms)
+    out = [o for o in out if o not in lookups]
     assert len(out) == 1, (member.machine.state, out)
     assert isinstance(out[0].request, ConsumerGroupHeartbeatRequest)
     return out[0]
@@ -447,3 +483,80 @@ def test_leaving_when_fenced_or_stale_needs_no_leave_heartbeat():
     assert member.machine.state == "stale"
     member.begin_close(autocommit=True)
     assert member.machine.state == "unsubscribed"
+
+
+# -- the lease: the spec's session timer, as long as the group's session timeout on the broker ---------------
+
+
+def test_no_heartbeat_answered_for_a_session_ends_the_lease_then_loses_the_partitions():
+    listener = Listener()
+    member, clock = make(listener)
+    joined(member, clock, [0, 1])
+    acked_at = clock.now_ms()  # the acknowledgement, answered OK, was sent now
+    assert member.session_timeout_ms == SESSION_MS
+    assert member._subs.lease_until == acked_at + SESSION_MS
+    listener.calls.clear()
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    heartbeat(member, clock)  # never answered: the coordinator cannot be reached
+    clock.advance(SESSION_MS - 501)
+    member.machine.tick(clock.now_ms())
+    assert member.machine.state == "stable" and not member._subs.lease_expired(clock.now_ms())
+    clock.advance(1)
+    assert member._subs.lease_expired(clock.now_ms())  # the collector hands out nothing from here on
+    member.machine.tick(clock.now_ms())
+    assert ("stable", "session_expired", "fenced") in steps(member)
+    run_callbacks(member, clock)
+    assert listener.calls == [("lost", [0, 1])] and member.session_expiries == 1
+    assert member.machine.state == "joining" and heartbeat(member, clock).request.member_epoch == 0
+
+
+def test_an_answer_read_after_the_lease_ran_out_renews_nothing():
+    """Sent before a freeze, read after it: the broker heard from the member then, not since."""
+    listener = Listener()
+    member, clock = make(listener)
+    joined(member, clock, [0, 1])
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    late = heartbeat(member, clock)
+    clock.advance(SESSION_MS)  # frozen: no tick ran meanwhile
+    answer(late, clock, 1)
+    assert member.machine.state == "stable" and member._subs.lease_expired(clock.now_ms())
+    member.machine.tick(clock.now_ms())
+    assert member.machine.state == "fenced"
+
+
+def test_the_session_timeout_learned_after_the_join_starts_the_lease_from_the_last_answered_heartbeat():
+    member, clock = make(Listener())
+    member.on_subscription_changed(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 1, [0])
+    run_callbacks(member, clock)
+    _, out = member.poll(clock.now_ms())  # the acknowledgement, and the lookup: the member has an epoch now
+    (lookup,) = [o for o in out if isinstance(o.request, DescribeConfigsRequest)]
+    (ack,) = [o for o in out if o is not lookup]
+    ack_sent = clock.now_ms()
+    clock.advance(40)
+    answer(ack, clock, 1)
+    assert member._subs.lease_until == float("inf")  # no lease while the length is not known
+    clock.advance(40)
+    describe_answer(lookup, clock)
+    assert member._subs.lease_until == ack_sent + SESSION_MS
+
+
+def test_a_broker_that_will_not_say_its_session_timeout_is_warned_about_once_and_no_lease_runs(caplog):
+    member, clock = make(Listener())
+    member.on_subscription_changed(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 1, [0])
+    run_callbacks(member, clock)
+    _, out = member.poll(clock.now_ms())
+    (lookup,) = [o for o in out if isinstance(o.request, DescribeConfigsRequest)]
+    (ack,) = [o for o in out if o is not lookup]
+    describe_answer(lookup, clock, session_ms=None, error_code=30)  # GROUP_AUTHORIZATION_FAILED
+    answer(ack, clock, 1)
+    warnings = [r.getMessage() for r in caplog.records if "session timeout" in r.getMessage()]
+    assert len(warnings) == 1 and "DESCRIBE_CONFIGS" in warnings[0], warnings
+    for _ in range(20):  # heartbeats answered for 40 s (four sessions): no lookup again, no lease
+        clock.advance(2_000)
+        member.machine.tick(clock.now_ms())
+        answer(heartbeat(member, clock), clock, 1)
+    assert member._subs.lease_until == float("inf") and member.machine.state == "stable"

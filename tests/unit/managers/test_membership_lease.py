@@ -219,7 +219,7 @@ def test_the_manager_reads_heartbeats_requests_and_acks_from_the_spec():
         assert f'"{state}"' not in source, f"the manager names state {state!r}: read the spec's attributes"
     # the consumer protocol's member and its heartbeat exchange alike
     spec = shipped_spec("consumer_membership")
-    for name in ("heartbeat", "epoch", "commit", "awaits"):
+    for name in ("heartbeat", "epoch", "commit", "offset_fetch", "awaits"):
         assert set(spec.attributes[name].of_state) == set(spec.states), name
     import fsm_consumer.managers._consumer_heartbeat as exchange
     import fsm_consumer.managers._consumer_membership as member
