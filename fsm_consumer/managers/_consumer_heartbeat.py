@@ -185,12 +185,14 @@ class HeartbeatExchange:
     # -- answers -------------------------------------------------------------------------------------
     def _on_answer(self, pending, now: float, epoch: int, visit: int, sent: float, joins: int) -> None:
         m = self.m
-        self._in_flight = False
         leaving = epoch < 0
         if leaving:
             self.leave_in_flight = False
         elif joins != m.joins:
-            return  # sent before the member joined again (its lease ran out meanwhile): about an epoch gone
+            # sent before the member joined again (its lease ran out meanwhile): about an epoch gone; the
+            # join reset what is in flight, so this one is not counted
+            return
+        self._in_flight = False
         if pending.error is not None:
             self._failed(pending.error, now, leaving, visit)
             return
