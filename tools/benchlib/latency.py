@@ -4,7 +4,9 @@ The producer (confluent-kafka, in this process) writes its send time (ns, CLOCK_
 processes of this machine) into each value; each consumer runs in a process of its own (a Python consumer
 sharing this interpreter's GIL with the producer would measure the GIL) and subtracts it on receipt.
 The clients alternate, run after run; the report gives each client's median p50 and p99 over the runs.
-Every run counts the records the broker acknowledged to the producer and those the consumer received:
+The producer's first few records (its connection and metadata delay them 100-200 ms for any consumer)
+are counted but not timed. Every run counts the records the broker acknowledged to the producer and
+those the consumer received:
 a run where they differ fails the benchmark (a latency over a partial set proves nothing).
 """
 
@@ -20,6 +22,7 @@ _STAMP = struct.Struct(">q")
 CLIENTS = ("fsm_consumer", "confluent-kafka")
 SETTLE_S = 2.5  # after the consumer is positioned at the end of the log, before producing
 TAIL_S = 10.0  # how long the consumer may take for the last records once the producer is done
+WARMUP = 10  # records produced (and counted) before the timed stream
 
 
 def _produce_steady(bootstrap: str, topic: str, rate: int, seconds: float) -> int:
@@ -34,6 +37,12 @@ def _produce_steady(bootstrap: str, topic: str, rate: int, seconds: float) -> in
             acked += 1
 
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+    # warm-up: the producer's first records wait for its connection and metadata (100-200 ms, whoever
+    # consumes); they are counted, not timed (stamp -1), and the measured stream starts after them
+    for _ in range(WARMUP):
+        p.produce(topic, value=_STAMP.pack(-1) + b"w" * 92, on_delivery=delivered)
+    p.flush(30)
+    time.sleep(0.5)
     interval = 1.0 / rate
     start = time.monotonic()
     n = 0
@@ -65,6 +74,12 @@ def _receive(lat: list[int], produced, poll_once) -> None:
         poll_once()
 
 
+def _latency(now_ns: int, value: bytes) -> int:
+    """The record's latency in ns; -1 for a warm-up record (counted, not timed)."""
+    sent = _STAMP.unpack_from(value)[0]
+    return -1 if sent < 0 else now_ns - sent
+
+
 def _consumer_main(kind: str, bootstrap: str, topic: str, ready, produced, out: str) -> None:
     """One consumer process: positioned at the end of the log, ``ready`` set; then records until all that
     were produced (``produced``, set by the parent once the producer is done) are in. Writes the latencies
@@ -82,7 +97,7 @@ def _consumer_main(kind: str, bootstrap: str, topic: str, ready, produced, out: 
         def poll_once() -> None:
             for records in c.poll(timeout_ms=100).values():
                 now = time.monotonic_ns()
-                lat.extend(now - _STAMP.unpack_from(r.value)[0] for r in records)
+                lat.extend(_latency(now, r.value) for r in records)
 
     else:
         from confluent_kafka import OFFSET_END, Consumer
@@ -104,7 +119,7 @@ def _consumer_main(kind: str, bootstrap: str, topic: str, ready, produced, out: 
         def poll_once() -> None:
             for m in c.consume(num_messages=1000, timeout=0.1):
                 if m.error() is None:
-                    lat.append(time.monotonic_ns() - _STAMP.unpack_from(m.value())[0])
+                    lat.append(_latency(time.monotonic_ns(), m.value()))
 
     try:
         _receive(lat, produced, poll_once)
@@ -134,8 +149,9 @@ def _one_latency(args, broker, kind: str, run: int, tmp: Path) -> dict:
         if proc.is_alive():
             proc.kill()
             proc.join()
-    lat = sorted(int(x) for x in out.read_text().split())
-    row: dict = {"client": kind, "run": run + 1, "rate": args.rate, "produced": acked, "records": len(lat)}
+    got = [int(x) for x in out.read_text().split()]
+    lat = sorted(x for x in got if x >= 0)
+    row: dict = {"client": kind, "run": run + 1, "rate": args.rate, "produced": acked, "records": len(got)}
     if lat:
         row.update(
             p50_ms=round(lat[len(lat) // 2] / 1e6, 2),
