@@ -111,6 +111,82 @@ def run_aiokafka(bootstrap: str, topic: str, partitions: int, expect: int, opts:
     return asyncio.run(main())
 
 
+def run_raw_fetch(
+    bootstrap: str, topic: str, partitions: int, expect: int, opts: dict
+) -> tuple[int, int, float, float]:
+    """The wire limit of this stack: Fetch requests with the consumer's sizes, one in flight, through
+    fsm_consumer's transport (framing and kafka-python's response parsing), and nothing of the records
+    decoded past each batch header (its record count, and where the next fetch starts). What a consumer
+    could reach if decoding and handing out records cost nothing."""
+    import struct
+
+    from kafka.protocol.consumer import FetchRequest
+
+    from fsm_consumer._config import ConsumerConfig
+    from fsm_consumer.transport import KafkaTransport
+
+    config = ConsumerConfig.from_kwargs(bootstrap_servers=bootstrap)
+    transport = KafkaTransport(config)
+    head = struct.Struct(">qi")  # a batch's base offset and length (the bytes after these 12)
+    delta = struct.Struct(">i")  # lastOffsetDelta at 23, recordCount at 57 (magic v2)
+    offsets = dict.fromkeys(range(partitions), 0)
+    deadline = time.monotonic() + 30
+    node = transport.least_loaded_node()
+    while node is None and time.monotonic() < deadline:  # a single broker: the bootstrap connection leads all
+        transport.poll(10)
+        node = transport.least_loaded_node()
+
+    def read_some() -> int:
+        parts = [
+            FetchRequest.FetchTopic.FetchPartition(
+                partition=p,
+                current_leader_epoch=-1,
+                fetch_offset=o,
+                log_start_offset=-1,
+                partition_max_bytes=config.max_partition_fetch_bytes,
+            )
+            for p, o in offsets.items()
+        ]
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=config.fetch_max_wait_ms,
+            min_bytes=1,
+            max_bytes=config.fetch_max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[FetchRequest.FetchTopic(topic=topic, partitions=parts)],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        transport.send(request, node, max_version=12)
+        done: list = []
+        while not done:
+            done = transport.poll(1000)
+        if done[0].error is not None:
+            raise done[0].error
+        n = 0
+        for answer in done[0].response.responses:
+            for p in answer.partitions:
+                data = p.records
+                if not data:
+                    continue
+                pos, size = 0, len(data)
+                while pos + 61 <= size:
+                    base, length = head.unpack_from(data, pos)
+                    if pos + 12 + length > size:
+                        break  # a partial batch at the end of the answer
+                    n += delta.unpack_from(data, pos + 57)[0]
+                    offsets[p.partition_index] = base + delta.unpack_from(data, pos + 23)[0] + 1
+                    pos += 12 + length
+        return n
+
+    try:
+        return _timed(read_some, expect)
+    finally:
+        transport.close()
+
+
 CLIENTS = {
     "fsm_consumer": (run_fsm, {}),
     "fsm_consumer(poll_batch)": (run_fsm_columnar, {}),
@@ -120,4 +196,5 @@ CLIENTS = {
     "confluent-kafka(defaults)": (run_confluent, {}),
     "aiokafka(getmany)": (run_aiokafka, {}),
     "java(KafkaConsumer)": (None, {}),  # tools/peers/JavaBench.java in its own JVM: see consume.run_child
+    "raw Fetch (wire limit)": (run_raw_fetch, {}),
 }

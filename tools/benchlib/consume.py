@@ -48,6 +48,7 @@ LIBRARIES = {
     "kafka-python": "kafka",
     "confluent-kafka": "confluent_kafka",
     "aiokafka": "aiokafka",
+    "raw Fetch": "fsm_consumer.transport",
 }
 
 
@@ -125,6 +126,9 @@ SCENARIOS = {  # name: (records, size, compression); --quick divides records by 
 }
 
 
+WIRE_LIMIT = "raw Fetch (wire limit)"  # in uncompressed scenarios only
+
+
 def bench_scenarios(args) -> list[dict]:
     names = list(SCENARIOS) if args.scenario == "all" else args.scenario.split(",")
     rows = []
@@ -149,6 +153,8 @@ def bench_consume(args, kind: str = "tansu") -> list[dict]:
     if missing and any(CLIENTS[c][0] is None for c in clients):
         print(f"# Kafka's Java consumer left out: {missing}", file=sys.stderr)
         clients = [c for c in clients if CLIENTS[c][0] is not None]
+    if args.compression != "none":  # it reads compressed batches without inflating them: no limit of a consumer
+        clients = [c for c in clients if c != WIRE_LIMIT]
     from fsm_consumer.broker import start_broker
 
     rows = []
