@@ -174,17 +174,8 @@ class ConsumerMembershipManager(MemberBase):
         self.assignment_epoch = self.target_epoch
         self._count_rebalance()
 
-    def note_session_expired(self) -> None:
-        self.session_expiries += 1
-        log.warning(
-            "group %s: no heartbeat answered OK for %d ms (the group's session timeout): the group may have "
-            "moved on without member %s; its partitions %s are lost and it joins again",
-            self._config.group_id,
-            self.session_timeout_ms or 0,
-            self.member_id,
-            sorted(self.owned),
-        )
-        self._record("session_expired", self.owned)
+    def session_said(self) -> tuple[float, str]:
+        return self.session_timeout_ms or 0, "the group's session timeout"
 
     def heartbeat_wanted(self) -> None:
         self.heartbeat_due = True

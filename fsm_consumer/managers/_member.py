@@ -191,6 +191,24 @@ class MemberBase:
         self._subs.set_revoking(self.owned, True)
         self.rebalance_started = None
 
+    def session_said(self) -> tuple[float, str]:
+        """The member's session length (ms) and what sets it, for the log line of its expiry."""
+        raise NotImplementedError
+
+    def note_session_expired(self) -> None:
+        self.session_expiries += 1
+        ms, what = self.session_said()
+        log.warning(
+            "group %s: no heartbeat answered OK for %d ms (%s): the group may have moved on without member %s; "
+            "its partitions %s are lost and it joins again",
+            self._config.group_id,
+            ms,
+            what,
+            self.member_id,
+            sorted(self.owned),
+        )
+        self._record("session_expired", self.owned)
+
     def note_poll_timer_expired(self) -> None:
         log.warning(
             "group %s: no poll() for %d ms (max_poll_interval_ms): leaving the group",

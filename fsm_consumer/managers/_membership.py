@@ -150,17 +150,8 @@ class MembershipManager(MemberBase):
         if self.machine.attribute("request") == "none":  # the spec's ``unless: keeps_place``: nothing to send
             self.machine.fire("left")
 
-    def note_session_expired(self) -> None:
-        self.session_expiries += 1
-        log.warning(
-            "group %s: no successful heartbeat for %d ms (session_timeout_ms): the group has moved on "
-            "without member %s; its partitions %s are lost and it rejoins",
-            self._config.group_id,
-            self._config.session_timeout_ms,
-            self.member_id,
-            sorted(self.owned),
-        )
-        self._record("session_expired", self.owned)
+    def session_said(self) -> tuple[float, str]:
+        return self._config.session_timeout_ms, "session_timeout_ms"
 
     def forget_membership(self) -> None:
         self._lost = frozenset()
