@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from ..structs import ConsumerRecord
 from . import _decode_legacy
-from ._decode_v2 import decode_records
+from ._decode_v2 import best_decode_records as decode_records
 from ._errors import DeserializationError, RecordError
 from ._walk import READ_COMMITTED, READ_UNCOMMITTED, read_committed, walk
 

@@ -22,9 +22,10 @@ Graph = dict[str, dict[str, int]]  # module -> {imported module: line of the fir
 
 
 def package_modules(root: Path, package: str) -> dict[str, tuple[Path, bool]]:
-    """Dotted name -> (file, is a package ``__init__``) for every .py file under ``root``."""
+    """Dotted name -> (file, is a package ``__init__``) for every .py file under ``root``, and for every C
+    extension's source (``fetch/_cdecode.c``: a module that imports none of ours, built or not)."""
     modules = {}
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted([*root.rglob("*.py"), *root.rglob("*.c")]):
         parts = [package, *path.relative_to(root).with_suffix("").parts]
         is_package = parts[-1] == "__init__"
         if is_package:
@@ -46,6 +47,8 @@ def imports_of(name: str, modules: dict[str, tuple[Path, bool]]) -> dict[str, in
     path, is_package = modules[name]
     here = name if is_package else name.rpartition(".")[0]  # what a level-1 relative import means
     found: dict[str, int] = {}
+    if path.suffix == ".c":
+        return found
 
     def edge(target: str | None, line: int) -> None:
         if target is not None and target != name:

@@ -1,0 +1,99 @@
+/* The compiled decoder of magic v2 records (fetch/_decode_v2.py's decode_records, the common case).
+
+   decode_records(payload, count, base_offset, base_timestamp, log_append_time, min_offset, topic,
+   partition, leader_epoch, out, record_type) appends the batch's records at or past min_offset to out as
+   record_type tuples (ConsumerRecord), exactly as the Python loop does. Anything else (a record with
+   headers, a fault of any kind, a varint longer than 8 bytes, bases near the int64 limits) returns
+   NotImplemented with out as it was: the loop then decodes the batch and words any error, so both give
+   the same records and the same errors (tests/unit/fetch/test_compiled_decoder.py). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+static inline int rd_varint(const unsigned char *b, Py_ssize_t n, Py_ssize_t *pos, int64_t *out) {
+    uint64_t r = 0; int shift = 0;
+    while (*pos < n) {
+        unsigned char c = b[(*pos)++];
+        r |= (uint64_t)(c & 0x7f) << shift;
+        if (c < 0x80) { *out = (int64_t)(r >> 1) ^ -(int64_t)(r & 1); return 0; }
+        shift += 7;
+        if (shift > 56) return -1;  /* over 8 bytes: not ours to judge */
+    }
+    return -1;
+}
+
+static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* buf, count, base_offset, base_timestamp, log_append_time|None, min_offset, topic, partition, leader_epoch, out, record_type */
+    if (nargs != 11) { PyErr_SetString(PyExc_TypeError, "11 arguments"); return NULL; }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *b = view.buf; Py_ssize_t n = view.len;
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+    int64_t base_offset = PyLong_AsLongLong(args[2]), base_ts = PyLong_AsLongLong(args[3]);
+    int lat = args[4] != Py_None; int64_t lat_ts = lat ? PyLong_AsLongLong(args[4]) : 0;
+    int64_t min_offset = PyLong_AsLongLong(args[5]);
+    PyObject *topic = args[6], *partition = args[7], *epoch = args[8], *out = args[9];
+    PyTypeObject *type = (PyTypeObject *)args[10];
+    if (PyErr_Occurred()) { PyBuffer_Release(&view); return NULL; }
+    /* varints of at most 8 bytes stay below 2**55: with bases below 2**62 no sum overflows int64 */
+    const int64_t limit = (int64_t)1 << 62;
+    if (base_offset >= limit || base_offset <= -limit || base_ts >= limit || base_ts <= -limit || lat_ts >= limit
+        || lat_ts <= -limit) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    Py_ssize_t mark = PyList_GET_SIZE(out);
+    PyObject *ts_type = PyLong_FromLong(lat ? 1 : 0), *minus1 = PyLong_FromLong(-1), *empty = PyTuple_New(0);
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t len, tsd, offd, klen, vlen;
+        if (rd_varint(b, n, &pos, &len) < 0 || len < 0) goto decline;
+        Py_ssize_t end = pos + len;
+        if (end > n || pos >= n) goto decline;
+        pos += 1;  /* attributes */
+        if (rd_varint(b, end, &pos, &tsd) < 0 || rd_varint(b, end, &pos, &offd) < 0) goto decline;
+        if (rd_varint(b, end, &pos, &klen) < 0 || klen < -1) goto decline;
+        Py_ssize_t kpos = pos; if (klen > 0) pos += klen;
+        if (pos > end) goto decline;
+        if (rd_varint(b, end, &pos, &vlen) < 0 || vlen < -1) goto decline;
+        Py_ssize_t vpos = pos; if (vlen > 0) pos += vlen;
+        if (pos > end) goto decline;
+        /* no headers: one 0x00 byte, as the loop's fast path reads it (any other form: the loop) */
+        if (pos + 1 != end || b[pos] != 0) goto decline;
+        pos = end;
+        int64_t offset = base_offset + offd;
+        if (offset < min_offset) continue;
+        PyObject *key = klen < 0 ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)b + kpos, klen);
+        PyObject *value = vlen < 0 ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)b + vpos, vlen);
+        PyObject *o = PyLong_FromLongLong(offset), *t = PyLong_FromLongLong(lat ? lat_ts : base_ts + tsd);
+        PyObject *ks = PyLong_FromLongLong(klen), *vs = PyLong_FromLongLong(vlen);
+        if (!key || !value || !o || !t || !ks || !vs) goto fail_items;
+        PyObject *rec = type->tp_alloc(type, 13);
+        if (!rec) goto fail_items;
+        PyObject **it = ((PyTupleObject *)rec)->ob_item;
+        it[0] = Py_NewRef(topic); it[1] = Py_NewRef(partition); it[2] = Py_NewRef(epoch); it[3] = o; it[4] = t;
+        it[5] = Py_NewRef(ts_type); it[6] = key; it[7] = value; it[8] = Py_NewRef(empty); it[9] = Py_NewRef(Py_None);
+        it[10] = ks; it[11] = vs; it[12] = Py_NewRef(minus1);
+        int err = PyList_Append(out, rec); Py_DECREF(rec);
+        if (err < 0) goto error;
+        continue;
+    fail_items:
+        Py_XDECREF(key); Py_XDECREF(value); Py_XDECREF(o); Py_XDECREF(t); Py_XDECREF(ks); Py_XDECREF(vs);
+        goto error;
+    }
+    if (pos != n) goto decline;
+    Py_DECREF(ts_type); Py_DECREF(minus1); Py_DECREF(empty); PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+decline:
+    PyList_SetSlice(out, mark, PyList_GET_SIZE(out), NULL);
+    Py_DECREF(ts_type); Py_DECREF(minus1); Py_DECREF(empty); PyBuffer_Release(&view);
+    Py_RETURN_NOTIMPLEMENTED;
+error:
+    PyList_SetSlice(out, mark, PyList_GET_SIZE(out), NULL);
+    Py_DECREF(ts_type); Py_DECREF(minus1); Py_DECREF(empty); PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {{"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL, NULL}, {NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_cdecode", NULL, -1, methods};
+PyMODINIT_FUNC PyInit__cdecode(void) { return PyModule_Create(&mod); }

@@ -1,0 +1,76 @@
+"""The compiled decoder (fetch/_cdecode.c) against the pure-Python loop: the same records and the same
+errors, on well-formed logs of every kind and on damaged ones (CRCs unchecked, so the damage reaches the
+decoders), at any fetch offset. Skipped, saying why, where the package was installed without a compiler."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the strategies of the corruption tests
+
+from test_record_corruption import FUZZ, logs, mutate, mutation_st  # noqa: E402
+
+from fsm_consumer.fetch import _decode, _decode_v2, decode_partition  # noqa: E402
+from fsm_consumer.fetch.testing import Rec, batch  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    _decode_v2._compiled is None, reason="fsm_consumer was installed without a C compiler: no compiled decoder"
+)
+
+
+def both(data, **kw):
+    """decode_partition with the loop alone, then with the compiled decoder."""
+    kw.setdefault("fetch_offset", 0)
+    try:
+        _decode.decode_records = _decode_v2.decode_records
+        loop = decode_partition("t", 3, data, **kw)
+    finally:
+        _decode.decode_records = _decode_v2.decode_records_compiled
+    return loop, decode_partition("t", 3, data, **kw)
+
+
+def same(loop, compiled) -> None:
+    assert compiled.records == loop.records
+    assert [type(r) for r in compiled.records] == [type(r) for r in loop.records]
+    assert (compiled.next_offset, compiled.bytes, compiled.leader_epoch) == (
+        loop.next_offset,
+        loop.bytes,
+        loop.leader_epoch,
+    )
+    assert type(compiled.error) is type(loop.error) and str(compiled.error) == str(loop.error)
+
+
+def test_it_is_what_decode_partition_uses():
+    assert _decode.decode_records is _decode_v2.decode_records_compiled
+
+
+@FUZZ
+@given(logs(), st.integers(0, 30))
+def test_well_formed_logs_decode_the_same(log, fetch_offset):
+    data, _, _ = log
+    same(*both(data, fetch_offset=fetch_offset))
+
+
+@FUZZ
+@given(logs(), mutation_st, st.integers(0, 12))
+def test_damaged_logs_decode_the_same_with_the_same_error(log, mutation, fetch_offset):
+    data = mutate(log[0], mutation)
+    same(*both(data, fetch_offset=fetch_offset, check_crcs=False))
+
+
+def test_keys_nulls_empties_log_append_time_and_headers_beside_plain_records():
+    data = (
+        batch([Rec(b"v%d" % i, key=b"k%d" % i) for i in range(40)], base_offset=0)
+        + batch([Rec(None), Rec(b"", key=b""), Rec(b"x" * 300, key=b"y" * 200)], base_offset=40)
+        + batch([Rec(b"t")], base_offset=43, log_append_time=1_800_000_000_000)
+        + batch([Rec(b"h", headers=[("a", b"1")]), Rec(b"p")], base_offset=44)  # declined: the loop decodes it
+    )
+    loop, compiled = both(data, fetch_offset=5)
+    same(loop, compiled)
+    assert [r.offset for r in compiled.records] == list(range(5, 46))
+    assert compiled.records[-2].headers == (("a", b"1"),) and compiled.records[-3].timestamp_type == 1
