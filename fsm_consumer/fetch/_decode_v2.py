@@ -23,6 +23,8 @@ buffer); the caller turns either into a ``CorruptRecordError``.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import Any
 
 from ..structs import ConsumerRecord
 
@@ -266,6 +268,7 @@ def control_type(buf: bytes | memoryview) -> int:
 # The compiled decoder (fetch/_cdecode.c, built when the package is installed with a C compiler at hand):
 # the common records (no headers) of a batch, 3-4x the loop above; it declines the rest (headers, any
 # fault) and the loop then decodes the batch, wording any error, so the records and errors are the same.
+_compiled: Callable[..., Any] | None
 try:
     from ._cdecode import decode_records as _compiled
 except ImportError:  # no compiler at install time: the loop decodes every record
