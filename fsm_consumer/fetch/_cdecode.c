@@ -74,6 +74,10 @@ static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_
         it[0] = Py_NewRef(topic); it[1] = Py_NewRef(partition); it[2] = Py_NewRef(epoch); it[3] = o; it[4] = t;
         it[5] = Py_NewRef(ts_type); it[6] = key; it[7] = value; it[8] = Py_NewRef(empty); it[9] = Py_NewRef(Py_None);
         it[10] = ks; it[11] = vs; it[12] = Py_NewRef(minus1);
+        /* Holds only strings, numbers, bytes, None and the empty tuple: it cannot be part of a reference
+           cycle, so the collector need not see it (CPython untracks such plain tuples in its first
+           collection, but never a tuple subclass: each collection would traverse every record alive) */
+        PyObject_GC_UnTrack(rec);
         int err = PyList_Append(out, rec); Py_DECREF(rec);
         if (err < 0) goto error;
         continue;
