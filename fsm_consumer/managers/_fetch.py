@@ -80,7 +80,11 @@ class FetchManager:
             room = self._buffer.room()
             if room < min(self._config.max_partition_fetch_bytes, self._config.fetch_buffer_max_bytes // 4):
                 break  # the application has not drained the buffer; its poll() wakes us
-            max_bytes = min(self._config.fetch_max_bytes, room)
+            # No answer may hold more than each partition's limit allows, so ask for no more than their sum:
+            # the same on Apache Kafka, while a broker that ignores the partition limit (Tansu 0.6) then
+            # answers in pieces that overlap with the decoding, instead of one answer filling the buffer and
+            # the next Fetch waiting until the application has drained it (broker and consumer in turn)
+            max_bytes = min(self._config.fetch_max_bytes, room, len(parts) * self._config.max_partition_fetch_bytes)
             self._buffer.reserve(max_bytes)
             self._in_flight.add(node)
             self._subs.mark_fetch_in_flight([p[0] for p in parts], True)

@@ -354,3 +354,13 @@ def test_current_leader_epoch_is_the_metadatas_not_the_last_records(sessions):
     second = rig.only()
     assert listed(second) == {T0: 10} and leader_epochs(second) == {T0: 4}
     assert rig.subs.consumed_offsets()[T0].leader_epoch == 3  # the position keeps its record's epoch (commits)
+
+
+def test_a_fetch_asks_for_no_more_than_its_partitions_limits_allow():
+    # Tansu 0.6 ignores partition_max_bytes: a request for fetch_max_bytes (50 MiB) came back as one answer
+    # filling the buffer, and the next Fetch waited until the application had drained it
+    rig = Rig(sessions=False)
+    o = rig.only()
+    pmax = rig.config.max_partition_fetch_bytes
+    assert o.request.max_bytes == 2 * pmax < rig.config.fetch_max_bytes
+    assert {p.partition_max_bytes for t in o.request.topics for p in t.partitions} == {pmax}
