@@ -98,6 +98,65 @@ error:
     return NULL;
 }
 
-static PyMethodDef methods[] = {{"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL, NULL}, {NULL}};
+/* scan_fields(payload, count, start, out): the columnar fast path's fields (fetch/_vector.py's scan and parse)
+   of one batch's records, appended to the bytearray out as 7 native int64 per record: the record's start,
+   offset delta, timestamp delta, key start, key end, value start, value end (positions plus start, i.e. in
+   the fetch's joined payloads). NotImplemented with out as it was for anything else (a record with
+   headers, a fault, a varint over 8 bytes): the Python scan and numpy parse then take the fetch. */
+static PyObject *scan_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyByteArray_Check(args[3])) { PyErr_SetString(PyExc_TypeError, "payload, count, start, bytearray"); return NULL; }
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]), start = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    if (count < 0) Py_RETURN_NOTIMPLEMENTED;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *b = view.buf; Py_ssize_t n = view.len;
+    PyObject *out = args[3];
+    Py_ssize_t mark = PyByteArray_GET_SIZE(out);
+    if (count > (PY_SSIZE_T_MAX - mark) / 56 || PyByteArray_Resize(out, mark + count * 56) < 0) {
+        PyBuffer_Release(&view);
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        return NULL;
+    }
+    int64_t *f = (int64_t *)(PyByteArray_AS_STRING(out) + mark);  /* bytearray storage is malloc-aligned */
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < count; i++, f += 7) {
+        int64_t len, tsd, offd, klen, vlen;
+        Py_ssize_t at = pos;
+        if (rd_varint(b, n, &pos, &len) < 0 || len < 0 || len > n - pos) goto decline;
+        Py_ssize_t end = pos + len;
+        if (pos >= end) goto decline;
+        pos += 1;  /* attributes */
+        if (rd_varint(b, end, &pos, &tsd) < 0 || rd_varint(b, end, &pos, &offd) < 0) goto decline;
+        /* a null is told from an empty one by the byte before its span (0x01, the one-byte -1): a -1
+           written in more bytes is left to the exact loop, as parse does */
+        Py_ssize_t lpos = pos;
+        if (rd_varint(b, end, &pos, &klen) < 0 || klen < -1 || klen > end - pos || (klen == -1 && pos - lpos != 1))
+            goto decline;
+        Py_ssize_t kpos = pos; if (klen > 0) pos += klen;
+        lpos = pos;
+        if (rd_varint(b, end, &pos, &vlen) < 0 || vlen < -1 || vlen > end - pos || (vlen == -1 && pos - lpos != 1))
+            goto decline;
+        Py_ssize_t vpos = pos; if (vlen > 0) pos += vlen;
+        if (pos + 1 != end || b[pos] != 0) goto decline;  /* no headers: one 0x00 byte */
+        pos = end;
+        f[0] = start + at; f[1] = offd; f[2] = tsd;
+        f[3] = start + kpos; f[4] = start + kpos + (klen > 0 ? klen : 0);
+        f[5] = start + vpos; f[6] = start + vpos + (vlen > 0 ? vlen : 0);
+    }
+    if (pos != n) goto decline;
+    PyBuffer_Release(&view);
+    Py_RETURN_TRUE;
+decline:
+    PyBuffer_Release(&view);
+    if (PyByteArray_Resize(out, mark) < 0) return NULL;
+    Py_RETURN_NOTIMPLEMENTED;
+}
+
+static PyMethodDef methods[] = {
+    {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL, NULL},
+    {"scan_fields", (PyCFunction)(void (*)(void))scan_fields, METH_FASTCALL, NULL},
+    {NULL},
+};
 static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "_cdecode", NULL, -1, methods};
 PyMODINIT_FUNC PyInit__cdecode(void) { return PyModule_Create(&mod); }

@@ -50,6 +50,13 @@ from ._errors import RecordError
 from ._positions import _add_records, _Columns, columns_of, decode_exact
 from ._walk import READ_UNCOMMITTED, read_committed, walk
 
+_FIELDS = 7  # per record from the compiled scan: start, offset delta, timestamp delta, key and value spans
+_scan_fields: Any
+try:  # the compiled scan (fetch/_cdecode.c): scan and parse of a batch in one pass, no Python per record
+    from ._cdecode import scan_fields as _scan_fields
+except ImportError:  # installed without a C compiler
+    _scan_fields = None
+
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 # one partition's decoded columns; topic and partition are added by assemble()
 PARTITION_SCHEMA = pa.schema(
@@ -88,10 +95,27 @@ class DecodedColumns(NamedTuple):
 class _Starts:
     """What the fast path's walk notes: record starts and per-batch facts; truncated to a mark on a fault."""
 
-    __slots__ = ("starts", "batches", "payloads", "size", "bases", "filters", "log_append", "headers", "declined")
+    __slots__ = (
+        "starts",
+        "fields",
+        "compiled",
+        "batches",
+        "payloads",
+        "size",
+        "bases",
+        "filters",
+        "log_append",
+        "headers",
+        "declined",
+    )
 
     def __init__(self) -> None:
-        self.starts = array("q")  # each record's start in the joined payloads
+        # Batches scanned by the compiled scan come first, as _FIELDS int64 per record in ``fields``; from
+        # the first batch it declines (headers, a fault) on, the Python scan notes starts only, and
+        # _fast_columns parses the whole fetch from the starts of both
+        self.fields = bytearray()
+        self.compiled = _scan_fields is not None
+        self.starts = array("q")  # each record's start in the joined payloads (the Python scan's)
         self.batches: list[tuple[int, int, int, int]] = []  # (count, base offset, base timestamp, last offset)
         self.payloads: list[bytes | memoryview] = []  # uncompressed ones are views of the fetched data
         self.size = 0
@@ -101,9 +125,13 @@ class _Starts:
         self.headers: list[tuple[int, tuple]] = []  # filled by parse
         self.declined = False  # an extreme base: the exact loop decodes the fetch
 
+    def records(self) -> int:
+        return len(self.fields) // (8 * _FIELDS) + len(self.starts)
+
     def mark(self) -> tuple:
         return (
             len(self.starts),
+            len(self.fields),
             len(self.batches),
             len(self.payloads),
             self.size,
@@ -112,8 +140,8 @@ class _Starts:
         )
 
     def truncate(self, mark: tuple) -> None:
-        n, b, p, size, f, la = mark
-        del self.starts[n:], self.batches[b:], self.payloads[p:], self.bases[p:], self.filters[f:]
+        n, nf, b, p, size, f, la = mark
+        del self.starts[n:], self.fields[nf:], self.batches[b:], self.payloads[p:], self.bases[p:], self.filters[f:]
         del self.log_append[la:]
         self.size = size
 
@@ -131,8 +159,10 @@ def _scan_batch(
     out: _Starts,
 ) -> None:
     """The v2 batch callback of ``walk`` (decode_records' signature): note the record starts."""
-    first = len(out.starts)
-    _vector.scan(payload, count, out.size, out.starts)
+    first = out.records()
+    if not out.compiled or _scan_fields(payload, count, out.size, out.fields) is NotImplemented:
+        out.compiled = False
+        _vector.scan(payload, count, out.size, out.starts)
     out.bases.append((first, out.size))
     out.payloads.append(payload)
     out.size += len(payload)
@@ -189,7 +219,7 @@ def decode_partition_columns(
         views=True,
     )
     if walked.error is None and not out.declined:
-        if not out.starts:
+        if not out.records():
             return DecodedColumns(EMPTY_PARTITION, *walked)
         columns = _fast_columns(out, check_crcs)
         if columns is not None:
@@ -202,8 +232,16 @@ def decode_partition_columns(
 
 def _fast_columns(out: _Starts, check_crcs: bool) -> pa.RecordBatch | None:
     data = out.payloads[0] if len(out.payloads) == 1 else b"".join(out.payloads)
-    starts = np.frombuffer(out.starts, dtype=np.int64)
-    fields = _vector.parse(data, starts)
+    compiled = np.frombuffer(out.fields, dtype=np.int64).reshape(-1, _FIELDS)
+    if not out.starts:  # every batch scanned by the compiled scan: its fields are checked and complete
+        fields: _vector.Fields | None = _vector.Fields(
+            compiled[:, 1], compiled[:, 2], np.ascontiguousarray(compiled[:, 3:]).ravel(), []
+        )
+    else:
+        starts = np.frombuffer(out.starts, dtype=np.int64)
+        if len(compiled):
+            starts = np.concatenate([compiled[:, 0], starts])
+        fields = _vector.parse(data, starts)
     if fields is None:
         return None
     counts = [b[0] for b in out.batches]

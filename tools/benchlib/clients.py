@@ -151,7 +151,8 @@ def run_raw_fetch(
             replica_id=-1,
             max_wait_ms=config.fetch_max_wait_ms,
             min_bytes=1,
-            max_bytes=min(config.fetch_max_bytes, partitions * config.max_partition_fetch_bytes),  # as the consumer asks
+            # as the consumer asks: no more than the partitions' limits add up to
+            max_bytes=min(config.fetch_max_bytes, partitions * config.max_partition_fetch_bytes),
             isolation_level=0,
             session_id=0,
             session_epoch=-1,

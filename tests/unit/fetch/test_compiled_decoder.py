@@ -1,4 +1,5 @@
-"""The compiled decoder (fetch/_cdecode.c) against the pure-Python loop: the same records and the same
+"""The compiled decoder (fetch/_cdecode.c) against the pure-Python paths: the same records (decode_records
+against the loop) and the same columns (scan_fields against the Python scan and numpy parse), with the same
 errors, on well-formed logs of every kind and on damaged ones (CRCs unchecked, so the damage reaches the
 decoders), at any fetch offset. Skipped, saying why, where the package was installed without a compiler."""
 
@@ -15,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the strategies
 
 from test_record_corruption import FUZZ, logs, mutate, mutation_st  # noqa: E402
 
-from fsm_consumer.fetch import _decode, _decode_v2, decode_partition  # noqa: E402
+from fsm_consumer.fetch import _columns, _decode, _decode_v2, decode_partition  # noqa: E402
 from fsm_consumer.fetch.testing import Rec, batch  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
@@ -74,3 +75,67 @@ def test_keys_nulls_empties_log_append_time_and_headers_beside_plain_records():
     same(loop, compiled)
     assert [r.offset for r in compiled.records] == list(range(5, 46))
     assert compiled.records[-2].headers == (("a", b"1"),) and compiled.records[-3].timestamp_type == 1
+
+
+def both_columns(data, **kw):
+    """decode_partition_columns with the Python scan alone, then with the compiled scan."""
+    kw.setdefault("fetch_offset", 0)
+    compiled = _columns._scan_fields
+    try:
+        _columns._scan_fields = None
+        python = _columns.decode_partition_columns("t", 3, data, **kw)
+    finally:
+        _columns._scan_fields = compiled
+    return python, _columns.decode_partition_columns("t", 3, data, **kw)
+
+
+def same_columns(python, compiled) -> None:
+    assert compiled.columns.equals(python.columns)
+    assert compiled.columns.schema.metadata == python.columns.schema.metadata  # LogAppendTime ranges
+    assert (compiled.next_offset, compiled.bytes, compiled.leader_epoch) == (
+        python.next_offset,
+        python.bytes,
+        python.leader_epoch,
+    )
+    assert type(compiled.error) is type(python.error) and str(compiled.error) == str(python.error)
+
+
+@FUZZ
+@given(logs(), st.integers(0, 30))
+def test_well_formed_logs_give_the_same_columns(log, fetch_offset):
+    data, _, _ = log
+    same_columns(*both_columns(data, fetch_offset=fetch_offset))
+
+
+@FUZZ
+@given(logs(), mutation_st, st.integers(0, 12))
+def test_damaged_logs_give_the_same_columns_and_error(log, mutation, fetch_offset):
+    data = mutate(log[0], mutation)
+    same_columns(*both_columns(data, fetch_offset=fetch_offset, check_crcs=False))
+
+
+def test_a_batch_the_compiled_scan_declines_hands_the_rest_of_the_fetch_to_the_python_scan(monkeypatch):
+    data = (
+        batch([Rec(b"v%d" % i, key=b"k%d" % i) for i in range(40)], base_offset=0)
+        + batch([Rec(None), Rec(b"", key=b"")], base_offset=40)
+        + batch([Rec(b"h", headers=[("a", b"1")]), Rec(b"p")], base_offset=42)  # declined: headers
+        + batch([Rec(b"t", key=None)], base_offset=44, log_append_time=1_800_000_000_000)
+    )
+    calls = []
+    scan = _columns._vector.scan
+    monkeypatch.setattr(_columns._vector, "scan", lambda *a: calls.append(a[1]) or scan(*a))
+    python, compiled = both_columns(data, fetch_offset=5)
+    same_columns(python, compiled)
+    rows = compiled.columns.to_pylist()
+    assert [r["offset"] for r in rows] == list(range(5, 45))
+    assert rows[35]["key"] is None and rows[36]["key"] == b"" and rows[37]["headers"] == [{"key": "a", "value": b"1"}]
+    assert calls[4:] == [2, 1]  # with the compiled scan: the batch with headers and the one after it
+
+
+def test_the_compiled_scan_alone_reads_a_fetch_without_headers(monkeypatch):
+    data = batch([Rec(b"v%d" % i, key=None if i % 2 else b"k") for i in range(20)], base_offset=100)
+    monkeypatch.setattr(_columns._vector, "parse", lambda *a: pytest.fail("the numpy parse ran"))
+    monkeypatch.setattr(_columns._vector, "scan", lambda *a: pytest.fail("the Python scan ran"))
+    got = _columns.decode_partition_columns("t", 3, data, fetch_offset=100)
+    assert got.columns.column("offset").to_pylist() == list(range(100, 120))
+    assert got.columns.column("key").to_pylist() == [None if i % 2 else b"k" for i in range(20)]
