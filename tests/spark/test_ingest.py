@@ -101,6 +101,10 @@ def test_ingest_on_a_standalone_cluster(tmp_path, broker, make_topic, produce, s
     assert {c.partition: c.offset for c in committed} == ends, "the group is at the last batch's end"
 
 
+# On the reference broker only (six Spark jobs, a minute a broker; CI's 45 minutes): the check reads topic ids
+# and the cluster id from Metadata the same way on both; on Tansu, a new embedded broker's fresh start
+# (test_ingest_on_its_embedded_broker_...) and test_ingest_parts.py's cases exercise it
+@pytest.mark.brokers("kafka")
 def test_a_checkpoint_of_other_data_is_an_error_and_fresh_starts_over(
     tmp_path, broker, make_topic, produce, start_ingest
 ):
