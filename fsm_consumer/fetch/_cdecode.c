@@ -62,7 +62,9 @@ static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_
         if (pos + 1 != end || b[pos] != 0) goto decline;
         pos = end;
         int64_t offset = base_offset + offd;
-        if (offset < min_offset) continue;
+        /* as the loop: only a batch that begins before the fetch offset is filtered; elsewhere a record below
+           the batch's base stays, and the offsets check words it (check_crcs off) */
+        if (base_offset < min_offset && offset < min_offset) continue;
         PyObject *key = klen < 0 ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)b + kpos, klen);
         PyObject *value = vlen < 0 ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)b + vpos, vlen);
         PyObject *o = PyLong_FromLongLong(offset), *t = PyLong_FromLongLong(lat ? lat_ts : base_ts + tsd);

@@ -139,3 +139,12 @@ def test_the_compiled_scan_alone_reads_a_fetch_without_headers(monkeypatch):
     got = _columns.decode_partition_columns("t", 3, data, fetch_offset=100)
     assert got.columns.column("offset").to_pylist() == list(range(100, 120))
     assert got.columns.column("key").to_pylist() == [None if i % 2 else b"k" for i in range(20)]
+
+
+def test_a_record_below_its_batchs_base_is_an_error_as_the_loop_says_not_dropped():
+    # found by test_columns' property test: the compiled decoder dropped any record below the fetch offset,
+    # the loop only those of a batch beginning before it; an offset below its batch's base is corrupt data
+    data = batch([Rec(b"a", offset_delta=-1), Rec(b"b", offset_delta=1)], base_offset=10)
+    loop, compiled = both(data, fetch_offset=10, check_crcs=False)
+    same(loop, compiled)
+    assert compiled.error is not None and "out of order or outside" in str(compiled.error)
