@@ -155,7 +155,60 @@ decline:
     Py_RETURN_NOTIMPLEMENTED;
 }
 
+/* gather(data, spans, field): the keys (field 0) or values (field 2) of the records whose spans (4 native
+   int64 per record: key start, key end, value start, value end, positions in data) are given, as the three
+   buffers of an Arrow binary array: (validity bitmap or None when nothing is null, int32 offsets, bytes).
+   Null is an empty span after 0x01 (the one-byte -1 length), as _gather tells it. NotImplemented when the
+   bytes exceed an int32 offset or a span lies outside data (the Arrow path then gathers). */
+static PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "data, spans, field"); return NULL; }
+    Py_ssize_t field = PyLong_AsSsize_t(args[2]);
+    if (field == -1 && PyErr_Occurred()) return NULL;
+    if (field != 0 && field != 2) { PyErr_SetString(PyExc_ValueError, "field is 0 (keys) or 2 (values)"); return NULL; }
+    Py_buffer dv, sv;
+    if (PyObject_GetBuffer(args[0], &dv, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[1], &sv, PyBUF_SIMPLE) < 0) { PyBuffer_Release(&dv); return NULL; }
+    const unsigned char *d = dv.buf; const int64_t *sp = sv.buf;
+    Py_ssize_t n = sv.len / (Py_ssize_t)(4 * sizeof(int64_t));
+    PyObject *offsets = NULL, *values = NULL, *validity = NULL, *result = NULL;
+    int64_t total = 0, nulls = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t a = sp[4 * i + field], b = sp[4 * i + field + 1];
+        if (a < 1 || b < a || b > dv.len) goto decline;  /* a value follows at least its length byte */
+        total += b - a;
+        if (a == b && d[a - 1] == 1) nulls++;
+    }
+    if (total > INT32_MAX) goto decline;
+    offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * (Py_ssize_t)sizeof(int32_t));
+    values = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!offsets || !values) goto done;
+    if (nulls) {
+        validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+        if (!validity) goto done;
+        memset(PyBytes_AS_STRING(validity), 0, (n + 7) / 8);
+    }
+    int32_t *off = (int32_t *)PyBytes_AS_STRING(offsets);
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(values), *bits = validity ? (unsigned char *)PyBytes_AS_STRING(validity) : NULL;
+    int32_t at = 0;
+    off[0] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t a = sp[4 * i + field], b = sp[4 * i + field + 1];
+        if (b > a) { memcpy(out + at, d + a, (size_t)(b - a)); at += (int32_t)(b - a); }
+        if (bits && !(a == b && d[a - 1] == 1)) bits[i >> 3] |= (unsigned char)(1 << (i & 7));
+        off[i + 1] = at;
+    }
+    result = Py_BuildValue("(OOOn)", validity ? validity : Py_None, offsets, values, (Py_ssize_t)nulls);
+    goto done;
+decline:
+    result = Py_NewRef(Py_NotImplemented);
+done:
+    Py_XDECREF(offsets); Py_XDECREF(values); Py_XDECREF(validity);
+    PyBuffer_Release(&dv); PyBuffer_Release(&sv);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL, NULL},
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL, NULL},
     {"scan_fields", (PyCFunction)(void (*)(void))scan_fields, METH_FASTCALL, NULL},
     {NULL},

@@ -78,14 +78,14 @@ def test_keys_nulls_empties_log_append_time_and_headers_beside_plain_records():
 
 
 def both_columns(data, **kw):
-    """decode_partition_columns with the Python scan alone, then with the compiled scan."""
+    """decode_partition_columns with the Python scan and Arrow's gather, then with the compiled scan and gather."""
     kw.setdefault("fetch_offset", 0)
-    compiled = _columns._scan_fields
+    scan, gather = _columns._scan_fields, _columns._gather_compiled
     try:
-        _columns._scan_fields = None
+        _columns._scan_fields = _columns._gather_compiled = None
         python = _columns.decode_partition_columns("t", 3, data, **kw)
     finally:
-        _columns._scan_fields = compiled
+        _columns._scan_fields, _columns._gather_compiled = scan, gather
     return python, _columns.decode_partition_columns("t", 3, data, **kw)
 
 
