@@ -356,7 +356,11 @@ def _gather(skeleton: pa.Array, raw: np.ndarray, spans: np.ndarray, index: np.nd
             validity, offsets, values, nulls = got
             if nulls == n:
                 return pa.nulls(n, pa.binary())
-            buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(values)]
+            buffers = [
+                None if validity is None else pa.py_buffer(validity),
+                pa.py_buffer(offsets),
+                pa.py_buffer(values),
+            ]
             return pa.Array.from_buffers(pa.binary(), n, buffers, null_count=nulls)
     start = spans[index]
     null = (start == spans[index + 1]) & (raw[start - 1] == 1)
