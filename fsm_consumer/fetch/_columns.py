@@ -42,7 +42,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..structs import TopicPartition
 from . import _arrow, _vector
@@ -280,9 +279,8 @@ def build(
         data = cols.payloads[0] if len(cols.payloads) == 1 else b"".join(cols.payloads)
     skeleton = pa.Array.from_buffers(pa.large_binary(), 4 * n - 1, [None, pa.py_buffer(spans), pa.py_buffer(data)])
     raw = np.frombuffer(data, dtype=np.uint8)
-    starts = np.arange(0, 4 * n, 4, dtype=np.int64)
-    keys = _gather(skeleton, raw, spans, starts, n)
-    values = _gather(skeleton, raw, spans, starts + 2, n)
+    keys = _gather(skeleton, raw, spans, 0, n)
+    values = _gather(skeleton, raw, spans, 2, n)
     for first, ts in cols.log_append:  # to the end of that batch: its records are contiguous
         timestamps[first : _batch_end(cols, first, n)] = ts
     ts_mask = timestamps == -1  # no timestamp (magic v0, or a v2 producer that set none): null
@@ -347,11 +345,12 @@ def _kept(cols: Any, offsets: np.ndarray) -> np.ndarray:
     return keep
 
 
-def _gather(skeleton: pa.Array, raw: np.ndarray, spans: np.ndarray, index: np.ndarray, n: int) -> pa.Array:
-    """Elements ``index`` of the skeleton as a binary array; null where the span is empty after 0x01."""
+def _gather(skeleton: pa.Array, raw: np.ndarray, spans: np.ndarray, field: int, n: int) -> pa.Array:
+    """The keys (field 0) or values (field 2) of the n records as a binary array; null where the span is
+    empty after 0x01 (the one-byte length -1)."""
     if _gather_compiled is not None:
         # one copy in C, and none of Arrow's compute functions: their first use costs the process 44 MB
-        got = _gather_compiled(raw, spans, int(index[0]) if len(index) else 0)
+        got = _gather_compiled(raw, spans, field)
         if got is not NotImplemented:
             validity, offsets, values, nulls = got
             if nulls == n:
@@ -362,6 +361,9 @@ def _gather(skeleton: pa.Array, raw: np.ndarray, spans: np.ndarray, index: np.nd
                 pa.py_buffer(values),
             ]
             return pa.Array.from_buffers(pa.binary(), n, buffers, null_count=nulls)
+    import pyarrow.compute as pc  # here, not at import: its kernels' set-up costs the process 8-44 MB
+
+    index = np.arange(field, 4 * n, 4, dtype=np.int64)
     start = spans[index]
     null = (start == spans[index + 1]) & (raw[start - 1] == 1)
     if null.all():

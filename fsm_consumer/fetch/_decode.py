@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from ..structs import ConsumerRecord
 from . import _decode_legacy
 from ._decode_v2 import best_decode_records as decode_records
+from ._decode_v2 import decode_records as _loop
 from ._errors import DeserializationError, RecordError
 from ._walk import READ_COMMITTED, READ_UNCOMMITTED, read_committed, walk
 
@@ -98,6 +99,9 @@ def decode_partition(
         out.__len__,
         truncate,
         after,
+        # the compiled decoder copies out what it keeps: it reads the fetched data in place; the loop's
+        # slices must be bytes, so it gets each batch copied
+        views=decode_records is not _loop,
     )
     return DecodedPartition(out, *walked)
 

@@ -276,7 +276,7 @@ except ImportError:  # no compiler at install time: the loop decodes every recor
 
 
 def decode_records_compiled(
-    buf: bytes,
+    buf: bytes | memoryview,
     count: int,
     base_offset: int,
     base_timestamp: int,
@@ -287,11 +287,13 @@ def decode_records_compiled(
     leader_epoch: int,
     out: list,
 ) -> None:
-    """``decode_records`` through the compiled decoder, the loop where it declines."""
+    """``decode_records`` through the compiled decoder, the loop where it declines. ``buf`` may be a view
+    of the fetched data (the compiled decoder copies each key and value out); the loop gets bytes, whose
+    slices are bytes."""
     assert _compiled is not None
     args = (buf, count, base_offset, base_timestamp, log_append_time, min_offset, topic, partition, leader_epoch, out)
     if _compiled(*args, ConsumerRecord) is NotImplemented:
-        decode_records(*args)
+        decode_records(bytes(buf), *args[1:])
 
 
 #: what decode_partition uses

@@ -24,6 +24,7 @@ from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from ._errors import CorrelationIdMismatch, ProtocolDecodeError
+from ._fetch_views import fetch_body_decoder
 
 __all__ = ["Decoded", "RequestCodec"]
 
@@ -76,9 +77,11 @@ def _decoders(versioned_response_cls: type[ApiMessage]) -> _Decoders:
     header = ResponseHeader._struct.compiled_decode_from(
         header_version, compact=False, tagged=flexible_header, data_class=ResponseHeader
     )
-    body = response_cls._struct.compiled_decode_from(
-        version, compact=flexible, tagged=flexible, data_class=response_cls
-    )
+    body = fetch_body_decoder(response_cls, version, flexible) if api_key == ApiKey.Fetch else None
+    if body is None:
+        body = response_cls._struct.compiled_decode_from(
+            version, compact=flexible, tagged=flexible, data_class=response_cls
+        )
     return _Decoders(header, body)
 
 

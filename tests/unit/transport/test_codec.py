@@ -385,3 +385,29 @@ def test_transport_errors_pickle_with_their_fields():
         assert isinstance(restored, TransportError) and type(restored) is type(error)
         assert restored.__dict__ == error.__dict__ and str(restored) == str(error)
         assert str(restored).startswith("[node 4] ")
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 17, 18])
+def test_fetch_records_are_views_of_the_frame_not_copies(version):
+    codec = RequestCodec()
+    correlation_id, _ = send(codec, FetchResponse, version)
+    [frame] = FrameReader().feed(wire(fetch_response(version), correlation_id))
+    records = codec.decode(frame).response.responses[0].partitions[0].records
+    assert isinstance(records, memoryview) and records.obj is frame.obj  # the frame's own buffer
+    assert bytes(records) == record_batch()
+    # kafka-python's own decoder, left as it was: a copy
+    sent = fetch_response(version)
+    again = FetchResponse.decode(bytes(sent.encode()), version=version)
+    assert type(again.responses[0].partitions[0].records) is bytes
+
+
+@pytest.mark.parametrize("version", [4, 12])
+@pytest.mark.parametrize("records", [None, b""])
+def test_fetch_null_and_empty_records_decode_as_before(version, records):
+    codec = RequestCodec()
+    correlation_id, _ = send(codec, FetchResponse, version)
+    sent = fetch_response(version)
+    sent.responses[0].partitions[0].records = records
+    [frame] = FrameReader().feed(wire(sent, correlation_id))
+    got = codec.decode(frame).response.responses[0].partitions[0].records
+    assert got is None if records is None else bytes(got) == b""
