@@ -5,7 +5,11 @@
    record_type tuples (ConsumerRecord), exactly as the Python loop does. Anything else (a record with
    headers, a fault of any kind, a varint longer than 8 bytes, bases near the int64 limits) returns
    NotImplemented with out as it was: the loop then decodes the batch and words any error, so both give
-   the same records and the same errors (tests/unit/fetch/test_compiled_decoder.py). */
+   the same records and the same errors (tests/unit/fetch/test_compiled_decoder.py).
+
+   For poll_batch()'s columns (fetch/_columns.py): scan_fields (a batch's record fields in one pass),
+   views (keys or values as an Arrow binary_view array over the payloads, nothing copied) and to_binary
+   (the rows handed out joined into one binary array: the one copy of their bytes). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -155,60 +159,222 @@ decline:
     Py_RETURN_NOTIMPLEMENTED;
 }
 
-/* gather(data, spans, field): the keys (field 0) or values (field 2) of the records whose spans (4 native
-   int64 per record: key start, key end, value start, value end, positions in data) are given, as the three
-   buffers of an Arrow binary array: (validity bitmap or None when nothing is null, int32 offsets, bytes).
-   Null is an empty span after 0x01 (the one-byte -1 length), as _gather tells it. NotImplemented when the
-   bytes exceed an int32 offset or a span lies outside data (the Arrow path then gathers). */
-static PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "data, spans, field"); return NULL; }
-    Py_ssize_t field = PyLong_AsSsize_t(args[2]);
+/* Buffers of a sequence of buffer objects; NULL (an exception set) on failure, every one got released. */
+static Py_buffer *get_buffers(PyObject *seq, Py_ssize_t *count) {
+    PyObject *fast = PySequence_Fast(seq, "a sequence of buffers");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    Py_buffer *bufs = PyMem_Calloc(n ? n : 1, sizeof(Py_buffer));
+    if (!bufs) { Py_DECREF(fast); PyErr_NoMemory(); return NULL; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, i), &bufs[i], PyBUF_SIMPLE) < 0) {
+            while (i-- > 0) PyBuffer_Release(&bufs[i]);
+            PyMem_Free(bufs); Py_DECREF(fast); return NULL;
+        }
+    }
+    Py_DECREF(fast);
+    *count = n;
+    return bufs;
+}
+
+static void release_buffers(Py_buffer *bufs, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) PyBuffer_Release(&bufs[i]);
+    PyMem_Free(bufs);
+}
+
+/* views(parts, starts, spans, field): the keys (field 0) or values (field 2) of the records whose spans
+   (4 native int64 per record: key start, key end, value start, value end, positions in the parts joined;
+   part k starts at starts[k]) are given, as the buffers of an Arrow binary_view array whose data buffers
+   are the parts: (validity bitmap or None when nothing is null, the 16-byte views, null count). Nothing is
+   copied but values of up to 12 bytes, which a view holds. Null is an empty span after 0x01 (the one-byte
+   -1 length). NotImplemented when a span lies outside its part or a part is beyond int32 offsets. */
+static PyObject *views(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) { PyErr_SetString(PyExc_TypeError, "parts, starts, spans, field"); return NULL; }
+    Py_ssize_t field = PyLong_AsSsize_t(args[3]);
     if (field == -1 && PyErr_Occurred()) return NULL;
     if (field != 0 && field != 2) { PyErr_SetString(PyExc_ValueError, "field is 0 (keys) or 2 (values)"); return NULL; }
-    Py_buffer dv, sv;
-    if (PyObject_GetBuffer(args[0], &dv, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[1], &sv, PyBUF_SIMPLE) < 0) { PyBuffer_Release(&dv); return NULL; }
-    const unsigned char *d = dv.buf; const int64_t *sp = sv.buf;
-    Py_ssize_t n = sv.len / (Py_ssize_t)(4 * sizeof(int64_t));
-    PyObject *offsets = NULL, *values = NULL, *validity = NULL, *result = NULL;
-    int64_t total = 0, nulls = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    Py_ssize_t nparts = 0;
+    Py_buffer *parts = get_buffers(args[0], &nparts);
+    if (!parts) return NULL;
+    Py_buffer stv, spv;
+    if (PyObject_GetBuffer(args[1], &stv, PyBUF_SIMPLE) < 0) { release_buffers(parts, nparts); return NULL; }
+    if (PyObject_GetBuffer(args[2], &spv, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&stv); release_buffers(parts, nparts); return NULL;
+    }
+    const int64_t *starts = stv.buf, *sp = spv.buf;
+    Py_ssize_t n = spv.len / (Py_ssize_t)(4 * sizeof(int64_t));
+    PyObject *out = NULL, *validity = NULL, *result = NULL;
+    int64_t nulls = 0;
+    if (stv.len != nparts * (Py_ssize_t)sizeof(int64_t) || (n && !nparts)) goto decline;
+    for (Py_ssize_t k = 0; k < nparts; k++)
+        if (parts[k].len > INT32_MAX) goto decline;
+    out = PyBytes_FromStringAndSize(NULL, 16 * n);
+    if (!out) goto done;
+    unsigned char *v = (unsigned char *)PyBytes_AS_STRING(out);
+    memset(v, 0, 16 * n);
+    unsigned char *bits = NULL;
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++, v += 16) {
         int64_t a = sp[4 * i + field], b = sp[4 * i + field + 1];
-        if (a < 1 || b < a || b > dv.len) goto decline;  /* a value follows at least its length byte */
-        total += b - a;
-        if (a == b && d[a - 1] == 1) nulls++;
+        while (k + 1 < nparts && starts[k + 1] < a) k++;  /* the part holding a's length byte, a - 1 */
+        int64_t local = a - starts[k], len = b - a;
+        if (local < 1 || len < 0 || local + len > parts[k].len) goto decline;
+        const unsigned char *d = (const unsigned char *)parts[k].buf;
+        if (len == 0 && d[local - 1] == 1) {
+            if (!validity) {  /* the first null: every record before it is present */
+                validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+                if (!validity) goto done;
+                bits = (unsigned char *)PyBytes_AS_STRING(validity);
+                memset(bits, 0xff, (n + 7) / 8);
+            }
+            bits[i >> 3] &= (unsigned char)~(1 << (i & 7));
+            nulls++;
+            continue;
+        }
+        int32_t l32 = (int32_t)len, k32 = (int32_t)k, o32 = (int32_t)local;
+        memcpy(v, &l32, 4);
+        if (len <= 12) {
+            memcpy(v + 4, d + local, (size_t)len);
+        } else {
+            memcpy(v + 4, d + local, 4);
+            memcpy(v + 8, &k32, 4);
+            memcpy(v + 12, &o32, 4);
+        }
     }
-    if (total > INT32_MAX) goto decline;
-    offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * (Py_ssize_t)sizeof(int32_t));
-    values = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (!offsets || !values) goto done;
-    if (nulls) {
-        validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
-        if (!validity) goto done;
-        memset(PyBytes_AS_STRING(validity), 0, (n + 7) / 8);
-    }
-    int32_t *off = (int32_t *)PyBytes_AS_STRING(offsets);
-    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(values), *bits = validity ? (unsigned char *)PyBytes_AS_STRING(validity) : NULL;
-    int32_t at = 0;
-    off[0] = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t a = sp[4 * i + field], b = sp[4 * i + field + 1];
-        if (b > a) { memcpy(out + at, d + a, (size_t)(b - a)); at += (int32_t)(b - a); }
-        if (bits && !(a == b && d[a - 1] == 1)) bits[i >> 3] |= (unsigned char)(1 << (i & 7));
-        off[i + 1] = at;
-    }
-    result = Py_BuildValue("(OOOn)", validity ? validity : Py_None, offsets, values, (Py_ssize_t)nulls);
+    result = Py_BuildValue("(OOn)", validity ? validity : Py_None, out, (Py_ssize_t)nulls);
     goto done;
 decline:
     result = Py_NewRef(Py_NotImplemented);
 done:
-    Py_XDECREF(offsets); Py_XDECREF(values); Py_XDECREF(validity);
-    PyBuffer_Release(&dv); PyBuffer_Release(&sv);
+    Py_XDECREF(out); Py_XDECREF(validity);
+    PyBuffer_Release(&stv); PyBuffer_Release(&spv); release_buffers(parts, nparts);
+    return result;
+}
+
+/* to_binary(pieces): binary and binary_view arrays (slices of them) joined into the buffers of one Arrow
+   binary array: (validity bitmap or None, int32 offsets, bytes, null count); the one copy of their bytes.
+   A piece is (kind, validity or None, offset, length, a, b): kind 0 a binary_view array (a its views, b
+   its data buffers), kind 1 a binary array (a its int32 offsets, b its data). OverflowError past 2 GiB. */
+typedef struct { int kind; Py_buffer validity, a, b; Py_buffer *parts; Py_ssize_t nparts, offset, length; int has_validity; } piece_t;
+
+static void release_piece(piece_t *p) {
+    if (p->has_validity) PyBuffer_Release(&p->validity);
+    if (p->a.obj) PyBuffer_Release(&p->a);
+    if (p->b.obj) PyBuffer_Release(&p->b);
+    if (p->parts) release_buffers(p->parts, p->nparts);
+}
+
+static inline int present(const piece_t *p, Py_ssize_t i) {
+    if (!p->has_validity) return 1;
+    Py_ssize_t bit = p->offset + i;
+    return (((const unsigned char *)p->validity.buf)[bit >> 3] >> (bit & 7)) & 1;
+}
+
+/* the bytes of element i of a piece (present or not: a null's are empty) */
+static inline const unsigned char *element(const piece_t *p, Py_ssize_t i, int32_t *len) {
+    if (p->kind == 1) {
+        const int32_t *off = (const int32_t *)p->a.buf + p->offset + i;
+        *len = off[1] - off[0];
+        return (const unsigned char *)p->b.buf + off[0];
+    }
+    const unsigned char *v = (const unsigned char *)p->a.buf + 16 * (p->offset + i);
+    memcpy(len, v, 4);
+    if (*len <= 12) return v + 4;
+    int32_t k, o;
+    memcpy(&k, v + 8, 4); memcpy(&o, v + 12, 4);
+    return (const unsigned char *)p->parts[k].buf + o;
+}
+
+static PyObject *to_binary(PyObject *self, PyObject *arg) {
+    PyObject *fast = PySequence_Fast(arg, "a sequence of pieces");
+    if (!fast) return NULL;
+    Py_ssize_t np_ = PySequence_Fast_GET_SIZE(fast), got = 0;
+    piece_t *ps = PyMem_Calloc(np_ ? np_ : 1, sizeof(piece_t));
+    PyObject *offsets = NULL, *data = NULL, *validity = NULL, *result = NULL;
+    if (!ps) { PyErr_NoMemory(); goto done; }
+    int64_t total = 0, n = 0, nulls = 0;
+    for (; got < np_; got++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(fast, got);
+        piece_t *p = &ps[got];
+        PyObject *va, *a, *b;
+        if (!PyArg_ParseTuple(t, "iOnnOO", &p->kind, &va, &p->offset, &p->length, &a, &b)) goto done;
+        if (va != Py_None) {
+            if (PyObject_GetBuffer(va, &p->validity, PyBUF_SIMPLE) < 0) goto done;
+            p->has_validity = 1;
+        }
+        if (p->kind != 0 && p->kind != 1) { PyErr_SetString(PyExc_ValueError, "kind is 0 (views) or 1 (binary)"); goto done; }
+        if (PyObject_GetBuffer(a, &p->a, PyBUF_SIMPLE) < 0) goto done;
+        if (p->kind == 1) {
+            if (PyObject_GetBuffer(b, &p->b, PyBUF_SIMPLE) < 0) goto done;
+        } else if (!(p->parts = get_buffers(b, &p->nparts))) {
+            goto done;
+        }
+        Py_ssize_t width = p->kind == 1 ? 4 : 16;  /* the buffer a holds offset + length (+ 1) entries */
+        if (p->offset < 0 || p->length < 0 || (p->offset + p->length + (p->kind == 1)) * width > p->a.len ||
+            (p->has_validity && (p->offset + p->length + 7) / 8 > p->validity.len)) {
+            PyErr_SetString(PyExc_ValueError, "a piece's buffers are shorter than its offset and length");
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < p->length; i++) {
+            if (!present(p, i)) { nulls++; continue; }
+            int32_t len;
+            const unsigned char *src = element(p, i, &len);
+            /* every view must lie inside its buffer: these arrays are ours, but a bad one must not crash */
+            const Py_buffer *in = &p->b;
+            if (p->kind == 0 && len > 12) {
+                int32_t k;
+                memcpy(&k, (const unsigned char *)p->a.buf + 16 * (p->offset + i) + 8, 4);
+                if (k < 0 || k >= p->nparts) { PyErr_SetString(PyExc_ValueError, "a view names no buffer"); goto done; }
+                in = &p->parts[k];
+            }
+            if (len < 0 || (!(p->kind == 0 && len <= 12) &&
+                            (src < (const unsigned char *)in->buf || src + len > (const unsigned char *)in->buf + in->len))) {
+                PyErr_SetString(PyExc_ValueError, "an element lies outside its buffer");
+                goto done;
+            }
+            total += len;
+        }
+        n += p->length;
+    }
+    if (total > INT32_MAX) { PyErr_SetString(PyExc_OverflowError, "over 2 GiB of keys or values in one batch"); goto done; }
+    offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * (Py_ssize_t)sizeof(int32_t));
+    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!offsets || !data) goto done;
+    unsigned char *bits = NULL;
+    if (nulls) {
+        validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+        if (!validity) goto done;
+        bits = (unsigned char *)PyBytes_AS_STRING(validity);
+        memset(bits, 0, (n + 7) / 8);
+    }
+    int32_t *off = (int32_t *)PyBytes_AS_STRING(offsets);
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
+    int32_t at = 0;
+    Py_ssize_t row = 0;
+    off[0] = 0;
+    for (Py_ssize_t j = 0; j < np_; j++) {
+        for (Py_ssize_t i = 0; i < ps[j].length; i++, row++) {
+            if (present(&ps[j], i)) {
+                int32_t len;
+                const unsigned char *src = element(&ps[j], i, &len);
+                if (len) { memcpy(out + at, src, (size_t)len); at += len; }
+                if (bits) bits[row >> 3] |= (unsigned char)(1 << (row & 7));
+            }
+            off[row + 1] = at;
+        }
+    }
+    result = Py_BuildValue("(OOOn)", validity ? validity : Py_None, offsets, data, (Py_ssize_t)nulls);
+done:
+    for (Py_ssize_t j = 0; ps && j < np_; j++) release_piece(&ps[j]);
+    PyMem_Free(ps);
+    Py_XDECREF(offsets); Py_XDECREF(data); Py_XDECREF(validity);
+    Py_DECREF(fast);
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL, NULL},
+    {"views", (PyCFunction)(void (*)(void))views, METH_FASTCALL, NULL},
+    {"to_binary", (PyCFunction)to_binary, METH_O, NULL},
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL, NULL},
     {"scan_fields", (PyCFunction)(void (*)(void))scan_fields, METH_FASTCALL, NULL},
     {NULL},

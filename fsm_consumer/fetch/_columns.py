@@ -12,9 +12,15 @@ read_committed, fetch offset filtering, typed errors never raised), as columns:
   finds and words the error.
 
 Either way the result is the keys' and values' spans in the joined
-(decompressed) payloads, made into columns in C++:
+(decompressed) payloads, made into columns without a Python object per record:
 
-* the spans ``[key start, key end, value start, value end]`` of every record,
+* where the compiled module is built (``fetch/_cdecode.c``), ``views`` makes each
+  column a ``binary_view`` array whose data buffers are the payloads themselves
+  (uncompressed ones are views of the fetched frame): nothing is copied at decode
+  but values of up to 12 bytes; ``assemble`` copies the rows ``poll_batch`` hands
+  out into plain ``binary`` arrays once (``to_binary``), where concatenating
+  gathered arrays copied every byte twice more (a join, a gather);
+* else the spans ``[key start, key end, value start, value end]`` of every record,
   in order, rise monotonically, so they are the offsets of one ``large_binary``
   "skeleton" array over the data whose element ``4i`` is key ``i`` and ``4i + 2``
   value ``i`` (the odd elements are the bytes between them); one ``take`` per
@@ -22,6 +28,10 @@ Either way the result is the keys' and values' spans in the joined
 * null is told from empty without a flag: a null key or value has start == end
   and its length varint, the byte before it, is ``0x01`` (zigzag -1); an empty
   one has ``0x00`` there.
+
+Records of a batch that began before the fetch offset are dropped from the spans
+before any column is made (no Arrow filter: its compute kernels cost the process
+tens of MB, and views have no ``take``).
 
 Headers (rare) are decoded to Python tuples and become a
 ``list<struct<key: string, value: binary>>`` column. Keys and values are the
@@ -51,12 +61,16 @@ from ._walk import READ_UNCOMMITTED, read_committed, walk
 
 _FIELDS = 7  # per record from the compiled scan: start, offset delta, timestamp delta, key and value spans
 _scan_fields: Any
-_gather_compiled: Any
+_views: Any
+_to_binary: Any
 try:  # the compiled scan (fetch/_cdecode.c): scan and parse of a batch in one pass, no Python per record
-    from ._cdecode import gather as _gather_compiled
     from ._cdecode import scan_fields as _scan_fields
+    from ._cdecode import to_binary as _to_binary
+    from ._cdecode import views as _views
 except ImportError:  # installed without a C compiler
-    _scan_fields = _gather_compiled = None
+    _scan_fields = _views = _to_binary = None
+if not hasattr(pa, "binary_view"):  # pyarrow before 15
+    _views = None
 
 HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 # one partition's decoded columns; topic and partition are added by assemble()
@@ -81,6 +95,9 @@ SCHEMA = pa.schema(
 # schema metadata of a partition's columns: int64 pairs [first offset, last offset] of its LogAppendTime batches
 LOG_APPEND_KEY = b"fsm.log_append_offsets"
 EMPTY_PARTITION = _arrow.empty(PARTITION_SCHEMA)
+_NO_HEADERS = pa.StructArray.from_arrays(
+    [_arrow.binary([], pa.string()), _arrow.binary([])], fields=list(HEADER_TYPE.value_type)
+)
 
 
 class DecodedColumns(NamedTuple):
@@ -232,13 +249,14 @@ def decode_partition_columns(
 
 
 def _fast_columns(out: _Starts, check_crcs: bool) -> pa.RecordBatch | None:
-    data = out.payloads[0] if len(out.payloads) == 1 else b"".join(out.payloads)
+    data = None  # the payloads joined, where the Python parse needs them
     compiled = np.frombuffer(out.fields, dtype=np.int64).reshape(-1, _FIELDS)
     if not out.starts:  # every batch scanned by the compiled scan: its fields are checked and complete
         fields: _vector.Fields | None = _vector.Fields(
             compiled[:, 1], compiled[:, 2], np.ascontiguousarray(compiled[:, 3:]).ravel(), []
         )
     else:
+        data = out.payloads[0] if len(out.payloads) == 1 else b"".join(out.payloads)
         starts = np.frombuffer(out.starts, dtype=np.int64)
         if len(compiled):
             starts = np.concatenate([compiled[:, 0], starts])
@@ -273,16 +291,37 @@ def build(
     spans: np.ndarray,
     data: bytes | memoryview | None = None,
 ) -> pa.RecordBatch:
-    """One partition's columns from the records' offsets, timestamps and spans in ``cols``' joined payloads."""
+    """One partition's columns from the records' offsets, timestamps and spans in ``cols``' joined payloads
+    (``data``, when the caller has joined them). Keys and values are binary_view arrays over the payloads
+    where the compiled module is built: nothing copied until ``assemble`` copies the rows it hands out
+    into binary ones; else binary arrays gathered by Arrow."""
     n = len(offsets)
-    if data is None:
-        data = cols.payloads[0] if len(cols.payloads) == 1 else b"".join(cols.payloads)
-    skeleton = pa.Array.from_buffers(pa.large_binary(), 4 * n - 1, [None, pa.py_buffer(spans), pa.py_buffer(data)])
-    raw = np.frombuffer(data, dtype=np.uint8)
-    keys = _gather(skeleton, raw, spans, 0, n)
-    values = _gather(skeleton, raw, spans, 2, n)
     for first, ts in cols.log_append:  # to the end of that batch: its records are contiguous
         timestamps[first : _batch_end(cols, first, n)] = ts
+    log_append = [
+        (int(offsets[first]), int(offsets[stop - 1]))
+        for first, _ in cols.log_append
+        if (stop := _batch_end(cols, first, n)) > first
+    ]
+    headers = cols.headers
+    if cols.filters:  # records of a batch that began before the fetch offset: dropped before any column
+        keep = _kept(cols, offsets)
+        if not keep.all():
+            index = np.cumsum(keep) - 1  # a kept record's row
+            offsets, timestamps = offsets[keep], timestamps[keep]
+            spans = np.ascontiguousarray(spans.reshape(-1, 4)[keep]).ravel()
+            headers = [(int(index[i]), pairs) for i, pairs in headers if keep[i]]
+            n = len(offsets)
+    keys = values = None
+    if _views is not None:
+        parts, starts = ((data,), _ZERO_START) if data is not None else _parts(cols)
+        keys = _as_views(parts, starts, spans, 0, n)
+        values = None if keys is None else _as_views(parts, starts, spans, 2, n)
+    if keys is None or values is None:
+        if data is None:
+            data = cols.payloads[0] if len(cols.payloads) == 1 else b"".join(cols.payloads)
+        keys = _gather(data, spans, 0, n)
+        values = _gather(data, spans, 2, n)
     ts_mask = timestamps == -1  # no timestamp (magic v0, or a v2 producer that set none): null
     if not ts_mask.any():
         ts_mask = None
@@ -292,24 +331,11 @@ def build(
             _arrow.array(timestamps, pa.timestamp("ms"), mask=ts_mask),
             keys,
             values,
-            _header_column(cols.headers, n),
+            _header_column(headers, n),
         ],
-        schema=PARTITION_SCHEMA,
+        names=PARTITION_SCHEMA.names,
     )
-    if cols.log_append:
-        batch = _with_log_append(
-            batch,
-            [
-                (int(offsets[first]), int(offsets[stop - 1]))
-                for first, _ in cols.log_append
-                if (stop := _batch_end(cols, first, n)) > first
-            ],
-        )
-    if cols.filters:
-        keep = _kept(cols, offsets)
-        if not keep.all():
-            batch = batch.filter(_arrow.array(keep))
-    return batch
+    return _with_log_append(batch, log_append)
 
 
 def _with_log_append(batch: pa.RecordBatch, ranges: list[tuple[int, int]]) -> pa.RecordBatch:
@@ -345,34 +371,62 @@ def _kept(cols: Any, offsets: np.ndarray) -> np.ndarray:
     return keep
 
 
-def _gather(skeleton: pa.Array, raw: np.ndarray, spans: np.ndarray, field: int, n: int) -> pa.Array:
-    """The keys (field 0) or values (field 2) of the n records as a binary array; null where the span is
-    empty after 0x01 (the one-byte length -1)."""
-    if _gather_compiled is not None:
-        # one copy in C, and none of Arrow's compute functions: their first use costs the process 44 MB
-        got = _gather_compiled(raw, spans, field)
-        if got is not NotImplemented:
-            validity, offsets, values, nulls = got
-            if nulls == n:
-                return pa.nulls(n, pa.binary())
-            buffers = [
-                None if validity is None else pa.py_buffer(validity),
-                pa.py_buffer(offsets),
-                pa.py_buffer(values),
-            ]
-            return pa.Array.from_buffers(pa.binary(), n, buffers, null_count=nulls)
+_ZERO_START = np.zeros(1, dtype=np.int64)
+
+
+def _parts(cols: Any) -> tuple[list, np.ndarray]:
+    """The payloads and where each starts in them joined (the spans' coordinates)."""
+    return cols.payloads, np.array([start for _, start in cols.bases], dtype=np.int64)
+
+
+def _as_views(parts: Sequence, starts: np.ndarray, spans: np.ndarray, field: int, n: int) -> pa.Array | None:
+    """The keys (field 0) or values (field 2) as a binary_view array over ``parts``, copying nothing but
+    values of up to 12 bytes; None where the compiled module declines (a span outside its payload)."""
+    got = _views(parts, starts, spans, field)
+    if got is NotImplemented:
+        return None
+    validity, views, nulls = got
+    buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(views)]
+    return pa.Array.from_buffers(pa.binary_view(), n, buffers + [pa.py_buffer(p) for p in parts], null_count=nulls)
+
+
+def _gather(data: bytes | memoryview, spans: np.ndarray, field: int, n: int) -> pa.Array:
+    """The keys (field 0) or values (field 2) of the n records in ``data`` as a binary array, by Arrow; null
+    where the span is empty after 0x01 (the one-byte length -1)."""
     import pyarrow.compute as pc  # here, not at import: its kernels' set-up costs the process 8-44 MB
 
+    raw = np.frombuffer(data, dtype=np.uint8)
     index = np.arange(field, 4 * n, 4, dtype=np.int64)
     start = spans[index]
     null = (start == spans[index + 1]) & (raw[start - 1] == 1)
-    if null.all():
+    if null.all():  # every one null, or none left
         return pa.nulls(n, pa.binary())
+    skeleton = pa.Array.from_buffers(pa.large_binary(), 4 * n - 1, [None, pa.py_buffer(spans), pa.py_buffer(data)])
     taken = pc.take(skeleton, _arrow.array(index, mask=null))
     return taken.cast(pa.binary())
 
 
+def _binary(arrays: list[pa.Array]) -> pa.Array:
+    """One binary array of binary and binary_view ones (slices of them): the one copy of the rows' bytes."""
+    if all(a.type == pa.binary() for a in arrays):
+        return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+    pieces = []
+    for a in arrays:
+        buffers = a.buffers()
+        if a.type == pa.binary():
+            pieces.append((1, buffers[0], a.offset, len(a), buffers[1], buffers[2]))
+        else:
+            pieces.append((0, buffers[0], a.offset, len(a), buffers[1], buffers[2:]))
+    validity, offsets, data, nulls = _to_binary(pieces)
+    n = sum(len(a) for a in arrays)
+    buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.binary(), n, buffers, null_count=nulls)
+
+
 def _header_column(headers: list[tuple[int, tuple]], n: int) -> pa.Array:
+    if not headers:  # the common case: n empty lists
+        offsets = pa.py_buffer(np.zeros(n + 1, np.int32))
+        return pa.Array.from_buffers(HEADER_TYPE, n, [None, offsets], children=[_NO_HEADERS])
     counts = np.zeros(n + 1, dtype=np.int32)
     keys: list[str] = []
     values: list[bytes | None] = []
@@ -411,10 +465,13 @@ def assemble(pieces: Sequence[tuple[TopicPartition, pa.RecordBatch]]) -> pa.Reco
         _arrow.binary(list(names), pa.string()),
     )
     partition = _arrow.array(np.repeat(np.array([tp.partition for tp, _ in pieces], dtype=np.int32), lengths))
-    if len(pieces) == 1:
-        rest = list(pieces[0][1].columns)
-    else:
-        rest = [pa.concat_arrays([b.column(i) for _, b in pieces]) for i in range(len(PARTITION_SCHEMA))]
+    rest = []
+    for i, name in enumerate(PARTITION_SCHEMA.names):
+        arrays = [b.column(i) for _, b in pieces]
+        if name in ("key", "value"):
+            rest.append(_binary(arrays))
+        else:
+            rest.append(arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays))
     types = [timestamp_types(b) for _, b in pieces]
     types = types[0] if len(types) == 1 else pa.concat_arrays(types)
     return pa.RecordBatch.from_arrays([topic, partition, *rest[:2], types, *rest[2:]], schema=SCHEMA)

@@ -39,9 +39,12 @@ def rows_of(records):
 
 
 def column_rows(columns: pa.RecordBatch):
-    assert columns.schema == PARTITION_SCHEMA
-    rows = columns.cast(PARTITION_SCHEMA.set(1, pa.field("timestamp", pa.int64()))).to_pylist()
-    return rows
+    """A partition's columns as poll_batch() hands them out (compiled keys and values are views until then)."""
+    assert columns.schema.names == PARTITION_SCHEMA.names
+    out = assemble([(TopicPartition("t", 2), columns)])
+    assert out.schema == SCHEMA
+    rows = out.select(PARTITION_SCHEMA.names).cast(PARTITION_SCHEMA.set(1, pa.field("timestamp", pa.int64())))
+    return rows.to_pylist()
 
 
 def same(data, **kw):

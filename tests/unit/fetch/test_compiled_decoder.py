@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the strategies of the corruption tests
 
+import pyarrow as pa  # noqa: E402
 from test_record_corruption import FUZZ, logs, mutate, mutation_st  # noqa: E402
 
-from fsm_consumer.fetch import _columns, _decode, _decode_v2, decode_partition  # noqa: E402
+from fsm_consumer.fetch import TopicPartition, _columns, _decode, _decode_v2, decode_partition  # noqa: E402
 from fsm_consumer.fetch.testing import Rec, batch  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
@@ -80,17 +81,21 @@ def test_keys_nulls_empties_log_append_time_and_headers_beside_plain_records():
 def both_columns(data, **kw):
     """decode_partition_columns with the Python scan and Arrow's gather, then with the compiled scan and gather."""
     kw.setdefault("fetch_offset", 0)
-    scan, gather = _columns._scan_fields, _columns._gather_compiled
+    scan, views = _columns._scan_fields, _columns._views
     try:
-        _columns._scan_fields = _columns._gather_compiled = None
+        _columns._scan_fields = _columns._views = None
         python = _columns.decode_partition_columns("t", 3, data, **kw)
     finally:
-        _columns._scan_fields, _columns._gather_compiled = scan, gather
+        _columns._scan_fields, _columns._views = scan, views
     return python, _columns.decode_partition_columns("t", 3, data, **kw)
 
 
 def same_columns(python, compiled) -> None:
-    assert compiled.columns.equals(python.columns)
+    # as poll_batch() hands them out (the compiled path's keys and values are views until then)
+    tp = TopicPartition("t", 3)
+    assert _columns.assemble([(tp, compiled.columns)]).equals(_columns.assemble([(tp, python.columns)]))
+    assert python.columns.column("value").type == pa.binary()
+    assert compiled.columns.num_rows == 0 or compiled.columns.column("value").type == pa.binary_view()
     assert compiled.columns.schema.metadata == python.columns.schema.metadata  # LogAppendTime ranges
     assert (compiled.next_offset, compiled.bytes, compiled.leader_epoch) == (
         python.next_offset,
@@ -148,3 +153,33 @@ def test_a_record_below_its_batchs_base_is_an_error_as_the_loop_says_not_dropped
     loop, compiled = both(data, fetch_offset=10, check_crcs=False)
     same(loop, compiled)
     assert compiled.error is not None and "out of order or outside" in str(compiled.error)
+
+
+_items = st.lists(st.one_of(st.none(), st.binary(max_size=30)), max_size=12)
+
+
+@FUZZ
+@given(st.lists(st.tuples(_items, st.booleans(), st.integers(0, 12), st.integers(0, 12)), min_size=1, max_size=5))
+def test_binary_and_view_pieces_join_into_one_binary_array(pieces):
+    """assemble's join of key or value columns (binary_view from the compiled path, binary from the
+    others, slices of either) gives every element in order, nulls included, as one binary array."""
+    arrays, expected = [], []
+    for items, view, a, b in pieces:
+        a, b = sorted((min(a, len(items)), min(b, len(items))))
+        arrays.append(pa.array(items, pa.binary_view() if view else pa.binary()).slice(a, b - a))
+        expected += items[a:b]
+    joined = _columns._binary(arrays)
+    assert joined.type == pa.binary()
+    joined.validate(full=True)
+    assert joined.to_pylist() == expected
+    assert joined.null_count == expected.count(None)
+
+
+def test_a_view_naming_no_buffer_is_refused_not_read():
+    views = bytearray(16)
+    views[0:4] = (20).to_bytes(4, "little")  # 20 bytes out of line, in buffer 5 of none
+    views[8:12] = (5).to_bytes(4, "little")
+    with pytest.raises(ValueError, match="names no buffer"):
+        _columns._to_binary([(0, None, 0, 1, bytes(views), ())])
+    with pytest.raises(ValueError, match="shorter than its offset and length"):
+        _columns._to_binary([(0, None, 1, 1, bytes(views), ())])
