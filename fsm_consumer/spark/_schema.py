@@ -69,15 +69,18 @@ def to_spark(batch: pa.RecordBatch, include_headers: bool) -> pa.RecordBatch:
     from ..fetch._arrow import numpy as values
 
     schema = arrow_schema(include_headers)
-    timestamp = batch.column("timestamp").cast(schema.field("timestamp").type)
+    # built from buffers, not cast: Arrow's compute kernels cost every Python worker memory and time
+    stamps = batch.column("timestamp")
+    missing = nulls(stamps) if stamps.null_count else None
+    timestamp = array(values(stamps) * 1000, schema.field("timestamp").type, mask=missing)
     kind = batch.column("timestamp_type")
-    if timestamp.null_count:  # no timestamp (magic v0 data): Kafka's NO_TIMESTAMP_TYPE
+    if missing is not None:  # no timestamp (magic v0 data): Kafka's NO_TIMESTAMP_TYPE
         kinds = values(kind).copy()
-        kinds[nulls(timestamp)] = -1
+        kinds[missing] = -1
         kind = array(kinds)
     topic = batch.column("topic")
     if pa.types.is_dictionary(topic.type):
-        topic = topic.dictionary_decode()
+        topic = _plain_strings(topic)
     columns = [
         batch.column("key"),
         batch.column("value"),
@@ -90,6 +93,24 @@ def to_spark(batch: pa.RecordBatch, include_headers: bool) -> pa.RecordBatch:
     if include_headers:
         columns.append(_headers_or_null(batch.column("headers").cast(schema.field("headers").type)))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _plain_strings(column: pa.DictionaryArray) -> pa.Array:
+    """A dictionary-encoded string column as plain strings (one topic name, as a read task's batches have,
+    repeated through buffers)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ..fetch._arrow import binary
+    from ..fetch._arrow import numpy as values
+
+    names = column.dictionary.to_pylist()
+    n = len(column)
+    if len(names) != 1:  # poll_batch()'s topic is never null
+        return binary([names[i] for i in values(column.indices)], pa.string())
+    name = names[0].encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(name)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(name * n)])
 
 
 def _headers_or_null(headers: pa.Array) -> pa.Array:

@@ -174,6 +174,33 @@ def test_timestamp_type_column_from_log_append_time_batches():
     assert rows.column("headers").to_pylist() == [None] * 3  # records without headers: null, as Spark's
 
 
+def test_a_read_task_never_loads_arrow_compute():
+    """Every Spark task's Python worker decodes and converts its range: none of it may load Arrow's compute
+    kernels (memory in every worker; views of the fetched data have no compute kernels anyway), missing
+    timestamps included. Run in a fresh interpreter, whose modules are its own."""
+    import subprocess
+    import sys
+
+    script = """
+import sys
+from fsm_consumer.fetch import TopicPartition
+from fsm_consumer.fetch._columns import assemble, decode_partition_columns
+from fsm_consumer.fetch.testing import Rec, batch
+from fsm_consumer.spark._schema import to_spark
+data = batch([Rec(b"k", b"v" * 40), Rec(None, None, (), -1)], base_offset=5) + batch([b"x" * 20, b"y"], base_offset=7)
+columns = decode_partition_columns("t", 0, data, fetch_offset=6).columns
+rows = to_spark(assemble([(TopicPartition("t", 0), columns)]), include_headers=False)
+assert rows.column("offset").to_pylist() == [6, 7, 8], rows
+assert rows.column("value").to_pylist() == [None, b"x" * 20, b"y"]
+assert rows.column("topic").to_pylist() == ["t"] * 3
+assert rows.column("timestamp").null_count == 1 and rows.column("timestampType").to_pylist() == [-1, 0, 0]
+print("pyarrow.compute" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
 @pytest.mark.parametrize(
     "options, named",
     [
