@@ -449,8 +449,9 @@ class Consumer(GroupApi, Lookups):
             deadline = self._clock.now_ms() + budget
             if self._thread.alive:
                 event = CloseEvent(deadline_ms=deadline, autocommit=bool(autocommit))
-                self._app_queue.put(event)
                 assert event.future is not None  # built with one (the default)
+                event.future.wake = self._signal.set
+                self._app_queue.put(event)
                 while not event.future.done and self._clock.now_ms() < deadline:
                     self._signal.clear()
                     try:  # the rebalance callbacks of leaving the group run here, on this thread

@@ -261,8 +261,9 @@ class GroupApi:
         event.what = what
         event.timeout_ms = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
         event.deadline_ms = self._deadline(timeout_ms)
-        self._app_queue.put(event)
         assert event.future is not None  # the events waited for here carry one (the default)
+        event.future.wake = self._signal.set
+        self._app_queue.put(event)
         while True:
             self._signal.clear()
             if event.future.done:
