@@ -352,6 +352,9 @@ static PyObject *to_binary(PyObject *self, PyObject *arg) {
     int32_t at = 0;
     Py_ssize_t row = 0;
     off[0] = 0;
+    /* the copy touches only buffers held above: the background thread may run meanwhile (it waited for
+       the interpreter lock through every copy of a fetch's bytes) */
+    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t j = 0; j < np_; j++) {
         for (Py_ssize_t i = 0; i < ps[j].length; i++, row++) {
             if (present(&ps[j], i)) {
@@ -363,6 +366,7 @@ static PyObject *to_binary(PyObject *self, PyObject *arg) {
             off[row + 1] = at;
         }
     }
+    Py_END_ALLOW_THREADS
     result = Py_BuildValue("(OOOn)", validity ? validity : Py_None, offsets, data, (Py_ssize_t)nulls);
 done:
     for (Py_ssize_t j = 0; ps && j < np_; j++) release_piece(&ps[j]);
