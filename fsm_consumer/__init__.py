@@ -3,37 +3,65 @@
 The public names live here; everything in a module whose name starts with ``_`` is private.
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ._config import ConsumerConfig
 from ._version import __version__
-from .assignors import Assignor, RebalanceProtocol
-from .consumer import Consumer, ConsumerRebalanceListener, KafkaConsumer
-from .errors import (
-    BackgroundThreadError,
-    CommitFailedError,
-    ConfigError,
-    ConsumerClosedError,
-    FsmConsumerError,
-    IllegalStateError,
-    KafkaTimeoutError,
-    NoOffsetForPartitionError,
-    RebalanceInProgressError,
-    WakeupException,
-)
 
-# a failing deserializer's own exception is raised as it is (kafka-python's behaviour): fetch's
-# DeserializationError, what decode_partition reports, is no error a consumer raises
-from .fetch import (
-    ConsumerRecord,
-    CorruptRecordError,
-    OffsetAndMetadata,
-    RecordError,
-    RecordTooLargeError,
-    TopicPartition,
-)
+# Every public name is imported on first use (PEP 562): a process that needs only part of the package (a
+# Spark worker looking up the data source by name, which imports fsm_consumer.spark) does not pay for the
+# consumer, kafka-python's package and the compiled specs, ~0.3 s and ~20 MB.
+_LAZY = {
+    "ConsumerConfig": "._config",
+    "Assignor": ".assignors",
+    "RebalanceProtocol": ".assignors",
+    "Consumer": ".consumer",
+    "ConsumerRebalanceListener": ".consumer",
+    "KafkaConsumer": ".consumer",
+    "BackgroundThreadError": ".errors",
+    "CommitFailedError": ".errors",
+    "ConfigError": ".errors",
+    "ConsumerClosedError": ".errors",
+    "FsmConsumerError": ".errors",
+    "IllegalStateError": ".errors",
+    "KafkaTimeoutError": ".errors",
+    "NoOffsetForPartitionError": ".errors",
+    "RebalanceInProgressError": ".errors",
+    "WakeupException": ".errors",
+    # a failing deserializer's own exception is raised as it is (kafka-python's behaviour): fetch's
+    # DeserializationError, what decode_partition reports, is no error a consumer raises
+    "ConsumerRecord": ".fetch",
+    "CorruptRecordError": ".fetch",
+    "OffsetAndMetadata": ".fetch",
+    "RecordError": ".fetch",
+    "RecordTooLargeError": ".fetch",
+    "TopicPartition": ".fetch",
+    "ParallelConsumer": ".parallel",
+}
 
-if TYPE_CHECKING:  # imported on first use (__getattr__ below); a type checker sees it here
+if TYPE_CHECKING:  # what a type checker sees; at run time each is imported on first use (__getattr__)
+    from ._config import ConsumerConfig
+    from .assignors import Assignor, RebalanceProtocol
+    from .consumer import Consumer, ConsumerRebalanceListener, KafkaConsumer
+    from .errors import (
+        BackgroundThreadError,
+        CommitFailedError,
+        ConfigError,
+        ConsumerClosedError,
+        FsmConsumerError,
+        IllegalStateError,
+        KafkaTimeoutError,
+        NoOffsetForPartitionError,
+        RebalanceInProgressError,
+        WakeupException,
+    )
+    from .fetch import (
+        ConsumerRecord,
+        CorruptRecordError,
+        OffsetAndMetadata,
+        RecordError,
+        RecordTooLargeError,
+        TopicPartition,
+    )
     from .parallel import ParallelConsumer
 
 __all__ = [
@@ -64,15 +92,16 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> "type[ParallelConsumer]":  # quoted: ParallelConsumer is not imported yet
-    # fsm_consumer.parallel brings asyncio and its workers: imported when first asked for, not with the package
-    if name == "ParallelConsumer":
-        from .parallel import ParallelConsumer
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        globals()[name] = ParallelConsumer  # later lookups find it directly
-        return ParallelConsumer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups find it directly
+    return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"ParallelConsumer"})
+    return sorted(set(globals()) | set(_LAZY))

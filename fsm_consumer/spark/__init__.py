@@ -19,15 +19,35 @@ standalone cluster from the pyspark installation. Needs the spark extra: ``pip i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ._cluster import ClusterStartError, StandaloneCluster
-from ._consumer_sink import ConsumerSink, WrittenBatch
 from ._option_values import KafkaOptionError
 from ._source import NAME, KafkaDataSource
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from ._cluster import ClusterStartError, StandaloneCluster
+    from ._consumer_sink import ConsumerSink, WrittenBatch
+
+# imported on first use: the Python workers that look up and create the data source need only it
+_LAZY = {
+    "ClusterStartError": "._cluster",
+    "StandaloneCluster": "._cluster",
+    "ConsumerSink": "._consumer_sink",
+    "WrittenBatch": "._consumer_sink",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 
 def register(spark: SparkSession) -> None:
