@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._version import __version__
-from .errors import ConfigError
 
 if TYPE_CHECKING:
     from typing import TypeAlias
 
+    from .errors import ConfigError
     from .structs import OffsetAndMetadata, TopicPartition
 
     # what attrs calls a field's validator with: (the instance, the field, the value)
@@ -61,8 +61,16 @@ ALIASES = {"receive_message_max_bytes": "receive_buffer_max", "api_version_auto_
 _KAFKA_PYTHON_SERVERS = "localhost"  # kafka-python's default bootstrap_servers, as config["bootstrap_servers"] shows it
 
 
+def _config_error(message: str, *, key: str | None = None) -> ConfigError:
+    # fsm_consumer.errors subclasses kafka-python's errors, and kafka-python's package costs a process 11 MB
+    # and 0.15 s to import: a Spark worker that only checks a data source's options never needs it
+    from .errors import ConfigError
+
+    return ConfigError(message, key=key)
+
+
 def _fail(key: str, value: Any, allowed: str) -> ConfigError:
-    return ConfigError(f"config key {key!r}: {value!r} is not allowed ({allowed})", key=key)
+    return _config_error(f"config key {key!r}: {value!r} is not allowed ({allowed})", key=key)
 
 
 def _int(lo: float = 0, hi: float = math.inf, *, none: bool = False) -> _Validator:
@@ -167,11 +175,11 @@ def _protocol_checks(given: dict[str, Any]) -> None:
     if protocol == "consumer":
         for key, instead in _CLASSIC_ONLY.items():
             if key in given:
-                raise ConfigError(
+                raise _config_error(
                     f"config key {key!r} cannot be set with group_protocol='consumer': use {instead}", key=key
                 )
     elif given.get("group_remote_assignor") is not None:
-        raise ConfigError(
+        raise _config_error(
             "config key 'group_remote_assignor' needs group_protocol='consumer' (the classic protocol assigns "
             "on the client: use partition_assignment_strategy)",
             key="group_remote_assignor",
@@ -180,31 +188,31 @@ def _protocol_checks(given: dict[str, Any]) -> None:
 
 def _cross_checks(cfg: ConsumerConfig) -> None:
     if cfg.heartbeat_interval_ms >= cfg.session_timeout_ms:
-        raise ConfigError(
+        raise _config_error(
             f"config key 'heartbeat_interval_ms': {cfg.heartbeat_interval_ms} must be below "
             f"session_timeout_ms ({cfg.session_timeout_ms})",
             key="heartbeat_interval_ms",
         )
     if cfg.reconnect_backoff_max_ms < cfg.reconnect_backoff_ms:
-        raise ConfigError(
+        raise _config_error(
             "config key 'reconnect_backoff_max_ms' must be >= reconnect_backoff_ms", key="reconnect_backoff_max_ms"
         )
     if cfg.group_instance_id is not None and cfg.group_id is None:
-        raise ConfigError("config key 'group_instance_id' needs a group_id", key="group_instance_id")
+        raise _config_error("config key 'group_instance_id' needs a group_id", key="group_instance_id")
     if cfg.security_protocol.startswith("SASL") and cfg.sasl_mechanism is None:
-        raise ConfigError(
+        raise _config_error(
             f"config key 'sasl_mechanism' is required with security_protocol={cfg.security_protocol!r}",
             key="sasl_mechanism",
         )
     if cfg.sasl_mechanism == "OAUTHBEARER":
         if cfg.sasl_oauth_token_provider is None or not callable(getattr(cfg.sasl_oauth_token_provider, "token", None)):
-            raise ConfigError(
+            raise _config_error(
                 "config key 'sasl_oauth_token_provider' must be an object with a token() method "
                 "with sasl_mechanism='OAUTHBEARER'",
                 key="sasl_oauth_token_provider",
             )
     elif cfg.sasl_mechanism is not None and (cfg.sasl_plain_username is None or cfg.sasl_plain_password is None):
-        raise ConfigError(
+        raise _config_error(
             "config keys 'sasl_plain_username' and 'sasl_plain_password' are required with "
             f"sasl_mechanism={cfg.sasl_mechanism!r}",
             key="sasl_plain_username",
@@ -337,7 +345,7 @@ class ConsumerConfig:
             if key not in known:
                 close = difflib.get_close_matches(key, sorted(known | set(ALIASES)), n=1, cutoff=0.6)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise ConfigError(f"unknown config key {key!r}{hint}", key=key)
+                raise _config_error(f"unknown config key {key!r}{hint}", key=key)
             clean[key] = value
         clean["_bootstrap_servers_given"] = kw.get("bootstrap_servers", _KAFKA_PYTHON_SERVERS)
         _protocol_checks(clean)

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..machines import Spec, SpecError, all_spec_paths, load_spec, specs_dir
 from ..machines._coverage import broker_gaps, coverage, merge_records
 from ..machines._diagram import have_dot, render_all
+from ..machines._schema import check_schema_file
 
 
 def _load_all(directory: str | None) -> tuple[list[Spec], bool]:
@@ -27,6 +28,11 @@ def check_specs(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="check-specs", description="Check every spec; one line per machine.")
     ap.add_argument("--specs", help="specs directory (default: the project's)")
     args = ap.parse_args(argv)
+    try:
+        check_schema_file()  # the schema itself: a Consumer trusts the shipped one (see machines/_schema.py)
+    except SpecError as exc:
+        print(f"ERROR {exc}", file=sys.stderr)
+        return 1
     specs, failed = _load_all(args.specs)
     for s in specs:
         timeouts = sum(len(st.timeouts) for st in s.states.values())

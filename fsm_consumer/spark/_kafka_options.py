@@ -132,12 +132,12 @@ def _kafka_params(given: Mapping[str, str]) -> tuple[str | None, dict[str, Any]]
 def _check_consumer_config(servers: str, params: dict[str, Any]) -> None:
     """Build the config once, so a bad value fails here, named as the option it came from."""
     from .._config import ConsumerConfig
-    from ..errors import ConfigError
 
     try:
         ConsumerConfig.from_kwargs(**params, bootstrap_servers=servers)
-    except ConfigError as exc:
-        option = "kafka." + exc.key.replace("_", ".") if exc.key else "kafka.*"
-        if exc.key == "bootstrap_servers":
+    except ValueError as exc:  # a ConfigError, caught by its base: naming it would import kafka-python (_config)
+        key = getattr(exc, "key", None)
+        option = "kafka." + key.replace("_", ".") if key else "kafka.*"
+        if key == "bootstrap_servers":
             option = "kafka.bootstrap.servers"
         raise KafkaOptionError(option, str(exc)) from None

@@ -303,6 +303,32 @@ def test_the_data_source_schema_and_name():
     assert source.reader(source.schema()).opts.subscribe == ("t",)
 
 
+def test_checking_options_does_not_import_kafka_python():
+    """PySpark's create worker builds the source and asks its schema: kafka-python's package (11 MB, 0.15 s)
+    is imported only when a check fails (its error classes are the bases of ours)."""
+    import subprocess
+    import sys
+
+    script = """
+import sys
+from fsm_consumer.spark import KafkaDataSource
+options = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t", "kafka.max.poll.records": "5",
+           "kafka.session.timeout.ms": "10000", "kafka.security.protocol": "SSL"}
+assert KafkaDataSource(options=options).schema().fieldNames()[0] == "key"
+print("kafka" in sys.modules)
+try:
+    KafkaDataSource(options={**options, "kafka.heartbeat.interval.ms": "20000"}).schema()
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    first, failed = out.stdout.strip().splitlines()
+    assert first == "False"
+    assert failed.startswith("KafkaOptionError") and "kafka.heartbeat.interval.ms" in failed, failed
+    assert "must be below session_timeout_ms" in failed, failed
+
+
 def test_kafka_group_id_is_carried_by_every_consumer_and_group_id_prefix_names_the_generated_one(caplog):
     """As Spark's source: kafka.group.id is the group id of the driver's and the executors' consumers (for
     brokers that authorize by group; never joined, never committed to; a warning says so and that

@@ -340,3 +340,34 @@ def test_an_internal_transition_stays_in_its_state(tmp_path):
         10,
         "must be '='",
     )
+
+
+def test_shipped_schema_is_a_valid_json_schema():
+    """The shipped schema is trusted at run time (checking it costs each process 60 ms): checked here."""
+    from fsm_consumer.machines._schema import check_schema_file
+
+    check_schema_file()
+
+
+def test_a_users_schema_is_checked_against_the_metaschema(tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    from fsm_consumer.machines import _schema
+    from fsm_consumer.machines._paths import ENV_VAR, schema_path
+
+    schema = json.loads(schema_path().read_text())
+    schema["properties"]["machine"] = {"type": "no-such-type"}
+    (tmp_path / "spec.schema.json").write_text(json.dumps(schema))
+    shutil.copy(schema_path().parent / "connection.yaml", tmp_path / "connection.yaml")
+    monkeypatch.setenv(ENV_VAR, str(tmp_path))
+    _schema._validator.cache_clear()
+    try:
+        with pytest.raises(SpecError, match="no-such-type") as info:
+            load_spec(tmp_path / "connection.yaml")
+        assert info.value.file == str(tmp_path / "spec.schema.json")
+        assert "properties.machine.type" in str(info.value)
+    finally:
+        monkeypatch.delenv(ENV_VAR)
+        _schema._validator.cache_clear()
+    load_spec(schema_path().parent / "connection.yaml")  # the shipped schema again
