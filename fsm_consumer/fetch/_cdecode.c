@@ -117,6 +117,10 @@ static PyObject *scan_fields(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     const unsigned char *b = view.buf; Py_ssize_t n = view.len;
+    if (count > n) {  /* a record takes at least its length's byte: a corrupt count, left to the exact loop */
+        PyBuffer_Release(&view);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
     PyObject *out = args[3];
     Py_ssize_t mark = PyByteArray_GET_SIZE(out);
     if (count > (PY_SSIZE_T_MAX - mark) / 56 || PyByteArray_Resize(out, mark + count * 56) < 0) {

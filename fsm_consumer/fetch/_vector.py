@@ -30,24 +30,37 @@ _MAX_VARINT = 9
 LIMIT = 1 << 62  # bases and deltas beyond this go to the exact loop (no int64 overflow when added)
 
 
-def scan(buf: bytes | memoryview, count: int, start: int, starts, *, _zz=_ZIGZAG, _varint=varint) -> None:
+# How far a record's length varint moves the scan, laid out as _ZIGZAG (a one-byte varint u at u, a
+# two-byte one at u + v * 128): the varint's own bytes plus the length. A negative length (corrupt) would
+# hold the scan in place for the batch's whole record count, which a corrupt header can make 2**31: it
+# jumps past any buffer instead, so the next read or the final check fails at once.
+_PAST = 1 << 62
+_STEP = [1 + z if z >= 0 else _PAST for z in _ZIGZAG[:128]] + [2 + z if z >= 0 else _PAST for z in _ZIGZAG[128:]]
+
+
+def scan(buf: bytes | memoryview, count: int, start: int, starts, *, _step=_STEP, _varint=varint) -> None:
     """Append the ``count`` record starts of batch payload ``buf`` (plus ``start``) to ``starts``.
 
-    ValueError (or IndexError) if the records' lengths do not chain to the end of ``buf``.
+    ValueError (or IndexError) if the records' lengths do not chain to the end of ``buf``; it takes at most
+    one step per byte of ``buf``, whatever ``count`` says.
     """
+    if count > len(buf):  # each record takes at least its length's byte
+        raise ValueError(f"{count} records cannot fit in {len(buf)} bytes")
     append = starts.append
     pos = 0
     for _ in range(count):
         append(start + pos)
         u = buf[pos]
         if u < 0x80:
-            pos += 1 + _zz[u]
+            pos += _step[u]
         else:
             v = buf[pos + 1]
             if v < 0x80:
-                pos += 2 + _zz[u + v * 128]
+                pos += _step[u + v * 128]
             else:
                 size, pos = _varint(buf, pos)
+                if size < 0:
+                    raise ValueError(f"negative record length {size}")
                 pos += size
     if pos != len(buf):
         raise ValueError("record lengths do not add up to the batch")

@@ -12,7 +12,15 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fsm_consumer.fetch import ConsumerRecord, CorruptRecordError, RecordError, RecordTooLargeError, decode_partition
+from fsm_consumer.fetch import (
+    ConsumerRecord,
+    CorruptRecordError,
+    RecordError,
+    RecordTooLargeError,
+    _columns,
+    _vector,
+    decode_partition,
+)
 from fsm_consumer.fetch.testing import ABORT, CODECS, Rec, batch, control_batch, legacy_batch
 
 FUZZ = settings(
@@ -306,3 +314,35 @@ def test_records_of_a_corrupt_batch_are_all_withheld():
     out = decode(corrupt_second(break_last))
     assert [r.value for r in out.records] == [b"first"]
     assert isinstance(out.error, CorruptRecordError)
+
+
+def test_a_huge_record_count_over_lengths_that_do_not_advance_fails_at_once():
+    # A CRC-valid batch claiming 2**31 - 1 records whose first length is -1 (0x01): the columnar scan trusted
+    # the count and stood still for two billion steps (found by the compiled decoder's property test)
+    def claim(raw):
+        struct.pack_into(">i", raw, 57, 2**31 - 1)
+        raw[61] = 0x01
+
+    data = corrupt_second(claim)
+    assert_corrupt_at_second(data, "does not end where its length says")
+    for check_crcs in (True, False):
+        got = _columns.decode_partition_columns("t", 0, data, fetch_offset=0, check_crcs=check_crcs)
+        assert got.columns.column("value").to_pylist() == [b"first"]
+        assert isinstance(got.error, CorruptRecordError) and got.error.offset == 1
+        assert "does not end where its length says" in got.error.message
+
+
+class _Bounded(list):
+    def append(self, start):
+        assert len(self) < 8, "the scan stood still"
+        super().append(start)
+
+
+@pytest.mark.parametrize("length", [b"\x01", b"\x03", b"\x81\x00", b"\xff\xff\xff\x01"])  # -1, -2, -1 and -2**27
+def test_the_columnar_scan_never_steps_back_or_stands_still(length):
+    starts = _Bounded()
+    with pytest.raises((ValueError, IndexError)):
+        _vector.scan(length + bytes(10), 6, 0, starts)
+    assert starts[0] == 0 and len(starts) <= 2  # the record, and at most the step that left the buffer
+    with pytest.raises(ValueError, match="cannot fit"):
+        _vector.scan(length + bytes(10), 2**31 - 1, 0, _Bounded())
