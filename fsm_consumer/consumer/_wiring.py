@@ -49,7 +49,7 @@ def wire(config: ConsumerConfig, transport: Transport | None, clock: MonotonicCl
     """The parts of a consumer with ``config``; ``transport`` None: a ``KafkaTransport``. ``signal`` wakes
     the application thread (new data, a background event, a position change)."""
     metrics = Metrics()
-    subs = SubscriptionState(config.auto_offset_reset, notify=signal.set)
+    subs = SubscriptionState(config.auto_offset_reset, notify=signal.set, fetch_ahead=config.fetch_ahead)
     held = HeldErrors()  # what the user must act on: raised by poll() and blocking calls
     app_queue = ApplicationEventQueue()
     bg = BackgroundEventQueue(signal)

@@ -10,6 +10,7 @@ from ._log import Observer, TransitionRecord, add_observer, remove_observer
 from ._machine import SpecMachine, resolve_durations
 from ._model import Duration, Spec, State, Timeout, Transition
 from ._paths import schema_path, specs_dir
+from ._table import TableMachine
 
 __all__ = [
     "Clock",
@@ -22,6 +23,7 @@ __all__ = [
     "SpecError",
     "SpecMachine",
     "State",
+    "TableMachine",
     "Timeout",
     "Transition",
     "TransitionRecord",

@@ -1,7 +1,8 @@
 """The fetch sender (seed 000's FetchSender), on the background thread.
 
 At most one Fetch in flight per broker, covering that broker's fetchable partitions (assigned,
-positioned, not paused, not being revoked, no data already buffered). Responses go whole into the
+positioned, not paused, not being revoked, and as their ``fetch`` machines say: nothing outstanding,
+or one fetch buffered, fetched again from its end; specs/fetch.yaml). Responses go whole into the
 FetchBuffer; records are decoded on the application thread. Nothing is sent while the buffer
 (with what in-flight fetches may bring) is full.
 
@@ -24,6 +25,7 @@ from ..policy import Action, Backoffs, classify, public_error
 from ..structs import TopicPartition
 from ._base import FOREVER, Outgoing
 from ._fetch_session import SESSION_ERRORS, FetchPlan, FetchSession, PartitionData
+from ._log_end import fetched_end
 
 log = logging.getLogger("fsm_consumer.fetch")
 
@@ -87,7 +89,7 @@ class FetchManager:
             max_bytes = min(self._config.fetch_max_bytes, room, len(parts) * self._config.max_partition_fetch_bytes)
             self._buffer.reserve(max_bytes)
             self._in_flight.add(node)
-            self._subs.mark_fetch_in_flight([p[0] for p in parts], True)
+            self._subs.fetch_sent([(p[0], p[3]) for p in parts])
             # every partition of this round, listed or implied by the session: the answer may carry any
             sent = {p[0]: (p[1], p[3]) for p in parts}
             plan = self._plan(node, parts)
@@ -156,7 +158,7 @@ class FetchManager:
                 session.handle_error()
             self._buffer.release_reservation(reserved)
             for tp, (_, epoch) in sent.items():
-                self._subs.release_fetch(tp, epoch)
+                self._subs.fetch_unanswered(tp, epoch)
             self._nodes.failed(node, now)
             self._metadata.request_update()  # the leader may have moved
             return
@@ -165,7 +167,7 @@ class FetchManager:
         if response.error_code or not usable:
             self._buffer.release_reservation(reserved)
             for tp, (_, epoch) in sent.items():
-                self._subs.release_fetch(tp, epoch)
+                self._subs.fetch_unanswered(tp, epoch)
             if response.error_code and response.error_code not in SESSION_ERRORS:
                 # session errors need no backoff: the session was reset, the next fetch is full
                 self._nodes.failed(node, now)
@@ -186,6 +188,7 @@ class FetchManager:
                 if p.error_code == 0 and size:
                     self._partitions.succeeded(tp)
                     self._release_topic(tp.topic)
+                    self._subs.fetch_answered(tp, epoch, fetched_end(records, offset))
                     completed.append(
                         CompletedFetch(
                             tp,
@@ -200,7 +203,7 @@ class FetchManager:
                         )
                     )
                     continue
-                self._subs.release_fetch(tp, epoch)
+                self._subs.fetch_unanswered(tp, epoch)
                 if p.error_code == 0:
                     self._partitions.succeeded(tp)
                     self._release_topic(tp.topic)
@@ -208,7 +211,7 @@ class FetchManager:
                 self._on_partition_error(tp, offset, epoch, p.error_code, now)
         # not in the answer (an incremental answer omits partitions with nothing new): fetch again
         for tp, (_, epoch) in sent.items():
-            self._subs.release_fetch(tp, epoch)
+            self._subs.fetch_unanswered(tp, epoch)
         self._metrics.fetch_completed(now, sum(c.size for c in completed))
         self._buffer.add(completed, reserved)
 

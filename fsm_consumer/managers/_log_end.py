@@ -1,4 +1,5 @@
-"""The log end read from the last batch's header.
+"""Offsets read from batch headers: the log end (``batch_end``) and where a fetch's whole batches end
+(``fetched_end``, where the next Fetch of a partition fetched ahead starts).
 
 Tansu 0.6 answers ListOffsets ``latest`` with the last batch's base offset + 1, short of the log end
 when that batch holds several records: seek_to_end() and end_offsets() would be wrong for the user
@@ -68,6 +69,30 @@ def batch_end(records, reported: int) -> int:
             end = max(end, base + 1)
         pos += _LOG_OVERHEAD + length
     return end
+
+
+def fetched_end(records, fetch_offset: int) -> int:
+    """The offset after the last whole batch of a Fetch answer's ``records`` (what decoding them reaches,
+    never below ``fetch_offset``); -1 without a whole batch (a batch larger than the fetch, or bad data).
+    Headers only, no record: the background thread reads it per partition answer."""
+    end = -1
+    view = memoryview(records)
+    pos, size = 0, len(view)
+    while pos + _MAGIC_AT < size:
+        base, length = _BASE_AND_LENGTH.unpack_from(view, pos)
+        after = pos + _LOG_OVERHEAD + length
+        if length <= 0 or after > size:
+            break  # cut at the fetch size (fetched again), or bad data (the decoder says what)
+        if view[pos + _MAGIC_AT] >= 2:
+            if length < _LAST_DELTA_AT + 4 - _LOG_OVERHEAD:
+                break
+            last = base + _LAST_DELTA.unpack_from(view, pos + _LAST_DELTA_AT)[0] + 1
+        else:  # a legacy message (set): its offset is the last one it holds
+            last = base + 1
+        if last > end:
+            end = last
+        pos = after
+    return max(end, fetch_offset) if end >= 0 else -1
 
 
 def log_end(response, tp: TopicPartition, reported: int) -> int:

@@ -40,8 +40,9 @@ class Take(enum.Enum):
 
 
 class SubscriptionState:
-    def __init__(self, default_reset: str = "latest", notify=None) -> None:
+    def __init__(self, default_reset: str = "latest", notify=None, *, fetch_ahead: bool = False) -> None:
         self._lock = threading.RLock()
+        self.fetch_ahead = fetch_ahead  # a partition is fetched ahead of its buffered fetch (specs/fetch.yaml)
         self._notify = notify or (lambda: None)  # wakes an application thread waiting in position()
         self._parts: dict[TopicPartition, PartitionState] = {}
         self._retired: dict[TopicPartition, int] = {}  # last epoch of a partition no longer assigned
@@ -123,7 +124,11 @@ class SubscriptionState:
             state = self._parts.get(tp)
             if state is None:
                 # past every epoch it had before: a fetch from an earlier assignment never matches
-                state = PartitionState(awaiting_committed=awaiting_committed, epoch=self._retired.pop(tp, -1) + 1)
+                state = PartitionState(
+                    awaiting_committed=awaiting_committed,
+                    epoch=self._retired.pop(tp, -1) + 1,
+                    fetch_ahead=self.fetch_ahead,
+                )
                 if not awaiting_committed:
                     state.reset_strategy = self.default_reset
             fresh[tp] = state
@@ -199,14 +204,15 @@ class SubscriptionState:
             return {tp for tp, s in self._parts.items() if s.paused}
 
     def fetchable(self) -> list[tuple[TopicPartition, int, int, int]]:
-        """(tp, position, leader_epoch, epoch) for partitions a Fetch may include now."""
+        """(tp, fetch offset, leader_epoch, epoch) for partitions a Fetch may include now: from the
+        position, or from the end of the one fetch buffered (specs/fetch.yaml)."""
         with self._lock:
-            # ``fetchable`` implies a position; the second test only tells the type checker
-            return [
-                (tp, s.position, s.leader_epoch, s.epoch)
-                for tp, s in self._parts.items()
-                if s.fetchable and s.position is not None
-            ]
+            out = []
+            for tp, s in self._parts.items():
+                offset = s.fetch_offset()
+                if offset is not None:
+                    out.append((tp, offset, s.leader_epoch, s.epoch))
+            return out
 
     def without_offset(self, partitions: Iterable[TopicPartition] | None = None) -> set[TopicPartition]:
         """Partitions (of ``partitions``, default all) needing a reset under the 'none' policy."""
@@ -216,12 +222,13 @@ class SubscriptionState:
 
     def caught_up_and_buffered(self) -> tuple[set[TopicPartition], set[TopicPartition]]:
         """(partitions whose position reached the last known high watermark, partitions with a fetch
-        outstanding or data buffered) - the fetch manager's long-poll decision."""
+        outstanding or data buffered) - the fetch manager's long-poll decision. A partition fetched
+        ahead is never caught up: it is fetched ahead only below the high watermark."""
         with self._lock:
             caught = {
                 tp for tp, s in self._parts.items() if s.position is not None and 0 <= s.high_watermark <= s.position
             }
-            busy = {tp for tp, s in self._parts.items() if s.fetch_in_flight}
+            busy = {tp for tp, s in self._parts.items() if s.fetching.attribute("outstanding") == "some"}
             return caught, busy
 
     def needing_reset(self) -> dict[TopicPartition, str]:
@@ -314,15 +321,34 @@ class SubscriptionState:
         return bool(self.take(tp, epoch, None, position, leader_epoch))
 
     # -- changes from the background thread -------------------------------------------------------
-    def mark_fetch_in_flight(self, tps: Iterable[TopicPartition], in_flight: bool) -> None:
+    def fetch_sent(self, sent: Iterable[tuple[TopicPartition, int]]) -> None:
+        """A Fetch went out listing these (partition, epoch) pairs, each from ``fetchable``'s offset. A
+        partition whose epoch moved since (sought, paused meanwhile) is left as it is: the answer, under
+        the old epoch, will fire nothing."""
         with self._lock:
-            for tp in tps:
+            for tp, epoch in sent:
                 s = self._parts.get(tp)
-                if s is not None:
-                    s.fetch_in_flight = in_flight
+                if s is not None and s.epoch == epoch:
+                    s.fetching.fire("sent")
+
+    def fetch_answered(self, tp: TopicPartition, epoch: int, end: int) -> None:
+        """The Fetch of ``tp`` under ``epoch`` brought data, now buffered, whose whole batches end at
+        ``end`` (-1: none whole): a Fetch ahead may start there."""
+        with self._lock:
+            s = self._parts.get(tp)
+            if s is not None and s.epoch == epoch:
+                s.fetched_end = end
+                s.fetching.fire("answered")
+
+    def fetch_unanswered(self, tp: TopicPartition, epoch: int) -> None:
+        """The Fetch of ``tp`` under ``epoch`` brought nothing (no new data, an error, no answer)."""
+        with self._lock:
+            s = self._parts.get(tp)
+            if s is not None and s.epoch == epoch:
+                s.fetching.fire("unanswered")
 
     def release_fetch(self, tp: TopicPartition, epoch: int, *, to_back: bool = False) -> None:
-        """The fetched data for ``tp`` under ``epoch`` was consumed or dropped: fetch again.
+        """The oldest buffered fetch of ``tp`` under ``epoch`` was used up or dropped.
 
         ``to_back`` (its data was handed out): ``tp`` goes last in fetch order, so the next Fetch
         lists the partitions that waited longest first (Java's movePartitionToEnd). A broker that
@@ -331,7 +357,7 @@ class SubscriptionState:
         with self._lock:
             s = self._parts.get(tp)
             if s is not None and s.epoch == epoch:
-                s.fetch_in_flight = False
+                s.fetching.fire("released")
                 if to_back and len(self._parts) > 1:
                     # a new dict swapped in whole: readers that skip the lock never miss a partition
                     parts = dict(self._parts)

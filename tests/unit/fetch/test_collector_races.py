@@ -88,7 +88,8 @@ class Rig:
     def fetch(self, tp: TopicPartition = T0, n: int = 5) -> CompletedFetch:
         """The fetch manager's part: ``n`` records at the partition's position, under its epoch."""
         ((_, position, _, epoch),) = [f for f in self.subs.fetchable() if f[0] == tp]
-        self.subs.mark_fetch_in_flight([tp], True)
+        self.subs.fetch_sent([(tp, epoch)])
+        self.subs.fetch_answered(tp, epoch, position + n)
         data = batch([b"%d" % (position + i) for i in range(n)], base_offset=position)
         fetch = CompletedFetch(tp, position, epoch, data, position + n, position + n, 0, None, len(data))
         self.buffer.add([fetch], 0)
@@ -354,7 +355,7 @@ def test_stress_take_against_revoke_and_reassign():
     exactly once in offset order, positions follow exactly what was handed out and never go back,
     nothing fetched before a revocation is handed out past its commit, no partition is left stuck."""
     tps = [TopicPartition("s", i) for i in range(3)]
-    subs = SubscriptionState()
+    subs = SubscriptionState(fetch_ahead=True)  # two fetches of a partition buffered at times
     subs.set_group_assignment(tps)
     for tp in tps:
         subs.set_committed_position(tp, 0)
@@ -371,8 +372,11 @@ def test_stress_take_against_revoke_and_reassign():
         try:
             while not stop.is_set():
                 for tp, position, _, epoch in subs.fetchable():
-                    subs.mark_fetch_in_flight([tp], True)
+                    subs.fetch_sent([(tp, epoch)])
                     n = rng.randint(1, 8)
+                    # the log always holds more: each partition is fetched ahead of its buffered fetch
+                    subs.update_watermarks(tp, 1 << 40, 1 << 40, 0)
+                    subs.fetch_answered(tp, epoch, position + n)
                     data = batch([b"%d" % epoch] * n, base_offset=position)
                     buffer.add([CompletedFetch(tp, position, epoch, data, 0, 0, 0, None, len(data))], 0)
                     fetched[tp] = max(fetched.get(tp, -1), epoch)

@@ -44,9 +44,10 @@ class Rig:
         """What the fetch manager does: the log from the partition's position, one batch (each
         record's key is its value)."""
         ((_, position, _, epoch),) = self.subs.fetchable()
-        self.subs.mark_fetch_in_flight([TP], True)
-        data = batch([Rec(v, key=v) for v in VALUES[position:]], base_offset=position)
         end = len(VALUES)
+        self.subs.fetch_sent([(TP, epoch)])
+        self.subs.fetch_answered(TP, epoch, end)
+        data = batch([Rec(v, key=v) for v in VALUES[position:]], base_offset=position)
         self.buffer.add([CompletedFetch(TP, position, epoch, data, end, end, 0, None, len(data))], 0)
 
     def collect(self, **kw):

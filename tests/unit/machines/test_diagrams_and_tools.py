@@ -39,7 +39,7 @@ def test_mermaid_lists_every_transition():
     assert "closed --> [*]" in mmd
 
 
-@pytest.mark.parametrize("name", ["background", "connection", "consumer_membership", "membership", "parallel"])
+@pytest.mark.parametrize("name", ["background", "connection", "consumer_membership", "fetch", "membership", "parallel"])
 def test_rendering_is_deterministic(name):
     spec = shipped_spec(name)
     assert render_all(spec) == render_all(spec)
@@ -57,7 +57,7 @@ def test_check_names_stale_and_missing_files(tmp_path, capsys):
     out = tmp_path / "diagrams"
     assert main(["diagrams", "--specs", str(specs), "--out", str(out)]) == 0
     first = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert len(first) == 3 * 5  # .dot, .svg, .mmd of each spec
+    assert len(first) == 3 * 6  # .dot, .svg, .mmd of each spec
     assert main(["diagrams", "--specs", str(specs), "--out", str(out)]) == 0
     assert {p.name: p.read_bytes() for p in out.iterdir()} == first  # byte-identical rerun
     capsys.readouterr()
@@ -76,6 +76,7 @@ def test_check_specs_prints_one_line_per_machine(capsys):
         "background",
         "connection",
         "consumer_membership",
+        "fetch",
         "membership",
         "parallel",
     ]
@@ -163,7 +164,7 @@ def test_render_diagrams_without_dot_says_what_to_install(tmp_path):
     assert "Traceback" not in done.stderr and "apt-get install graphviz" in done.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(
         f"{m}{s}"
-        for m in ("background", "connection", "consumer_membership", "membership", "parallel")
+        for m in ("background", "connection", "consumer_membership", "fetch", "membership", "parallel")
         for s in (".dot", ".mmd")
     )
     check = subprocess.run(
