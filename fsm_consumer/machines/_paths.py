@@ -23,6 +23,11 @@ def specs_dir() -> Path:
     )
 
 
+def specs_are_the_users() -> bool:
+    """Whether the specs directory is one the user chose (``FSM_CONSUMER_SPECS``), not the shipped one."""
+    return bool(os.environ.get(ENV_VAR))
+
+
 def schema_path() -> Path:
     return specs_dir() / "spec.schema.json"
 

@@ -5,20 +5,19 @@ from __future__ import annotations
 import difflib
 import functools
 import json
-import os
 from pathlib import Path
 
 import jsonschema  # type: ignore[import-untyped]  # no stubs: types-jsonschema is not a dependency
 
 from ._errors import SpecError
-from ._paths import ENV_VAR, schema_path
+from ._paths import schema_path, specs_are_the_users
 from ._yaml import Located
 
 
 def check_schema_file(path: Path | None = None) -> None:
     """Raise SpecError naming the schema file (default: the one in use) if it is not a valid JSON Schema
     (draft 2020-12)."""
-    path = Path(path or schema_path())
+    path = path or schema_path()
     try:
         jsonschema.Draft202012Validator.check_schema(json.loads(path.read_text()))
     except jsonschema.SchemaError as exc:
@@ -31,9 +30,9 @@ def _validator() -> jsonschema.Draft202012Validator:
     # Checking a schema against the metaschema costs 60 ms, the most of a process's first Consumer: the
     # shipped schema is checked by check-specs and the tests, a schema of the user's (the specs directory
     # moved by FSM_CONSUMER_SPECS) here.
-    if os.environ.get(ENV_VAR):
+    if specs_are_the_users():
         check_schema_file()
-    return jsonschema.Draft202012Validator(json.loads(Path(schema_path()).read_text()))
+    return jsonschema.Draft202012Validator(json.loads(schema_path().read_text()))
 
 
 def _where(path: tuple) -> str:

@@ -107,45 +107,6 @@ def test_mixing_poll_and_poll_batch_returns_every_record_once(make_topic, produc
     assert consumer.poll_batch(timeout_ms=200).num_rows == 0 and consumer.poll(timeout_ms=100) == {}
 
 
-@pytest.mark.parametrize("fetch_ahead", [False, True])
-def test_fetching_ahead_returns_every_record_once_in_order(make_topic, send, make_consumer, fetch_ahead):
-    """Batches of 20 records of 1 KB and a 25 KB partition fetch size: a partition takes many fetches, so with
-    ``fetch_ahead`` each is fetched again from the end of its buffered fetch (on Apache Kafka; Tansu 0.6
-    answers every batch it has at once, so the first fetch reaches the high watermark there). poll() and
-    poll_batch() mixed, a seek back in the middle: every record handed out in order, from the position."""
-    topic = make_topic(partitions=3)
-    send(
-        topic,
-        [{"partition": i % 3, "value": b"%06d" % (i // 3) + b"." * 1000} for i in range(1800)],
-        config={"batch.num.messages": 20, "linger.ms": 20},
-    )
-    consumer = make_consumer(fetch_ahead=fetch_ahead, max_partition_fetch_bytes=25_000)
-    tps = [TopicPartition(topic, p) for p in range(3)]
-    consumer.assign(tps)
-    seen: dict[int, list[int]] = {p: [] for p in range(3)}
-    sought = False
-    deadline = time.monotonic() + 30
-    turn = 0
-    while sum(map(len, seen.values())) < 1800 and time.monotonic() < deadline:
-        turn += 1
-        if turn % 2:
-            b = consumer.poll_batch(timeout_ms=100, max_records=53)
-            for p, v in zip(b.column("partition").to_pylist(), b.column("value").to_pylist(), strict=True):
-                seen[p].append(int(v[:6]))
-        else:
-            for tp, records in consumer.poll(timeout_ms=100, max_records=41).items():
-                seen[tp.partition] += [int(r.value[:6]) for r in records]
-        if not sought and len(seen[0]) >= 500:
-            consumer.seek(tps[0], 200)  # data fetched ahead of the old position is dropped
-            seen[0] = seen[0][:200]
-            sought = True
-    assert sought
-    assert seen[1] == seen[2] == list(range(600))
-    assert seen[0] == list(range(600)), seen[0][190:220]
-    assert [consumer.position(tp) for tp in tps] == [600, 600, 600]
-    assert consumer.poll_batch(timeout_ms=200).num_rows == 0
-
-
 def test_paused_and_unassigned_data_is_dropped(make_topic, produce, make_consumer):
     topic = make_topic(partitions=2)
     produce(topic, 50, partition=0)
