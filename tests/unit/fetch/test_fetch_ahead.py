@@ -207,3 +207,36 @@ def test_an_unanswered_partition_is_fetched_again(ahead):
     rig.answer(rig.send(), empty={T1})
     assert rig.state(T1) == "idle" and rig.state(T0) == "buffered"
     assert rig.send()[1] == ({T1: 0, T0: 10} if ahead else {T1: 0})
+
+
+class _SoughtWhileSending(SubscriptionState):
+    """The application seeks ``tp`` just after the fetch sender read what to fetch (``fetchable``) and before
+    it marks the Fetch sent: the worst moment for the seek."""
+
+    def __init__(self, tp, offset: int) -> None:
+        super().__init__()
+        self.seek_at = (tp, offset)
+
+    def caught_up_and_buffered(self):
+        if self.seek_at is not None:
+            tp, offset = self.seek_at
+            self.seek_at = None
+            self.seek(tp, offset)
+        return super().caught_up_and_buffered()
+
+
+def test_a_seek_while_a_fetch_is_being_sent_leaves_the_partition_fetchable():
+    """The Fetch went out from the old position under the old epoch: its answer is dropped, and the partition
+    is fetched from the sought offset (it used to stay marked in flight under the new epoch for good)."""
+    rig = Rig(ahead=False)
+    rig.subs = subs = _SoughtWhileSending(T0, 500)
+    subs.assign([T0])
+    subs.seek(T0, 0)
+    rig.manager = FetchManager(rig.config, subs, Metadata(), rig.buffer, HeldErrors(), Metrics())
+    rig.collector = FetchCollector(rig.config, subs, rig.buffer, lambda: None, Metrics(), FakeClock(1.0))
+    first = rig.send()
+    assert first[1] == {T0: 0}  # read before the seek
+    assert rig.state() == "idle"  # the seek came first: not marked in flight under the new epoch
+    rig.answer(first)
+    assert rig.values() == [] and rig.collector.stale_fetches == 1  # the old epoch's data dropped
+    assert rig.send()[1] == {T0: 500}
