@@ -54,44 +54,35 @@ def probe_request(tp: TopicPartition, offset: int, isolation_level: int) -> Fetc
     )
 
 
-def batch_end(records, reported: int) -> int:
-    """The offset after the last record of the batches in ``records``, at least ``reported``."""
-    end = reported
+def _ends(records, *, whole: bool):
+    """The offset after the last record of each batch in ``records``, from its header; with ``whole`` only
+    batches wholly inside ``records`` (a Fetch answer cut at the fetch size), else any whose header is."""
     view = memoryview(records or b"")
     pos, size = 0, len(view)
-    while pos + _LAST_DELTA_AT + 4 <= size:
+    while pos + _MAGIC_AT < size:
         base, length = _BASE_AND_LENGTH.unpack_from(view, pos)
-        if length <= 0:
-            break
+        after = pos + _LOG_OVERHEAD + length
+        if length <= 0 or (whole and after > size):
+            return  # cut at the fetch size (fetched again), or bad data (the decoder says what)
         if view[pos + _MAGIC_AT] >= 2:
-            end = max(end, base + _LAST_DELTA.unpack_from(view, pos + _LAST_DELTA_AT)[0] + 1)
+            if pos + _LAST_DELTA_AT + 4 > size or length < _LAST_DELTA_AT + 4 - _LOG_OVERHEAD:
+                return
+            yield base + _LAST_DELTA.unpack_from(view, pos + _LAST_DELTA_AT)[0] + 1
         else:  # a legacy message (set): its offset is the last one it holds
-            end = max(end, base + 1)
-        pos += _LOG_OVERHEAD + length
-    return end
+            yield base + 1
+        pos = after
+
+
+def batch_end(records, reported: int) -> int:
+    """The offset after the last record of the batches in ``records``, at least ``reported``."""
+    return max([reported, *_ends(records, whole=False)])
 
 
 def fetched_end(records, fetch_offset: int) -> int:
     """The offset after the last whole batch of a Fetch answer's ``records`` (what decoding them reaches,
     never below ``fetch_offset``); -1 without a whole batch (a batch larger than the fetch, or bad data).
     Headers only, no record: the background thread reads it per partition answer."""
-    end = -1
-    view = memoryview(records)
-    pos, size = 0, len(view)
-    while pos + _MAGIC_AT < size:
-        base, length = _BASE_AND_LENGTH.unpack_from(view, pos)
-        after = pos + _LOG_OVERHEAD + length
-        if length <= 0 or after > size:
-            break  # cut at the fetch size (fetched again), or bad data (the decoder says what)
-        if view[pos + _MAGIC_AT] >= 2:
-            if length < _LAST_DELTA_AT + 4 - _LOG_OVERHEAD:
-                break
-            last = base + _LAST_DELTA.unpack_from(view, pos + _LAST_DELTA_AT)[0] + 1
-        else:  # a legacy message (set): its offset is the last one it holds
-            last = base + 1
-        if last > end:
-            end = last
-        pos = after
+    end = max(_ends(records, whole=True), default=-1)
     return max(end, fetch_offset) if end >= 0 else -1
 
 
