@@ -244,8 +244,9 @@ class ConsumerConfig:
     fetch_max_bytes: int = attrs.field(default=52_428_800, validator=_int(1))
     max_partition_fetch_bytes: int = attrs.field(default=1_048_576, validator=_int(1))
     fetch_buffer_max_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_int(1))
-    # fetch a partition again from the end of its buffered fetch while that is handed out (specs/fetch.yaml)
-    fetch_ahead: bool = attrs.field(default=False, validator=_bool)
+    # fetch a partition again from the end of its buffered fetch while that is handed out (specs/fetch.yaml):
+    # B on Kafka +23-40% (tools/bench-results/2026-11-26/whole-frame-read/README.md)
+    fetch_ahead: bool = attrs.field(default=True, validator=_bool)
     enable_incremental_fetch_sessions: bool = attrs.field(default=True, validator=_bool)
     max_poll_records: int = attrs.field(default=500, validator=_int(1))
     isolation_level: str = attrs.field(

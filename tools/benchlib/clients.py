@@ -191,8 +191,8 @@ def run_raw_fetch(
 CLIENTS = {
     "fsm_consumer": (run_fsm, {}),
     "fsm_consumer(poll_batch)": (run_fsm_columnar, {}),
-    "fsm_consumer(poll_batch fetch_ahead=True)": (run_fsm_columnar, {"fetch_ahead": True}),
-    "fsm_consumer(fetch_ahead=True)": (run_fsm, {"fetch_ahead": True}),
+    "fsm_consumer(poll_batch fetch_ahead=False)": (run_fsm_columnar, {"fetch_ahead": False}),
+    "fsm_consumer(fetch_ahead=False)": (run_fsm, {"fetch_ahead": False}),
     "kafka-python": (run_kafka_python, {}),
     "kafka-python(check_crcs=False)": (run_kafka_python, {"check_crcs": False}),
     "confluent-kafka(fetch.queue.backoff.ms=10)": (run_confluent, {"fetch.queue.backoff.ms": 10}),
