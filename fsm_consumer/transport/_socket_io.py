@@ -31,8 +31,8 @@ _READ_BUDGET = 8 << 20
 _DIRECT_READ_MIN = 64 << 10  # below this a frame's rest is read through the shared buffer
 # The rest of a large frame on a plain socket is read in one blocking recv (MSG_WAITALL) of at most this
 # long: the interpreter lock is taken back once per frame instead of once per readable chunk (~30 per
-# 4 MB Fetch response on loopback), each a wait while the application thread decodes. A broker that
-# stalls mid-frame holds the network thread this long at most, then the selector takes over again.
+# 4 MB Fetch response on loopback), each a wait while the application thread decodes. A broker slower
+# than that (stalled, or far away) holds the network thread this long per readable event at most.
 _WHOLE_FRAME_WAIT = 0.01
 # SO_RCVTIMEO's struct timeval (Linux: two longs); elsewhere the frame is read as it becomes readable.
 _RCVTIMEO = (
@@ -96,11 +96,13 @@ def receive(sock: socket.socket, buf: memoryview, reader: FrameReader) -> Iterat
         # the rest of a large frame (a Fetch response) goes straight into its body, not through buf
         room = reader.room()
         direct = room is not None and len(room) >= _DIRECT_READ_MIN
+        unfinished = False
         try:
             if room is None or not direct:
                 n = sock.recv_into(buf)
             elif whole:
                 n = _receive_whole(sock, room)
+                unfinished = n < len(room)  # the bound passed first (a slow broker): the loop's other work next
             else:
                 n = sock.recv_into(room)
         except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
@@ -108,6 +110,8 @@ def receive(sock: socket.socket, buf: memoryview, reader: FrameReader) -> Iterat
         if n == 0:
             raise PeerClosed(reader.partial)
         yield from reader.received(n) if direct else reader.feed(buf[:n])
+        if unfinished:
+            return  # the selector calls back when more has come
         if budget is not None:
             budget -= n
             if budget <= 0:

@@ -68,29 +68,50 @@ def _writing(sock: socket.socket, data: bytes, then_close: bool = False) -> thre
     return writer
 
 
-def test_the_rest_of_a_large_frame_comes_in_one_call_while_the_peer_is_still_writing(pair, monkeypatch):
+def test_the_rest_of_a_large_frame_is_asked_for_in_one_blocking_read(pair, monkeypatch):
     ours, theirs = pair
     recv_calls = []
     whole = sio._receive_whole
     monkeypatch.setattr(sio, "_receive_whole", lambda s, room: recv_calls.append(len(room)) or whole(s, room))
     theirs.sendall(FRAME[: 4 + HEAD])
-
-    def rest():  # in pieces, each well within the bound: the broker streaming a response
-        for i in range(4 + HEAD, len(FRAME), 256 << 10):
-            theirs.sendall(FRAME[i : i + (256 << 10)])
-            time.sleep(0.001)
-
-    writer = threading.Thread(target=rest)
-    writer.start()
+    writer = _writing(theirs, FRAME[4 + HEAD :])  # more than the pair buffers: written as it is read
     reader = FrameReader()
     buf = memoryview(bytearray(HEAD + 4))
-    first = _frames(ours, buf, reader)
-    _drain(ours, buf, reader, writer)  # (only if that call returned early) frees the writer
-    # one frame, whole and in order, read by one receive call; the blocking read filled the rest of the
-    # body (the kernel may end a wait early, so a second blocking read may finish it)
-    assert first == [BODY]
+    frames = _frames(ours, buf, reader) + _drain(ours, buf, reader, writer)
+    # one frame, whole and in order; the first blocking read asked for all the rest of its body
+    assert frames == [BODY]
     assert recv_calls and recv_calls[0] == len(BODY) - HEAD
     assert not reader.partial
+    assert ours.getblocking() is False
+
+
+def test_a_slow_peer_holds_the_network_thread_for_one_bounded_read_per_call(pair, monkeypatch):
+    ours, theirs = pair
+    reads = []
+    whole = sio._receive_whole
+    monkeypatch.setattr(sio, "_receive_whole", lambda s, room: reads.append(n := whole(s, room)) or n)
+    body = os.urandom(HEAD + 200_000)
+    frame = encode_frame(body)
+    theirs.sendall(frame[: 4 + HEAD])
+
+    def trickle():  # 4 KB every 2 ms, ~100 ms in all: a blocking read's 10 ms pass with the frame unfinished
+        for i in range(4 + HEAD, len(frame), 4_000):
+            time.sleep(0.002)
+            theirs.sendall(frame[i : i + 4_000])
+
+    reader = FrameReader()
+    buf = memoryview(bytearray(HEAD + 4))
+    assert _frames(ours, buf, reader) == []  # the frame's start; then nothing within the bound
+    assert reader.partial and reads == []
+    writer = threading.Thread(target=trickle)
+    writer.start()
+    first = _frames(ours, buf, reader)  # from the first 4 KB on
+    # the call came back after one blocking read that got part of the rest, its bytes kept: the loop's
+    # other work (heartbeats, other brokers, the application's requests) is not held until the frame ends
+    first_reads = list(reads)
+    frames = first + _drain(ours, buf, reader, writer)
+    assert first == [] and len(first_reads) == 1 and 0 < first_reads[0] < 200_000
+    assert frames == [body]
     assert ours.getblocking() is False
 
 
