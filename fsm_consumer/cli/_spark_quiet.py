@@ -10,7 +10,9 @@ writes on stderr except that one line, for as long as the JVM runs.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -31,6 +33,7 @@ def log_config(level: str) -> None:
     if os.environ.get("SPARK_CONF_DIR"):
         return
     conf = Path(tempfile.mkdtemp(prefix="fsm-ingest-spark-conf-"))
+    atexit.register(shutil.rmtree, conf, True)  # read once, when the JVM starts; no run should leave it behind
     (conf / "log4j2.properties").write_text(
         f"""rootLogger.level = {level}
 rootLogger.appenderRef.stderr.ref = console
