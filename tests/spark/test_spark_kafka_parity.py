@@ -86,8 +86,8 @@ def test_options_a_spark_job_relies_on_behave_the_same(fsm_kafka, spark_kafka, t
 
 def _batch_sizes(reader, topic: str, checkpoint: str, produce_more) -> list[int]:
     """A stream (1 s processing-time trigger) of ``reader`` from the earliest offsets with
-    minOffsetsPerTrigger 1000 and maxTriggerDelay 1h; ``produce_more(step)`` is called between steps;
-    the sizes of the batches it made, in order."""
+    minOffsetsPerTrigger 1000 and maxTriggerDelay 1h; ``produce_more(0)`` once its first batch is made,
+    ``produce_more(1)`` four triggers later; the sizes of the batches it made, in order."""
     sizes: list[int] = []
     query = (
         reader(
@@ -100,11 +100,14 @@ def _batch_sizes(reader, topic: str, checkpoint: str, produce_more) -> list[int]
         .start()
     )
     try:
-        for step in range(3):
-            deadline = time.monotonic() + 6
-            while time.monotonic() < deadline:  # several triggers pass
-                time.sleep(0.5)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(sizes):  # the first batch: what is there
+            time.sleep(0.2)
+        time.sleep(1)
+        for step in range(2):
             produce_more(step)
+            if step == 0:
+                time.sleep(4)  # four triggers pass: the records just produced must be held back
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and sum(sizes) < PARTITIONS * PER_PARTITION + 1200:
             time.sleep(0.5)
@@ -122,8 +125,7 @@ def test_min_offsets_per_trigger_holds_batches_back_as_sparks(fsm_kafka, spark_k
         _closed(produce, topic, PER_PARTITION)
 
         def more(step: int) -> None:
-            if step < 2:
-                _closed(produce, topic, (100, 300)[step])
+            _closed(produce, topic, (100, 300)[step])
 
         return _batch_sizes(reader, topic, str(tmp_path / name), more)
 
