@@ -1,9 +1,10 @@
-"""Build hook: compile fsm_consumer/fetch/_cdecode.c, the optional compiled record decoder.
+"""Build hook: compile the optional C modules, fsm_consumer/fetch/_cdecode.c (the record decoder) and
+fsm_consumer/transport/_cbuffer.c (a frame body's buffer, not zeroed first).
 
 Optional: without a C compiler (or Python's headers) the build goes on with a warning and the package
-is pure Python (fetch/_decode_v2.py's loop decodes every record; the same records, slower). The
-extension is built in place, next to its source, so an editable install and a checkout on PYTHONPATH
-import it too, and is added to the wheel as an artifact.
+is pure Python (fetch/_decode_v2.py's loop decodes every record, bytearray() holds each frame; the same
+results, slower). The extensions are built in place, next to their sources, so an editable install and a
+checkout on PYTHONPATH import them too, and are added to the wheel as artifacts.
 """
 
 from __future__ import annotations
@@ -13,34 +14,37 @@ from pathlib import Path
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SOURCE = "fsm_consumer/fetch/_cdecode.c"
-MODULE = "fsm_consumer.fetch._cdecode"
+MODULES = {  # module: source
+    "fsm_consumer.fetch._cdecode": "fsm_consumer/fetch/_cdecode.c",
+    "fsm_consumer.transport._cbuffer": "fsm_consumer/transport/_cbuffer.c",
+}
 
 
-class CompiledDecoder(BuildHookInterface):
+class CompiledModules(BuildHookInterface):
     def initialize(self, version: str, build_data: dict) -> None:
         if self.target_name != "wheel":
             return
         built = _build_in_place(Path(self.root))
-        if built is None:
+        if not built:
             return
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
-        build_data["artifacts"].append(str(built.relative_to(self.root)))
+        build_data["artifacts"] += [str(path.relative_to(self.root)) for path in built]
 
 
-def _build_in_place(root: Path) -> Path | None:
+def _build_in_place(root: Path) -> list[Path]:
     try:
         from setuptools import Distribution, Extension
         from setuptools.command.build_ext import build_ext
 
-        dist = Distribution({"ext_modules": [Extension(MODULE, [SOURCE], extra_compile_args=["-O2"])]})
+        modules = [Extension(name, [source], extra_compile_args=["-O2"]) for name, source in MODULES.items()]
+        dist = Distribution({"ext_modules": modules})
         dist.src_root = str(root)
         cmd = build_ext(dist)
         cmd.inplace = True
         cmd.ensure_finalized()
         cmd.run()
-        return root / cmd.get_ext_filename(MODULE)
-    except Exception as exc:  # noqa: BLE001 - any failure: the pure-Python decoder serves
-        print(f"fsm_consumer: the compiled decoder was not built ({exc}); the pure-Python one is used", file=sys.stderr)
-        return None
+        return [root / cmd.get_ext_filename(name) for name in MODULES]
+    except Exception as exc:  # noqa: BLE001 - any failure: the pure-Python code serves
+        print(f"fsm_consumer: the C modules were not built ({exc}); the pure-Python code is used", file=sys.stderr)
+        return []

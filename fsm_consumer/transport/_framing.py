@@ -9,8 +9,15 @@ peer cannot make us reserve gigabytes.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from ._errors import FrameTooLarge
+
+_body_buffer: Callable[[int], bytearray]
+try:  # compiled (transport/_cbuffer.c): a body's buffer not zeroed first, every byte is received into it
+    from ._cbuffer import uninitialized as _body_buffer
+except ImportError:  # installed without a C compiler
+    _body_buffer = bytearray
 
 __all__ = ["DEFAULT_RECEIVE_BUFFER_MAX", "FrameReader", "encode_frame"]
 
@@ -112,7 +119,7 @@ class FrameReader:
                     continue
                 # Preallocate the exact size so the body is filled in place;
                 # growing a buffer chunk by chunk would copy it repeatedly.
-                self._body = memoryview(bytearray(size))
+                self._body = memoryview(_body_buffer(size))
                 self._filled = 0
             body = self._body
             take = min(len(body) - self._filled, end - pos)

@@ -149,3 +149,33 @@ def test_received_more_than_room_is_refused():
     assert len(reader.room()) == 4
     with pytest.raises(ValueError, match="room for 4"):
         reader.received(5)
+
+
+def test_a_body_buffer_not_zeroed_first_holds_only_received_bytes():
+    """Built with its C module, a frame's buffer is allocated without being written (transport/_cbuffer.c):
+    memory just freed by an earlier frame, full of its bytes, is what the next one gets, and every byte of
+    a frame handed out is still one received for it."""
+    size = 1 << 20
+    reader = FrameReader()
+    for fill in (b"\xab", b"\x00", b"\xcd"):
+        payload = fill * (size // 2) + bytes(range(256)) * (size // 512)
+        stream = encode_frame(payload)
+        got = reader.feed(stream[:1000])
+        while (room := reader.room()) is not None:  # the connection's way: straight into the buffer
+            start = len(stream) - len(room)
+            n = min(len(room), 300_000)
+            room[:n] = stream[start : start + n]
+            got += reader.received(n)
+        assert [bytes(f) for f in got] == [payload]
+
+
+def test_the_compiled_buffer_is_a_bytearray_of_the_size_asked():
+    cbuffer = pytest.importorskip("fsm_consumer.transport._cbuffer", reason="installed without a C compiler")
+    from fsm_consumer.transport import _framing
+
+    assert _framing._body_buffer is cbuffer.uninitialized
+    for n in (0, 1, 65536, 4 << 20):
+        b = cbuffer.uninitialized(n)
+        assert type(b) is bytearray and len(b) == n
+    with pytest.raises(ValueError, match="negative"):
+        cbuffer.uninitialized(-1)
