@@ -104,10 +104,9 @@ def _batch_sizes(reader, topic: str, checkpoint: str, produce_more) -> list[int]
         while time.monotonic() < deadline and not any(sizes):  # the first batch: what is there
             time.sleep(0.2)
         time.sleep(1)
-        for step in range(2):
-            produce_more(step)
-            if step == 0:
-                time.sleep(4)  # four triggers pass: the records just produced must be held back
+        produce_more(0)
+        time.sleep(4)  # four triggers pass: the records just produced must be held back
+        produce_more(1)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and sum(sizes) < PARTITIONS * PER_PARTITION + 1200:
             time.sleep(0.5)

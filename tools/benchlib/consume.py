@@ -132,26 +132,27 @@ WIRE_LIMIT = "raw Fetch (wire limit)"  # in uncompressed scenarios only
 def bench_scenarios(args) -> list[dict]:
     names = list(SCENARIOS) if args.scenario == "all" else args.scenario.split(",")
     rows = []
-    chosen = args.clients
     for kind in args.brokers:
         for i, name in enumerate(names):
             records, size, compression = SCENARIOS[name]
+            clients = args.clients.split(",") if args.clients else list(CLIENTS)
             if args.quick:
                 records //= 10
                 # a smoke: every peer's adapter runs in the first scenario; the others only need this
                 # library's decoders over their record shapes (and the wire limit where there is one)
-                if i and chosen is None:
-                    args.clients = ",".join(c for c in CLIENTS if c.startswith("fsm_consumer") or c == WIRE_LIMIT)
+                if i and not args.clients:
+                    clients = [c for c in CLIENTS if c.startswith("fsm_consumer") or c == WIRE_LIMIT]
             args.records, args.size, args.compression = records, size, compression
-            for r in bench_consume(args, kind):
+            for r in bench_consume(args, kind, clients):
                 r["scenario"] = name
                 rows.append(r)
-            args.clients = chosen
     return rows
 
 
-def bench_consume(args, kind: str = "tansu") -> list[dict]:
-    clients = args.clients.split(",") if args.clients else list(CLIENTS)
+def bench_consume(args, kind: str = "tansu", clients: list[str] | None = None) -> list[dict]:
+    """Every client of ``clients`` (default: ``args.clients``, else all) over one topic on a new broker."""
+    if clients is None:
+        clients = args.clients.split(",") if args.clients else list(CLIENTS)
     unknown = [c for c in clients if c not in CLIENTS]
     if unknown:
         raise SystemExit(f"unknown clients {unknown}; known: {', '.join(CLIENTS)}")
