@@ -63,16 +63,12 @@ class _Draining:
         return self.data.slice(start, end - start) if self.columnar else self.data[start:end]
 
     def offset_at(self, i: int) -> int:
-        return self.data.column(0)[i].as_py() if self.columnar else self.data[i].offset
+        return self.data.offset_at(i) if self.columnar else self.data[i].offset
 
     def index_of(self, offset: int) -> int:
         """Index of the first record at or after ``offset``."""
         if self.columnar:
-            import numpy as np
-
-            from ._arrow import numpy as values
-
-            return int(np.searchsorted(values(self.data.column(0)), offset))
+            return self.data.index_of(offset)
         return bisect.bisect_left(self.data, offset, key=_OFFSET)
 
 

@@ -12,14 +12,16 @@ read_committed, fetch offset filtering, typed errors never raised), as columns:
   finds and words the error.
 
 Either way the result is the keys' and values' spans in the joined
-(decompressed) payloads, made into columns without a Python object per record:
+(decompressed) payloads, made into a ``PartitionColumns`` (``_assemble``: numpy
+arrays and buffers, no Arrow object until ``assemble``) without a Python object
+per record:
 
-* where the compiled module is built (``fetch/_cdecode.c``), ``views`` makes each
-  column a ``binary_view`` array whose data buffers are the payloads themselves
-  (uncompressed ones are views of the fetched frame): nothing is copied at decode
-  but values of up to 12 bytes; ``assemble`` copies the rows ``poll_batch`` hands
-  out into plain ``binary`` arrays once (``to_binary``), where concatenating
-  gathered arrays copied every byte twice more (a join, a gather);
+* where the compiled module is built (``fetch/_cdecode.c``), ``views`` gives each
+  column as the buffers of a ``binary_view`` array whose data buffers are the
+  payloads themselves (uncompressed ones are views of the fetched frame): nothing
+  is copied at decode but values of up to 12 bytes; ``assemble`` copies the rows
+  ``poll_batch`` hands out into plain ``binary`` arrays once (``to_binary``), where
+  concatenating gathered arrays copied every byte twice more (a join, a gather);
 * else the spans ``[key start, key end, value start, value end]`` of every record,
   in order, rise monotonically, so they are the offsets of one ``large_binary``
   "skeleton" array over the data whose element ``4i`` is key ``i`` and ``4i + 2``
@@ -33,15 +35,9 @@ Records of a batch that began before the fetch offset are dropped from the spans
 before any column is made (no Arrow filter: its compute kernels cost the process
 tens of MB, and views have no ``take``).
 
-Headers (rare) are decoded to Python tuples and become a
-``list<struct<key: string, value: binary>>`` column. Keys and values are the
-raw bytes: deserializers do not apply here.
-
-``assemble`` joins slices of several partitions into the RecordBatch that
-``Consumer.poll_batch`` returns (``SCHEMA``), adding ``timestamp_type`` (0 create time, 1 log
-append time: a batch attribute). A partition's columns carry it not as a column but as the offset
-ranges of its LogAppendTime batches, in their schema metadata (``LOG_APPEND_KEY``, a few bytes per
-fetch, kept by slices); ``assemble`` turns those into the column with one ``searchsorted`` per range.
+Headers (rare) are decoded to Python tuples, made a
+``list<struct<key: string, value: binary>>`` column by ``assemble``. Keys and values
+are the raw bytes: deserializers do not apply here.
 """
 
 from __future__ import annotations
@@ -53,57 +49,31 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from ..structs import TopicPartition
 from . import _arrow, _vector
+from ._assemble import PARTITION_SCHEMA, SCHEMA, PartitionColumns, Views, assemble
 from ._errors import RecordError
 from ._positions import _add_records, _Columns, columns_of, decode_exact
 from ._walk import READ_UNCOMMITTED, read_committed, walk
 
+__all__ = ["PARTITION_SCHEMA", "SCHEMA", "EMPTY_PARTITION", "DecodedColumns", "assemble", "decode_partition_columns"]
+
 _FIELDS = 7  # per record from the compiled scan: start, offset delta, timestamp delta, key and value spans
 _scan_fields: Any
 _views: Any
-_to_binary: Any
 try:  # the compiled scan (fetch/_cdecode.c): scan and parse of a batch in one pass, no Python per record
     from ._cdecode import scan_fields as _scan_fields
-    from ._cdecode import to_binary as _to_binary
     from ._cdecode import views as _views
 except ImportError:  # installed without a C compiler
-    _scan_fields = _views = _to_binary = None
-if not hasattr(pa, "binary_view"):  # pyarrow before 15
-    _views = None
+    _scan_fields = _views = None
 
-HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
-# one partition's decoded columns; topic and partition are added by assemble()
-PARTITION_SCHEMA = pa.schema(
-    [
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("timestamp", pa.timestamp("ms")),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("headers", HEADER_TYPE),
-    ]
-)
-SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.dictionary(pa.int32(), pa.string()), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        *list(PARTITION_SCHEMA)[:2],
-        pa.field("timestamp_type", pa.int32(), nullable=False),  # 0 create time, 1 log append time
-        *list(PARTITION_SCHEMA)[2:],
-    ]
-)
-# schema metadata of a partition's columns: int64 pairs [first offset, last offset] of its LogAppendTime batches
-LOG_APPEND_KEY = b"fsm.log_append_offsets"
-EMPTY_PARTITION = _arrow.empty(PARTITION_SCHEMA)
-_NO_HEADERS = pa.StructArray.from_arrays(
-    [_arrow.binary([], pa.string()), _arrow.binary([])], fields=list(HEADER_TYPE.value_type)
-)
+_NO_ROWS = np.empty(0, dtype=np.int64)
+EMPTY_PARTITION = PartitionColumns(_NO_ROWS, _NO_ROWS, pa.nulls(0, pa.binary()), pa.nulls(0, pa.binary()), [], [])
 
 
 class DecodedColumns(NamedTuple):
-    """Like ``DecodedPartition``, with ``columns`` (PARTITION_SCHEMA) instead of records."""
+    """Like ``DecodedPartition``, with ``columns`` instead of records."""
 
-    columns: pa.RecordBatch
+    columns: PartitionColumns
     next_offset: int
     bytes: int
     error: RecordError | None
@@ -290,11 +260,11 @@ def build(
     timestamps: np.ndarray,
     spans: np.ndarray,
     data: bytes | memoryview | None = None,
-) -> pa.RecordBatch:
+) -> PartitionColumns:
     """One partition's columns from the records' offsets, timestamps and spans in ``cols``' joined payloads
-    (``data``, when the caller has joined them). Keys and values are binary_view arrays over the payloads
-    where the compiled module is built: nothing copied until ``assemble`` copies the rows it hands out
-    into binary ones; else binary arrays gathered by Arrow."""
+    (``data``, when the caller has joined them). Keys and values are binary views over the payloads where
+    the compiled module is built: nothing copied until ``assemble`` copies the rows it hands out; else
+    binary arrays gathered by Arrow."""
     n = len(offsets)
     for first, ts in cols.log_append:  # to the end of that batch: its records are contiguous
         timestamps[first : _batch_end(cols, first, n)] = ts
@@ -312,49 +282,18 @@ def build(
             spans = np.ascontiguousarray(spans.reshape(-1, 4)[keep]).ravel()
             headers = [(int(index[i]), pairs) for i, pairs in headers if keep[i]]
             n = len(offsets)
-    keys = values = None
+    keys: Views | pa.Array | None = None
+    values: Views | pa.Array | None = None
     if _views is not None:
         parts, starts = ((data,), _ZERO_START) if data is not None else _parts(cols)
-        keys = _as_views(parts, starts, spans, 0, n)
-        values = None if keys is None else _as_views(parts, starts, spans, 2, n)
+        keys = _as_views(parts, starts, spans, 0)
+        values = None if keys is None else _as_views(parts, starts, spans, 2)
     if keys is None or values is None:
         if data is None:
             data = cols.payloads[0] if len(cols.payloads) == 1 else b"".join(cols.payloads)
         keys = _gather(data, spans, 0, n)
         values = _gather(data, spans, 2, n)
-    ts_mask = timestamps == -1  # no timestamp (magic v0, or a v2 producer that set none): null
-    if not ts_mask.any():
-        ts_mask = None
-    batch = pa.RecordBatch.from_arrays(
-        [
-            _arrow.array(offsets),
-            _arrow.array(timestamps, pa.timestamp("ms"), mask=ts_mask),
-            keys,
-            values,
-            _header_column(headers, n),
-        ],
-        names=PARTITION_SCHEMA.names,
-    )
-    return _with_log_append(batch, log_append)
-
-
-def _with_log_append(batch: pa.RecordBatch, ranges: list[tuple[int, int]]) -> pa.RecordBatch:
-    """``batch`` noting the offset ranges of its records that have LogAppendTime timestamps."""
-    if not ranges:
-        return batch
-    return batch.replace_schema_metadata({LOG_APPEND_KEY: np.array(ranges, dtype=np.int64).tobytes()})
-
-
-def timestamp_types(columns: pa.RecordBatch) -> pa.Array:
-    """The timestamp type (int32: 0 create time, 1 log append time) of each row of a partition's columns."""
-    types = np.zeros(columns.num_rows, dtype=np.int32)
-    meta = columns.schema.metadata
-    ranges = meta.get(LOG_APPEND_KEY) if meta else None
-    if ranges and columns.num_rows:
-        offsets = _arrow.numpy(columns.column(0))
-        for lo, hi in np.frombuffer(ranges, dtype=np.int64).reshape(-1, 2):
-            types[np.searchsorted(offsets, lo, "left") : np.searchsorted(offsets, hi, "right")] = 1
-    return _arrow.array(types)
+    return PartitionColumns(offsets, timestamps, keys, values, headers, log_append)
 
 
 def _batch_end(cols: Any, first: int, n: int) -> int:
@@ -379,15 +318,14 @@ def _parts(cols: Any) -> tuple[list, np.ndarray]:
     return cols.payloads, np.array([start for _, start in cols.bases], dtype=np.int64)
 
 
-def _as_views(parts: Sequence, starts: np.ndarray, spans: np.ndarray, field: int, n: int) -> pa.Array | None:
-    """The keys (field 0) or values (field 2) as a binary_view array over ``parts``, copying nothing but
-    values of up to 12 bytes; None where the compiled module declines (a span outside its payload)."""
+def _as_views(parts: Sequence, starts: np.ndarray, spans: np.ndarray, field: int) -> Views | None:
+    """The keys (field 0) or values (field 2) as the buffers of a binary_view array over ``parts``, copying
+    nothing but values of up to 12 bytes; None where the compiled module declines (a span outside its part)."""
     got = _views(parts, starts, spans, field)
     if got is NotImplemented:
         return None
     validity, views, nulls = got
-    buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(views)]
-    return pa.Array.from_buffers(pa.binary_view(), n, buffers + [pa.py_buffer(p) for p in parts], null_count=nulls)
+    return Views(validity, views, nulls, parts)
 
 
 def _gather(data: bytes | memoryview, spans: np.ndarray, field: int, n: int) -> pa.Array:
@@ -406,72 +344,12 @@ def _gather(data: bytes | memoryview, spans: np.ndarray, field: int, n: int) -> 
     return taken.cast(pa.binary())
 
 
-def _binary(arrays: list[pa.Array]) -> pa.Array:
-    """One binary array of binary and binary_view ones (slices of them): the one copy of the rows' bytes."""
-    if all(a.type == pa.binary() for a in arrays):
-        return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
-    pieces = []
-    for a in arrays:
-        buffers = a.buffers()
-        if a.type == pa.binary():
-            pieces.append((1, buffers[0], a.offset, len(a), buffers[1], buffers[2]))
-        else:
-            pieces.append((0, buffers[0], a.offset, len(a), buffers[1], buffers[2:]))
-    validity, offsets, data, nulls = _to_binary(pieces)
-    n = sum(len(a) for a in arrays)
-    buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(data)]
-    return pa.Array.from_buffers(pa.binary(), n, buffers, null_count=nulls)
-
-
-def _header_column(headers: list[tuple[int, tuple]], n: int) -> pa.Array:
-    if not headers:  # the common case: n empty lists
-        offsets = pa.py_buffer(np.zeros(n + 1, np.int32))
-        return pa.Array.from_buffers(HEADER_TYPE, n, [None, offsets], children=[_NO_HEADERS])
-    counts = np.zeros(n + 1, dtype=np.int32)
-    keys: list[str] = []
-    values: list[bytes | None] = []
-    for index, pairs in headers:
-        counts[index + 1] = len(pairs)
-        for k, v in pairs:
-            keys.append(k)
-            values.append(v)
-    items = pa.StructArray.from_arrays(
-        [_arrow.binary(keys, pa.string()), _arrow.binary(values)], fields=list(HEADER_TYPE.value_type)
-    )
-    return pa.ListArray.from_arrays(_arrow.array(np.cumsum(counts, dtype=np.int32)), items, type=HEADER_TYPE)
-
-
-def from_records(records: Sequence) -> pa.RecordBatch:
-    """Columns (PARTITION_SCHEMA) of decoded ``ConsumerRecord``s with bytes keys and values."""
+def from_records(records: Sequence) -> PartitionColumns:
+    """Columns of decoded ``ConsumerRecord``s with bytes keys and values."""
     cols = _Columns()
     _add_records(cols, records)
     if not len(cols):
         return EMPTY_PARTITION
-    batch = build(cols, *columns_of(cols))
-    return _with_log_append(batch, [(r[3], r[3]) for r in records if r[5] == 1])
-
-
-def assemble(pieces: Sequence[tuple[TopicPartition, pa.RecordBatch]]) -> pa.RecordBatch:
-    """One RecordBatch (SCHEMA) of partition slices, in the order given."""
-    pieces = [(tp, b) for tp, b in pieces if b.num_rows]
-    if not pieces:
-        return _arrow.empty(SCHEMA)
-    names: dict[str, int] = {}
-    for tp, _ in pieces:
-        names.setdefault(tp.topic, len(names))
-    lengths = [b.num_rows for _, b in pieces]
-    topic = pa.DictionaryArray.from_arrays(
-        _arrow.array(np.repeat(np.array([names[tp.topic] for tp, _ in pieces], dtype=np.int32), lengths)),
-        _arrow.binary(list(names), pa.string()),
-    )
-    partition = _arrow.array(np.repeat(np.array([tp.partition for tp, _ in pieces], dtype=np.int32), lengths))
-    rest = []
-    for i, name in enumerate(PARTITION_SCHEMA.names):
-        arrays = [b.column(i) for _, b in pieces]
-        if name in ("key", "value"):
-            rest.append(_binary(arrays))
-        else:
-            rest.append(arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays))
-    types = [timestamp_types(b) for _, b in pieces]
-    types = types[0] if len(types) == 1 else pa.concat_arrays(types)
-    return pa.RecordBatch.from_arrays([topic, partition, *rest[:2], types, *rest[2:]], schema=SCHEMA)
+    columns = build(cols, *columns_of(cols))
+    columns.log_append = [(r[3], r[3]) for r in records if r[5] == 1]
+    return columns

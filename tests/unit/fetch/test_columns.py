@@ -38,9 +38,8 @@ def rows_of(records):
     ]
 
 
-def column_rows(columns: pa.RecordBatch):
+def column_rows(columns):
     """A partition's columns as poll_batch() hands them out (compiled keys and values are views until then)."""
-    assert columns.schema.names == PARTITION_SCHEMA.names
     out = assemble([(TopicPartition("t", 2), columns)])
     assert out.schema == SCHEMA
     rows = out.select(PARTITION_SCHEMA.names).cast(PARTITION_SCHEMA.set(1, pa.field("timestamp", pa.int64())))
@@ -81,9 +80,10 @@ def test_every_codec_headers_null_and_empty_keys_and_values(codec):
     data = batch(sample(), base_offset=5, codec=codec) + batch([b"x" * 300, b"y"], base_offset=14, codec=codec)
     out = same(data)
     assert out.columns.num_rows == 11
-    assert out.columns.column("key").null_count == 6  # 4 odd ones and the 2 keyless; key 4 is empty, not null
-    assert out.columns.column("key")[4].as_py() == b""
-    assert out.columns.column("value")[3].as_py() is None and out.columns.column("value")[0].as_py() == b""
+    rows = out.columns.to_batch()
+    assert rows.column("key").null_count == 6  # 4 odd ones and the 2 keyless; key 4 is empty, not null
+    assert rows.column("key")[4].as_py() == b""
+    assert rows.column("value")[3].as_py() is None and rows.column("value")[0].as_py() == b""
 
 
 @pytest.mark.parametrize("codec", ["none", "lz4"])
@@ -132,7 +132,7 @@ def test_control_batches_and_aborted_transactions_are_dropped():
         + control_batch(8, 1, marker=COMMIT)
     )
     committed = same(log, isolation_level="read_committed", aborted_transactions=[(1, 0)])
-    assert committed.columns.column("value").to_pylist() == [b"p1", b"c1", b"c2", b"n1"]
+    assert committed.columns.to_batch().column("value").to_pylist() == [b"p1", b"c1", b"c2", b"n1"]
     assert committed.next_offset == 9
     uncommitted = same(log)
     assert uncommitted.columns.num_rows == 6  # aborted data too, never the markers
@@ -168,7 +168,7 @@ def test_corrupt_batch_keeps_the_good_batches_before_it_and_withholds_its_record
     change(raw)
     data = good + (bytes(raw) if reason == "CRC mismatch" else _resign(raw)) + batch([b"fourth"], base_offset=3)
     out = same(data)
-    assert out.columns.column("value").to_pylist() == [b"first"]
+    assert out.columns.to_batch().column("value").to_pylist() == [b"first"]
     assert isinstance(out.error, CorruptRecordError) and out.error.offset == 1 and out.next_offset == 1
 
 
@@ -217,6 +217,32 @@ def test_from_records_and_assemble():
     assert out.column("offset").to_pylist() == [4, 5, 6, 0, 1, 2]
     empty = assemble([])
     assert empty.schema == SCHEMA and empty.num_rows == 0
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_slices_of_several_fetches_assemble_to_their_rows(codec):
+    """poll_batch() hands out slices of fetches: each slice's rows, headers and timestamp types, in order,
+    whichever fetch and row they start at; a slice past the end is empty."""
+    recs = sample(9)
+    data = batch(recs[:5], base_offset=10, codec=codec) + batch(
+        recs[5:], base_offset=15, log_append_time=TS, codec=codec
+    )
+    whole = decode_partition("t", 2, data, fetch_offset=10).records
+    columns = decode_partition_columns("t", 2, data, fetch_offset=10).columns
+    assert columns.num_rows == 9 and columns.offset_at(4) == 14 and columns.index_of(13) == 3
+    assert columns.index_of(99) == 9 and columns.slice(7, 5).num_rows == 2 and columns.slice(12).num_rows == 0
+    cuts = [(0, 2), (2, 5), (5, 6), (6, 9)]
+    out = assemble([(TopicPartition("t", 2), columns.slice(a, b - a)) for a, b in cuts])
+    expected = rows_of(whole)
+    for row in expected[5:]:
+        row["timestamp"] = TS  # LogAppendTime: the batch's max timestamp
+    assert column_rows(columns) == expected
+    rows = out.select(PARTITION_SCHEMA.names).cast(PARTITION_SCHEMA.set(1, pa.field("timestamp", pa.int64())))
+    assert rows.to_pylist() == expected
+    assert out.column("timestamp_type").to_pylist() == [0] * 5 + [1] * 4
+    later = columns.slice(3)
+    assert later.offset_at(0) == 13 and later.index_of(15) == 2
+    assert later.to_batch().column("headers").to_pylist() == [e["headers"] for e in expected[3:]]
 
 
 # The fast path (record starts in Python, fields with numpy) must serve valid v2 data by itself and
@@ -274,7 +300,7 @@ def test_a_corrupt_record_found_by_the_fast_path_is_worded_by_the_exact_loop(exa
     raw[at] = 5  # key length -3
     out = same(_resign_last(raw, second_at=len(batch([b"first"]))))
     assert len(exact_calls) == 1 and "negative key length -3" in out.error.message
-    assert out.columns.column("value").to_pylist() == [b"first"]
+    assert out.columns.to_batch().column("value").to_pylist() == [b"first"]
 
 
 def _resign_last(raw: bytearray, second_at: int) -> bytes:

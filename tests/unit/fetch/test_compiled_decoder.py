@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the strategies
 import pyarrow as pa  # noqa: E402
 from test_record_corruption import FUZZ, logs, mutate, mutation_st  # noqa: E402
 
-from fsm_consumer.fetch import TopicPartition, _columns, _decode, _decode_v2, decode_partition  # noqa: E402
+from fsm_consumer.fetch import TopicPartition, _assemble, _columns, _decode, _decode_v2, decode_partition  # noqa: E402
 from fsm_consumer.fetch.testing import Rec, batch  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
@@ -94,9 +94,9 @@ def same_columns(python, compiled) -> None:
     # as poll_batch() hands them out (the compiled path's keys and values are views until then)
     tp = TopicPartition("t", 3)
     assert _columns.assemble([(tp, compiled.columns)]).equals(_columns.assemble([(tp, python.columns)]))
-    assert python.columns.column("value").type == pa.binary()
-    assert compiled.columns.num_rows == 0 or compiled.columns.column("value").type == pa.binary_view()
-    assert compiled.columns.schema.metadata == python.columns.schema.metadata  # LogAppendTime ranges
+    assert isinstance(python.columns.values, pa.Array) and python.columns.values.type == pa.binary()
+    assert compiled.columns.num_rows == 0 or isinstance(compiled.columns.values, _columns.Views)
+    assert compiled.columns.log_append == python.columns.log_append  # LogAppendTime ranges
     assert (compiled.next_offset, compiled.bytes, compiled.leader_epoch) == (
         python.next_offset,
         python.bytes,
@@ -131,7 +131,7 @@ def test_a_batch_the_compiled_scan_declines_hands_the_rest_of_the_fetch_to_the_p
     monkeypatch.setattr(_columns._vector, "scan", lambda *a: calls.append(a[1]) or scan(*a))
     python, compiled = both_columns(data, fetch_offset=5)
     same_columns(python, compiled)
-    rows = compiled.columns.to_pylist()
+    rows = compiled.columns.to_batch().to_pylist()
     assert [r["offset"] for r in rows] == list(range(5, 45))
     assert rows[35]["key"] is None and rows[36]["key"] == b"" and rows[37]["headers"] == [{"key": "a", "value": b"1"}]
     assert calls[4:] == [2, 1]  # with the compiled scan: the batch with headers and the one after it
@@ -142,8 +142,8 @@ def test_the_compiled_scan_alone_reads_a_fetch_without_headers(monkeypatch):
     monkeypatch.setattr(_columns._vector, "parse", lambda *a: pytest.fail("the numpy parse ran"))
     monkeypatch.setattr(_columns._vector, "scan", lambda *a: pytest.fail("the Python scan ran"))
     got = _columns.decode_partition_columns("t", 3, data, fetch_offset=100)
-    assert got.columns.column("offset").to_pylist() == list(range(100, 120))
-    assert got.columns.column("key").to_pylist() == [None if i % 2 else b"k" for i in range(20)]
+    assert got.columns.to_batch().column("offset").to_pylist() == list(range(100, 120))
+    assert got.columns.to_batch().column("key").to_pylist() == [None if i % 2 else b"k" for i in range(20)]
 
 
 def test_a_record_below_its_batchs_base_is_an_error_as_the_loop_says_not_dropped():
@@ -163,12 +163,19 @@ _items = st.lists(st.one_of(st.none(), st.binary(max_size=30)), max_size=12)
 def test_binary_and_view_pieces_join_into_one_binary_array(pieces):
     """assemble's join of key or value columns (binary_view from the compiled path, binary from the
     others, slices of either) gives every element in order, nulls included, as one binary array."""
-    arrays, expected = [], []
+    spec, expected = [], []
     for items, view, a, b in pieces:
         a, b = sorted((min(a, len(items)), min(b, len(items))))
-        arrays.append(pa.array(items, pa.binary_view() if view else pa.binary()).slice(a, b - a))
+        if view:  # as _cdecode.views gives them: the buffers of a binary_view array
+            array = pa.array(items, pa.binary_view())
+            validity, views, *parts = array.buffers()
+            bits = None if validity is None else validity.to_pybytes()
+            column = _assemble.Views(bits, views, array.null_count, parts)
+        else:
+            column = pa.array(items, pa.binary())
+        spec.append((column, a, b))
         expected += items[a:b]
-    joined = _columns._binary(arrays)
+    joined = _assemble._binary(spec)
     assert joined.type == pa.binary()
     joined.validate(full=True)
     assert joined.to_pylist() == expected
@@ -180,6 +187,6 @@ def test_a_view_naming_no_buffer_is_refused_not_read():
     views[0:4] = (20).to_bytes(4, "little")  # 20 bytes out of line, in buffer 5 of none
     views[8:12] = (5).to_bytes(4, "little")
     with pytest.raises(ValueError, match="names no buffer"):
-        _columns._to_binary([(0, None, 0, 1, bytes(views), ())])
+        _assemble._to_binary([(0, None, 0, 1, bytes(views), ())])
     with pytest.raises(ValueError, match="shorter than its offset and length"):
-        _columns._to_binary([(0, None, 1, 1, bytes(views), ())])
+        _assemble._to_binary([(0, None, 1, 1, bytes(views), ())])

@@ -327,7 +327,7 @@ def test_a_huge_record_count_over_lengths_that_do_not_advance_fails_at_once():
     assert_corrupt_at_second(data, "does not end where its length says")
     for check_crcs in (True, False):
         got = _columns.decode_partition_columns("t", 0, data, fetch_offset=0, check_crcs=check_crcs)
-        assert got.columns.column("value").to_pylist() == [b"first"]
+        assert got.columns.to_batch().column("value").to_pylist() == [b"first"]
         assert isinstance(got.error, CorruptRecordError) and got.error.offset == 1
         assert "does not end where its length says" in got.error.message
 

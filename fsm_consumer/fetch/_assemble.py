@@ -1,0 +1,201 @@
+"""One partition's decoded columns as plain buffers, and ``assemble``: the RecordBatch ``poll_batch()``
+hands out (``SCHEMA``), made of slices of several partitions' columns.
+
+A partition's columns (``PartitionColumns``) are numpy arrays and, where the compiled module is built,
+the buffers of binary views over the fetched data: no Arrow object. A ``poll_batch()`` hands out slices
+of a few fetches, and making Arrow arrays of every fetch, then again of every call, cost more than
+decoding (py-spy, B on Apache Kafka: 40% of the application thread's samples in pyarrow's constructors
+and validation); the Arrow arrays are now made once per call, by ``assemble``, for the rows it hands
+out. Keys and values are copied there into plain ``binary`` arrays (``to_binary``): the one copy of
+their bytes, after which nothing holds the fetched data.
+
+Timestamps are int64 with -1 for none (null in the batch); ``timestamp_type`` (0 create time, 1 log
+append time, a batch attribute) is kept as the offset ranges of LogAppendTime batches and made a column
+by ``assemble``. Headers (rare) are ``(row, pairs)`` of the rows that have any.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from ..structs import TopicPartition
+from . import _arrow
+
+_to_binary: Any
+try:  # fetch/_cdecode.c: binary_view buffers and binary arrays joined into one binary array
+    from ._cdecode import to_binary as _to_binary
+except ImportError:  # installed without a C compiler: keys and values are binary arrays, joined by Arrow
+    _to_binary = None
+
+HEADER_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+# one partition's columns as PartitionColumns.to_batch gives them; assemble adds topic and partition
+PARTITION_SCHEMA = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.timestamp("ms")),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADER_TYPE),
+    ]
+)
+SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        *list(PARTITION_SCHEMA)[:2],
+        pa.field("timestamp_type", pa.int32(), nullable=False),  # 0 create time, 1 log append time
+        *list(PARTITION_SCHEMA)[2:],
+    ]
+)
+_EMPTY = _arrow.empty(SCHEMA)
+_NO_HEADERS = pa.StructArray.from_arrays(
+    [_arrow.binary([], pa.string()), _arrow.binary([])], fields=list(HEADER_TYPE.value_type)
+)
+
+
+class Views(NamedTuple):
+    """Keys or values as the buffers of an Arrow binary_view array over ``parts`` (``_cdecode.views``):
+    nothing copied but values of up to 12 bytes; ``parts`` (the fetched payloads) are held alive."""
+
+    validity: bytes | None  # None when nothing is null
+    views: bytes  # 16 bytes per row
+    nulls: int
+    parts: Sequence
+
+
+class PartitionColumns:
+    """One partition's decoded records, rows ``start:stop`` of its arrays: offsets and timestamps (int64,
+    -1 no timestamp), keys and values (``Views``, or binary Arrow arrays where the compiled module is not
+    built or declined), headers ``[(row, pairs)]`` and the offset ranges of LogAppendTime batches
+    ``[(first, last)]``. Slices share everything."""
+
+    __slots__ = ("offsets", "timestamps", "keys", "values", "headers", "log_append", "start", "stop")
+
+    def __init__(
+        self,
+        offsets: np.ndarray,
+        timestamps: np.ndarray,
+        keys: Views | pa.Array,
+        values: Views | pa.Array,
+        headers: list[tuple[int, tuple]],
+        log_append: list[tuple[int, int]],
+        start: int = 0,
+        stop: int | None = None,
+    ) -> None:
+        self.offsets, self.timestamps, self.keys, self.values = offsets, timestamps, keys, values
+        self.headers, self.log_append = headers, log_append
+        self.start, self.stop = start, len(offsets) if stop is None else stop
+
+    @property
+    def num_rows(self) -> int:
+        return self.stop - self.start
+
+    def slice(self, start: int, length: int | None = None) -> PartitionColumns:
+        """Rows ``start:start + length`` of these (to the end without a length; clipped), sharing the arrays."""
+        lo = self.start + min(start, self.num_rows)
+        hi = self.stop if length is None else min(lo + length, self.stop)
+        return PartitionColumns(
+            self.offsets, self.timestamps, self.keys, self.values, self.headers, self.log_append, lo, hi
+        )
+
+    def offset_at(self, i: int) -> int:
+        return int(self.offsets[self.start + i])
+
+    def index_of(self, offset: int) -> int:
+        """The row of the first record at or after ``offset``."""
+        return int(np.searchsorted(self.offsets[self.start : self.stop], offset))
+
+    def to_batch(self) -> pa.RecordBatch:
+        """These rows as a RecordBatch of PARTITION_SCHEMA (keys and values copied, as assemble does)."""
+        return assemble([(TopicPartition("", 0), self)]).select(PARTITION_SCHEMA.names)
+
+
+def assemble(pieces: Sequence[tuple[TopicPartition, PartitionColumns]]) -> pa.RecordBatch:
+    """One RecordBatch (SCHEMA) of partitions' rows, in the order given."""
+    pieces = [(tp, c) for tp, c in pieces if c.num_rows]
+    if not pieces:
+        return _EMPTY
+    cols = [c for _, c in pieces]
+    lengths = [c.num_rows for c in cols]
+    names: dict[str, int] = {}
+    for tp, _ in pieces:
+        names.setdefault(tp.topic, len(names))
+    topic = pa.DictionaryArray.from_arrays(
+        _arrow.array(np.repeat(np.array([names[tp.topic] for tp, _ in pieces], dtype=np.int32), lengths)),
+        _arrow.binary(list(names), pa.string()),
+    )
+    partition = _arrow.array(np.repeat(np.array([tp.partition for tp, _ in pieces], dtype=np.int32), lengths))
+    offsets = _joined([c.offsets[c.start : c.stop] for c in cols])
+    timestamps = _joined([c.timestamps[c.start : c.stop] for c in cols])
+    none = timestamps == -1  # no timestamp (magic v0, or a v2 producer that set none): null
+    arrays = [
+        topic,
+        partition,
+        _arrow.array(offsets),
+        _arrow.array(timestamps, pa.timestamp("ms"), mask=none if none.any() else None),
+        _timestamp_types(cols, offsets),
+        _binary([(c.keys, c.start, c.stop) for c in cols]),
+        _binary([(c.values, c.start, c.stop) for c in cols]),
+        _header_column(cols, len(offsets)),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def _timestamp_types(cols: list[PartitionColumns], offsets: np.ndarray) -> pa.Array:
+    """0 (create time) or 1 (log append time) per row, from each partition's LogAppendTime offset ranges."""
+    types = np.zeros(len(offsets), dtype=np.int32)
+    base = 0
+    for c in cols:
+        if c.log_append:
+            mine = offsets[base : base + c.num_rows]
+            for lo, hi in c.log_append:
+                types[base + np.searchsorted(mine, lo, "left") : base + np.searchsorted(mine, hi, "right")] = 1
+        base += c.num_rows
+    return _arrow.array(types)
+
+
+def _binary(pieces: list[tuple[Views | pa.Array, int, int]]) -> pa.Array:
+    """One binary array of rows ``start:stop`` of each Views or binary array: the one copy of their bytes."""
+    if not any(isinstance(data, Views) for data, _, _ in pieces):
+        arrays = [data.slice(start, stop - start) for data, start, stop in pieces if isinstance(data, pa.Array)]
+        return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+    spec = []
+    for data, start, stop in pieces:
+        if isinstance(data, Views):
+            spec.append((0, data.validity, start, stop - start, data.views, data.parts))
+        else:
+            buffers = data.buffers()
+            spec.append((1, buffers[0], data.offset + start, stop - start, buffers[1], buffers[2]))
+    validity, offsets, joined, nulls = _to_binary(spec)
+    n = sum(stop - start for _, start, stop in pieces)
+    buffers = [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(joined)]
+    return pa.Array.from_buffers(pa.binary(), n, buffers, null_count=nulls)
+
+
+def _header_column(cols: list[PartitionColumns], n: int) -> pa.Array:
+    counts = np.zeros(n + 1, dtype=np.int32)
+    keys: list[str] = []
+    values: list[bytes | None] = []
+    base = 0
+    for c in cols:
+        for row, pairs in c.headers:
+            if c.start <= row < c.stop:
+                counts[base + row - c.start + 1] = len(pairs)
+                for k, v in pairs:
+                    keys.append(k)
+                    values.append(v)
+        base += c.num_rows
+    if not keys and not counts.any():  # the common case: n empty lists
+        return pa.Array.from_buffers(HEADER_TYPE, n, [None, pa.py_buffer(counts)], children=[_NO_HEADERS])
+    items = pa.StructArray.from_arrays(
+        [_arrow.binary(keys, pa.string()), _arrow.binary(values)], fields=list(HEADER_TYPE.value_type)
+    )
+    return pa.ListArray.from_arrays(_arrow.array(np.cumsum(counts, dtype=np.int32)), items, type=HEADER_TYPE)
