@@ -104,16 +104,28 @@ error:
     return NULL;
 }
 
-/* scan_fields(payload, count, start, out): the columnar fast path's fields (fetch/_vector.py's scan and parse)
-   of one batch's records, appended to the bytearray out as 7 native int64 per record: the record's start,
-   offset delta, timestamp delta, key start, key end, value start, value end (positions plus start, i.e. in
-   the fetch's joined payloads). NotImplemented with out as it was for anything else (a record with
-   headers, a fault, a varint over 8 bytes): the Python scan and numpy parse then take the fetch. */
+/* scan_fields(payload, count, start, base_offset, base_timestamp, starts, offsets, timestamps, spans): the
+   columnar fast path's fields (fetch/_vector.py's scan and parse) of one batch's records, appended to four
+   bytearrays as native int64: each record's start, its offset and timestamp (the bases plus its deltas),
+   and its key start, key end, value start, value end (4 per record); positions plus start, i.e. in the
+   fetch's joined payloads. NotImplemented with every bytearray as it was for anything else (a record
+   with headers, a fault, a varint over 8 bytes, a base beyond 2**62): the Python scan and numpy parse
+   then take the fetch. */
 static PyObject *scan_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyByteArray_Check(args[3])) { PyErr_SetString(PyExc_TypeError, "payload, count, start, bytearray"); return NULL; }
+    if (nargs != 9) { PyErr_SetString(PyExc_TypeError, "payload, count, start, base offset, base timestamp, 4 bytearrays"); return NULL; }
+    for (int k = 5; k < 9; k++)
+        if (!PyByteArray_Check(args[k])) { PyErr_SetString(PyExc_TypeError, "starts, offsets, timestamps, spans: bytearrays"); return NULL; }
     Py_ssize_t count = PyLong_AsSsize_t(args[1]), start = PyLong_AsSsize_t(args[2]);
-    if (PyErr_Occurred()) return NULL;
-    if (count < 0) Py_RETURN_NOTIMPLEMENTED;
+    int64_t base_offset = PyLong_AsLongLong(args[3]), base_ts = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred()) {  /* a base beyond int64 is the exact loop's to word */
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return NULL;
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    /* varints of at most 8 bytes stay below 2**55: with bases below 2**62 no sum overflows int64 */
+    const int64_t limit = (int64_t)1 << 62;
+    if (count < 0 || base_offset >= limit || base_offset <= -limit || base_ts >= limit || base_ts <= -limit)
+        Py_RETURN_NOTIMPLEMENTED;
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     const unsigned char *b = view.buf; Py_ssize_t n = view.len;
@@ -121,16 +133,24 @@ static PyObject *scan_fields(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyBuffer_Release(&view);
         Py_RETURN_NOTIMPLEMENTED;
     }
-    PyObject *out = args[3];
-    Py_ssize_t mark = PyByteArray_GET_SIZE(out);
-    if (count > (PY_SSIZE_T_MAX - mark) / 56 || PyByteArray_Resize(out, mark + count * 56) < 0) {
-        PyBuffer_Release(&view);
-        if (!PyErr_Occurred()) PyErr_NoMemory();
-        return NULL;
+    PyObject *outs[4] = {args[5], args[6], args[7], args[8]};
+    const Py_ssize_t width[4] = {8, 8, 8, 32};
+    Py_ssize_t marks[4];
+    int resized = 0;
+    for (; resized < 4; resized++) {
+        PyObject *o = outs[resized];
+        marks[resized] = PyByteArray_GET_SIZE(o);
+        if (count > (PY_SSIZE_T_MAX - marks[resized]) / width[resized] ||
+            PyByteArray_Resize(o, marks[resized] + count * width[resized]) < 0)
+            goto fail;
     }
-    int64_t *f = (int64_t *)(PyByteArray_AS_STRING(out) + mark);  /* bytearray storage is malloc-aligned */
+    /* bytearray storage is malloc-aligned */
+    int64_t *st = (int64_t *)(PyByteArray_AS_STRING(outs[0]) + marks[0]);
+    int64_t *of = (int64_t *)(PyByteArray_AS_STRING(outs[1]) + marks[1]);
+    int64_t *ts = (int64_t *)(PyByteArray_AS_STRING(outs[2]) + marks[2]);
+    int64_t *sp = (int64_t *)(PyByteArray_AS_STRING(outs[3]) + marks[3]);
     Py_ssize_t pos = 0;
-    for (Py_ssize_t i = 0; i < count; i++, f += 7) {
+    for (Py_ssize_t i = 0; i < count; i++, sp += 4) {
         int64_t len, tsd, offd, klen, vlen;
         Py_ssize_t at = pos;
         if (rd_varint(b, n, &pos, &len) < 0 || len < 0 || len > n - pos) goto decline;
@@ -150,17 +170,23 @@ static PyObject *scan_fields(PyObject *self, PyObject *const *args, Py_ssize_t n
         Py_ssize_t vpos = pos; if (vlen > 0) pos += vlen;
         if (pos + 1 != end || b[pos] != 0) goto decline;  /* no headers: one 0x00 byte */
         pos = end;
-        f[0] = start + at; f[1] = offd; f[2] = tsd;
-        f[3] = start + kpos; f[4] = start + kpos + (klen > 0 ? klen : 0);
-        f[5] = start + vpos; f[6] = start + vpos + (vlen > 0 ? vlen : 0);
+        st[i] = start + at; of[i] = base_offset + offd; ts[i] = base_ts + tsd;
+        sp[0] = start + kpos; sp[1] = start + kpos + (klen > 0 ? klen : 0);
+        sp[2] = start + vpos; sp[3] = start + vpos + (vlen > 0 ? vlen : 0);
     }
     if (pos != n) goto decline;
     PyBuffer_Release(&view);
     Py_RETURN_TRUE;
 decline:
     PyBuffer_Release(&view);
-    if (PyByteArray_Resize(out, mark) < 0) return NULL;
+    for (int k = 0; k < 4; k++)
+        if (PyByteArray_Resize(outs[k], marks[k]) < 0) return NULL;
     Py_RETURN_NOTIMPLEMENTED;
+fail:
+    PyBuffer_Release(&view);
+    while (resized-- > 0) PyByteArray_Resize(outs[resized], marks[resized]);
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+    return NULL;
 }
 
 /* Buffers of a sequence of buffer objects; NULL (an exception set) on failure, every one got released. */

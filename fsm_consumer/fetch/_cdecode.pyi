@@ -15,6 +15,17 @@ def decode_records(
     record_type: type,
     /,
 ) -> Any: ...
-def scan_fields(buf: bytes | memoryview, count: int, start: int, out: bytearray, /) -> Any: ...
+def scan_fields(
+    buf: bytes | memoryview,
+    count: int,
+    start: int,
+    base_offset: int,
+    base_timestamp: int,
+    starts: bytearray,
+    offsets: bytearray,
+    timestamps: bytearray,
+    spans: bytearray,
+    /,
+) -> Any: ...
 def views(parts: Any, starts: Any, spans: Any, field: int, /) -> Any: ...
 def to_binary(pieces: Any, /) -> Any: ...

@@ -57,7 +57,6 @@ from ._walk import READ_UNCOMMITTED, read_committed, walk
 
 __all__ = ["PARTITION_SCHEMA", "SCHEMA", "EMPTY_PARTITION", "DecodedColumns", "assemble", "decode_partition_columns"]
 
-_FIELDS = 7  # per record from the compiled scan: start, offset delta, timestamp delta, key and value spans
 _scan_fields: Any
 _views: Any
 try:  # the compiled scan (fetch/_cdecode.c): scan and parse of a batch in one pass, no Python per record
@@ -85,7 +84,10 @@ class _Starts:
 
     __slots__ = (
         "starts",
-        "fields",
+        "cstarts",
+        "coffsets",
+        "ctimestamps",
+        "cspans",
         "compiled",
         "batches",
         "payloads",
@@ -98,10 +100,10 @@ class _Starts:
     )
 
     def __init__(self) -> None:
-        # Batches scanned by the compiled scan come first, as _FIELDS int64 per record in ``fields``; from
-        # the first batch it declines (headers, a fault) on, the Python scan notes starts only, and
-        # _fast_columns parses the whole fetch from the starts of both
-        self.fields = bytearray()
+        # Batches scanned by the compiled scan come first, as native int64 per record: starts, offsets,
+        # timestamps, and 4 spans; from the first batch it declines (headers, a fault) on, the Python scan
+        # notes starts only, and _fast_columns parses the whole fetch from the starts of both
+        self.cstarts, self.coffsets, self.ctimestamps, self.cspans = bytearray(), bytearray(), bytearray(), bytearray()
         self.compiled = _scan_fields is not None
         self.starts = array("q")  # each record's start in the joined payloads (the Python scan's)
         self.batches: list[tuple[int, int, int, int]] = []  # (count, base offset, base timestamp, last offset)
@@ -114,12 +116,12 @@ class _Starts:
         self.declined = False  # an extreme base: the exact loop decodes the fetch
 
     def records(self) -> int:
-        return len(self.fields) // (8 * _FIELDS) + len(self.starts)
+        return len(self.coffsets) // 8 + len(self.starts)
 
     def mark(self) -> tuple:
         return (
             len(self.starts),
-            len(self.fields),
+            len(self.coffsets) // 8,
             len(self.batches),
             len(self.payloads),
             self.size,
@@ -128,9 +130,9 @@ class _Starts:
         )
 
     def truncate(self, mark: tuple) -> None:
-        n, nf, b, p, size, f, la = mark
-        del self.starts[n:], self.fields[nf:], self.batches[b:], self.payloads[p:], self.bases[p:], self.filters[f:]
-        del self.log_append[la:]
+        n, nc, b, p, size, f, la = mark
+        del self.starts[n:], self.batches[b:], self.payloads[p:], self.bases[p:], self.filters[f:], self.log_append[la:]
+        del self.cstarts[8 * nc :], self.coffsets[8 * nc :], self.ctimestamps[8 * nc :], self.cspans[32 * nc :]
         self.size = size
 
 
@@ -148,7 +150,11 @@ def _scan_batch(
 ) -> None:
     """The v2 batch callback of ``walk`` (decode_records' signature): note the record starts."""
     first = out.records()
-    if not out.compiled or _scan_fields(payload, count, out.size, out.fields) is NotImplemented:
+    columns = (out.cstarts, out.coffsets, out.ctimestamps, out.cspans)
+    if (
+        not out.compiled
+        or _scan_fields(payload, count, out.size, base_offset, base_timestamp, *columns) is NotImplemented
+    ):
         out.compiled = False
         _vector.scan(payload, count, out.size, out.starts)
     out.bases.append((first, out.size))
@@ -218,29 +224,29 @@ def decode_partition_columns(
     return DecodedColumns(build(cols, *columns_of(cols)), *walked)
 
 
-def _fast_columns(out: _Starts, check_crcs: bool) -> pa.RecordBatch | None:
+def _fast_columns(out: _Starts, check_crcs: bool) -> PartitionColumns | None:
     data = None  # the payloads joined, where the Python parse needs them
-    compiled = np.frombuffer(out.fields, dtype=np.int64).reshape(-1, _FIELDS)
+    counts = [b[0] for b in out.batches]
     if not out.starts:  # every batch scanned by the compiled scan: its fields are checked and complete
-        fields: _vector.Fields | None = _vector.Fields(
-            compiled[:, 1], compiled[:, 2], np.ascontiguousarray(compiled[:, 3:]).ravel(), []
-        )
+        offsets = np.frombuffer(out.coffsets, dtype=np.int64)
+        timestamps = np.frombuffer(out.ctimestamps, dtype=np.int64)  # writable: a bytearray's
+        spans = np.frombuffer(out.cspans, dtype=np.int64)
     else:
         data = out.payloads[0] if len(out.payloads) == 1 else b"".join(out.payloads)
         starts = np.frombuffer(out.starts, dtype=np.int64)
-        if len(compiled):
-            starts = np.concatenate([compiled[:, 0], starts])
+        if out.cstarts:
+            starts = np.concatenate([np.frombuffer(out.cstarts, dtype=np.int64), starts])
         fields = _vector.parse(data, starts)
-    if fields is None:
-        return None
-    counts = [b[0] for b in out.batches]
-    offsets = np.repeat(np.array([b[1] for b in out.batches], dtype=np.int64), counts) + fields.offset_deltas
-    timestamps = np.repeat(np.array([b[2] for b in out.batches], dtype=np.int64), counts)
-    timestamps += fields.timestamp_deltas
+        if fields is None:
+            return None
+        offsets = np.repeat(np.array([b[1] for b in out.batches], dtype=np.int64), counts) + fields.offset_deltas
+        timestamps = np.repeat(np.array([b[2] for b in out.batches], dtype=np.int64), counts)
+        timestamps += fields.timestamp_deltas
+        spans = fields.spans
+        out.headers = fields.headers
     if not check_crcs and not _offsets_fit(out, offsets, counts):
         return None
-    out.headers = fields.headers
-    return build(out, offsets, timestamps, fields.spans, data)
+    return build(out, offsets, timestamps, spans, data)
 
 
 def _offsets_fit(out: _Starts, offsets: np.ndarray, counts: list[int]) -> bool:
