@@ -131,12 +131,12 @@ def assemble(pieces: Sequence[tuple[TopicPartition, PartitionColumns]]) -> pa.Re
     partition = _arrow.array(np.repeat(np.array([tp.partition for tp, _ in pieces], dtype=np.int32), lengths))
     offsets = _joined([c.offsets[c.start : c.stop] for c in cols])
     timestamps = _joined([c.timestamps[c.start : c.stop] for c in cols])
-    none = timestamps == -1  # no timestamp (magic v0, or a v2 producer that set none): null
     arrays = [
         topic,
         partition,
         _arrow.array(offsets),
-        _arrow.array(timestamps, pa.timestamp("ms"), mask=none if none.any() else None),
+        # no timestamp (magic v0, or a v2 producer that set none): null; no bitmap when none is missing
+        _arrow.array(timestamps, pa.timestamp("ms"), mask=timestamps == -1),
         _timestamp_types(cols, offsets),
         _binary([(c.keys, c.start, c.stop) for c in cols]),
         _binary([(c.values, c.start, c.stop) for c in cols]),
