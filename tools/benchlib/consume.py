@@ -202,8 +202,20 @@ def bench_consume(args, kind: str = "tansu", clients: list[str] | None = None) -
                 "peak_rss_mb": round(max(r["peak_rss_mb"] for r in rs), 1),
                 "baseline_rss_mb": round(statistics.median([r["baseline_rss_mb"] for r in rs]), 1),
                 "first_record_s": round(statistics.median([r["first_s"] for r in rs]), 3),
+                # each round's rate (None: the run missed records), for the same-round shares below
+                "per_run": [
+                    round(r["rate_records"] / r["span_s"]) if r["records"] >= args.records else None for r in rs
+                ],
             }
         )
+    limit = next((r for r in rows if r["client"] == WIRE_LIMIT), None)
+    for r in rows:
+        if limit is not None and r is not limit and limit["records_per_s"]:
+            # the target is a share of the limit measured in the same run: medians, and round by round
+            r["wire_share"] = round(r["records_per_s"] / limit["records_per_s"], 2)
+            r["wire_share_per_run"] = [
+                round(a / b, 2) if a and b else None for a, b in zip(r["per_run"], limit["per_run"], strict=True)
+            ]
     for key, name in (("fsm_ratio", "fsm_consumer"), ("batch_ratio", "fsm_consumer(poll_batch)")):
         ours = next((r for r in rows if r["client"] == name), None)
         for r in rows:
@@ -226,6 +238,14 @@ def table(rows: list[dict]) -> str:
             f"{r['peak_rss_mb']} ({r.get('baseline_rss_mb', '-')}) | {r['first_record_s']} | "
             f"{r['fsm_ratio']} | {r.get('batch_ratio')} |"
         )
+    shares = [r for r in rows if r.get("wire_share") is not None]
+    if shares:
+        lines.append("")
+        lines.append("share of the wire limit (the raw Fetch loop) in the same run: of the medians; per round")
+        for r in shares:
+            per = ", ".join("-" if x is None else f"{x:.0%}" for x in r["wire_share_per_run"])
+            where = f"{r.get('broker', 'tansu')} {r.get('scenario', '-')} {r['client']}"
+            lines.append(f"- {where}: {r['wire_share']:.0%}; {per}")
     return "\n".join(lines)
 
 
