@@ -13,7 +13,6 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..broker import BROKER_KINDS
 from ._ingest_checkpoint import ForeignCheckpoint, check, record
-from ._ingest_progress import watch
+from ._ingest_progress import progress_directory, watch
 from ._spark_quiet import jvm_stderr_filtered, log_config
 
 if TYPE_CHECKING:
@@ -206,7 +205,7 @@ def ingest(argv: list[str]) -> int:
         from ..spark import register
 
         register(spark)
-        progress_dir = tempfile.mkdtemp(prefix="fsm-ingest-progress-")
+        progress_dir = progress_directory()
         stack.callback(shutil.rmtree, progress_dir, True)
         reader = (
             spark.readStream.format("fsm_kafka")

@@ -4,21 +4,59 @@ Records read of records planned come from the source's progress files (``progres
 ``fsm_consumer.spark._progress``): they move while a batch runs, where Spark reports a batch only when it
 ends. On a terminal a live table (rich); piped, a line every ``--progress-every`` seconds; nothing with
 ``--quiet``. ``watch`` returns the records this run's batches took in (Spark's ``numInputRows``).
+``progress_directory`` makes the run's directory for those files.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..spark._progress import Totals, totals
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
+
+
+PROGRESS_PREFIX = "fsm-ingest-progress-"
+# a run rewrites its files twice a second: a directory untouched this long whose process is gone is stale
+_STALE_S = 600.0
+
+
+def progress_directory(root: str | None = None) -> str:
+    """A new directory for this run's progress files, ``<temp>/fsm-ingest-progress-<pid>-<random>``, removed by
+    the run when it ends. A run killed outright (SIGKILL, the machine's OOM killer) never gets there, so this
+    first removes the directories of earlier runs whose process is gone and that nothing has written to for
+    ten minutes (a live run in another PID namespace sharing the temp directory keeps its own fresh)."""
+    base = Path(root if root is not None else tempfile.gettempdir())
+    now = time.time()
+    for path in base.glob(f"{PROGRESS_PREFIX}*-*"):
+        owner = path.name[len(PROGRESS_PREFIX) :].split("-", 1)[0]
+        try:
+            stale = owner.isdigit() and not _alive(int(owner)) and now - path.stat().st_mtime > _STALE_S
+        except OSError:  # removed meanwhile (another run cleaning up)
+            continue
+        if stale and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{PROGRESS_PREFIX}{os.getpid()}-", dir=base)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 class _Rate:

@@ -4,10 +4,13 @@ started once per test session and stopped at its end."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +132,6 @@ def start_ingest():
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        # a run killed outright leaves its progress directory (the next run would clear it ten minutes on)
+        for left in Path(tempfile.gettempdir()).glob(f"fsm-ingest-progress-{proc.pid}-*"):
+            shutil.rmtree(left, ignore_errors=True)
