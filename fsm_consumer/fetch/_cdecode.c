@@ -14,6 +14,10 @@
 #include <Python.h>
 #include <stdint.h>
 
+/* scan_fields and views let go of the interpreter lock for a batch of at least this many records (below
+   it the hand-over would cost more than the loop) */
+#define RELEASE_MIN_RECORDS 64
+
 static inline int rd_varint(const unsigned char *b, Py_ssize_t n, Py_ssize_t *pos, int64_t *out) {
     uint64_t r = 0; int shift = 0;
     while (*pos < n) {
@@ -150,30 +154,38 @@ static PyObject *scan_fields(PyObject *self, PyObject *const *args, Py_ssize_t n
     int64_t *ts = (int64_t *)(PyByteArray_AS_STRING(outs[2]) + marks[2]);
     int64_t *sp = (int64_t *)(PyByteArray_AS_STRING(outs[3]) + marks[3]);
     Py_ssize_t pos = 0;
+    int declined = 0;
+    /* the loop reads the held payload and writes the bytearrays resized above, which no other code sees
+       until this returns: the network thread may take the interpreter lock meanwhile (a batch of many
+       records takes tens of microseconds, the network thread's pass from one Fetch answer to the next
+       request waited for it) */
+    PyThreadState *released = count >= RELEASE_MIN_RECORDS ? PyEval_SaveThread() : NULL;
     for (Py_ssize_t i = 0; i < count; i++, sp += 4) {
         int64_t len, tsd, offd, klen, vlen;
         Py_ssize_t at = pos;
-        if (rd_varint(b, n, &pos, &len) < 0 || len < 0 || len > n - pos) goto decline;
+        if (rd_varint(b, n, &pos, &len) < 0 || len < 0 || len > n - pos) { declined = 1; break; }
         Py_ssize_t end = pos + len;
-        if (pos >= end) goto decline;
+        if (pos >= end) { declined = 1; break; }
         pos += 1;  /* attributes */
-        if (rd_varint(b, end, &pos, &tsd) < 0 || rd_varint(b, end, &pos, &offd) < 0) goto decline;
+        if (rd_varint(b, end, &pos, &tsd) < 0 || rd_varint(b, end, &pos, &offd) < 0) { declined = 1; break; }
         /* a null is told from an empty one by the byte before its span (0x01, the one-byte -1): a -1
            written in more bytes is left to the exact loop, as parse does */
         Py_ssize_t lpos = pos;
         if (rd_varint(b, end, &pos, &klen) < 0 || klen < -1 || klen > end - pos || (klen == -1 && pos - lpos != 1))
-            goto decline;
+            { declined = 1; break; }
         Py_ssize_t kpos = pos; if (klen > 0) pos += klen;
         lpos = pos;
         if (rd_varint(b, end, &pos, &vlen) < 0 || vlen < -1 || vlen > end - pos || (vlen == -1 && pos - lpos != 1))
-            goto decline;
+            { declined = 1; break; }
         Py_ssize_t vpos = pos; if (vlen > 0) pos += vlen;
-        if (pos + 1 != end || b[pos] != 0) goto decline;  /* no headers: one 0x00 byte */
+        if (pos + 1 != end || b[pos] != 0) { declined = 1; break; }  /* no headers: one 0x00 byte */
         pos = end;
         st[i] = start + at; of[i] = base_offset + offd; ts[i] = base_ts + tsd;
         sp[0] = start + kpos; sp[1] = start + kpos + (klen > 0 ? klen : 0);
         sp[2] = start + vpos; sp[3] = start + vpos + (vlen > 0 ? vlen : 0);
     }
+    if (released) PyEval_RestoreThread(released);
+    if (declined) goto decline;
     if (pos != n) goto decline;
     PyBuffer_Release(&view);
     Py_RETURN_TRUE;
@@ -239,24 +251,26 @@ static PyObject *views(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     for (Py_ssize_t k = 0; k < nparts; k++)
         if (parts[k].len > INT32_MAX) goto decline;
     out = PyBytes_FromStringAndSize(NULL, 16 * n);
-    if (!out) goto done;
+    /* a bitmap for the nulls is made up front (an eighth of a byte per record), so that the loop allocates
+       nothing: dropped when nothing is null */
+    validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+    if (!out || !validity) goto done;
     unsigned char *v = (unsigned char *)PyBytes_AS_STRING(out);
+    unsigned char *bits = (unsigned char *)PyBytes_AS_STRING(validity);
+    int bad = 0;
+    /* reads the held buffers and writes the two new objects, which no other code sees yet: the network
+       thread may take the interpreter lock meanwhile, as in scan_fields */
+    PyThreadState *released = n >= RELEASE_MIN_RECORDS ? PyEval_SaveThread() : NULL;
     memset(v, 0, 16 * n);
-    unsigned char *bits = NULL;
+    memset(bits, 0xff, (n + 7) / 8);
     Py_ssize_t k = 0;
     for (Py_ssize_t i = 0; i < n; i++, v += 16) {
         int64_t a = sp[4 * i + field], b = sp[4 * i + field + 1];
         while (k + 1 < nparts && starts[k + 1] < a) k++;  /* the part holding a's length byte, a - 1 */
         int64_t local = a - starts[k], len = b - a;
-        if (local < 1 || len < 0 || local + len > parts[k].len) goto decline;
+        if (local < 1 || len < 0 || local + len > parts[k].len) { bad = 1; break; }
         const unsigned char *d = (const unsigned char *)parts[k].buf;
         if (len == 0 && d[local - 1] == 1) {
-            if (!validity) {  /* the first null: every record before it is present */
-                validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
-                if (!validity) goto done;
-                bits = (unsigned char *)PyBytes_AS_STRING(validity);
-                memset(bits, 0xff, (n + 7) / 8);
-            }
             bits[i >> 3] &= (unsigned char)~(1 << (i & 7));
             nulls++;
             continue;
@@ -271,7 +285,9 @@ static PyObject *views(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             memcpy(v + 12, &o32, 4);
         }
     }
-    result = Py_BuildValue("(OOn)", validity ? validity : Py_None, out, (Py_ssize_t)nulls);
+    if (released) PyEval_RestoreThread(released);
+    if (bad) goto decline;
+    result = Py_BuildValue("(OOn)", nulls ? validity : Py_None, out, (Py_ssize_t)nulls);
     goto done;
 decline:
     result = Py_NewRef(Py_NotImplemented);

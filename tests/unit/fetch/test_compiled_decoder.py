@@ -119,6 +119,22 @@ def test_damaged_logs_give_the_same_columns_and_error(log, mutation, fetch_offse
     same_columns(*both_columns(data, fetch_offset=fetch_offset, check_crcs=False))
 
 
+def test_long_batches_scanned_without_the_interpreter_lock_give_the_same_columns():
+    # 64 records or more (RELEASE_MIN_RECORDS): scan_fields and views let go of the lock for their loops
+    recs = [
+        Rec(None if i % 7 == 0 else b"v%d" % i * (i % 5), key=None if i % 3 == 0 else b"k%d" % i) for i in range(200)
+    ]
+    data = batch(recs, base_offset=0) + batch([Rec(b"x" * 300, key=b"")] * 70, base_offset=200)
+    python, compiled = both_columns(data, fetch_offset=3)
+    same_columns(python, compiled)
+    assert compiled.columns.num_rows == 267 and compiled.columns.values.nulls == len(range(7, 200, 7))
+    # the last of 80 records has headers: the compiled scan declines after 79, inside its loop
+    declined = batch([Rec(b"p%d" % i) for i in range(79)] + [Rec(b"h", headers=[("a", b"1")])], base_offset=270)
+    python, compiled = both_columns(data + declined, fetch_offset=0)
+    same_columns(python, compiled)
+    assert compiled.columns.num_rows == 350
+
+
 def test_a_batch_the_compiled_scan_declines_hands_the_rest_of_the_fetch_to_the_python_scan(monkeypatch):
     data = (
         batch([Rec(b"v%d" % i, key=b"k%d" % i) for i in range(40)], base_offset=0)
