@@ -35,7 +35,9 @@ def progress_directory(root: str | None = None) -> str:
     """A new directory for this run's progress files, ``<temp>/fsm-ingest-progress-<pid>-<random>``, removed by
     the run when it ends. A run killed outright (SIGKILL, the machine's OOM killer) never gets there, so this
     first removes the directories of earlier runs whose process is gone and that nothing has written to for
-    ten minutes (a live run in another PID namespace sharing the temp directory keeps its own fresh)."""
+    ten minutes. A run in another PID namespace sharing the temp directory looks gone from here: its
+    directory goes only when it has not written for that long, and its writers make it again (the driver
+    per batch, each task as it starts; only the progress shown of earlier batches is lost)."""
     base = Path(root if root is not None else tempfile.gettempdir())
     now = time.time()
     for path in base.glob(f"{PROGRESS_PREFIX}*-*"):
