@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -24,10 +25,27 @@ if TYPE_CHECKING:
 __all__ = ["RangeProgress", "Totals", "planned", "totals"]
 
 _EVERY_S = 0.5  # a task rewrites its file at most this often
+log = logging.getLogger("fsm_consumer.spark")
+_warned = False
 
 
 def _write(path: Path, data: dict[str, object]) -> None:
-    """Atomically: a reader never sees half a file."""
+    """Atomically (a reader never sees half a file), and at best: a file that cannot be written costs the
+    progress shown, never the read (warned once per process). A directory removed meanwhile is made again."""
+    global _warned
+    try:
+        try:
+            _replace(path, data)
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _replace(path, data)
+    except OSError as exc:
+        if not _warned:
+            _warned = True
+            log.warning("progress file %s not written (%s): the progress shown may lag; the read goes on", path, exc)
+
+
+def _replace(path: Path, data: dict[str, object]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
@@ -75,7 +93,7 @@ def totals(directory: str | os.PathLike[str]) -> Totals:
     planned_total = read_total = batches = 0
     try:
         names = os.listdir(directory)
-    except FileNotFoundError:
+    except OSError:  # not there (yet, or any more), or not a directory: nothing to show
         return Totals(0, 0, 0)
     for name in names:
         if name.startswith(".") or not name.endswith(".json"):

@@ -4,6 +4,8 @@ the progress files the source writes while a batch runs."""
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -107,3 +109,22 @@ def test_progress_files_sum_to_records_read_of_records_planned(tmp_path):
     assert describe(Totals(1000, 650, 1), 350.0, 0) == (
         "650 of 1,000 records read (65%), 350 records/s, about 1 s left; batches done 0"
     )
+
+
+def test_a_progress_file_that_cannot_be_written_costs_the_progress_never_the_read(tmp_path, caplog, monkeypatch):
+    from fsm_consumer.spark import _progress
+
+    monkeypatch.setattr(_progress, "_warned", False)
+    folder = tmp_path / "progress"
+    task = RangeProgress(str(folder), KafkaRange("t", 0, 0, 100))
+    shutil.rmtree(folder)  # removed under a running task (a stale-directory sweep, an operator)
+    task.update(40, final=True)
+    assert totals(folder) == Totals(0, 40, 0)  # made again
+    shutil.rmtree(folder)
+    folder.write_text("a file where the directory was")
+    with caplog.at_level(logging.WARNING, logger="fsm_consumer.spark"):
+        task.update(60, final=True)
+        task.update(80, final=True)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "the read goes on" in warnings[0], warnings
+    assert totals(folder) == Totals(0, 0, 0)  # and the job showing the progress reads nothing, no error
