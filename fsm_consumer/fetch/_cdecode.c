@@ -185,8 +185,7 @@ static PyObject *scan_fields(PyObject *self, PyObject *const *args, Py_ssize_t n
         sp[2] = start + vpos; sp[3] = start + vpos + (vlen > 0 ? vlen : 0);
     }
     if (released) PyEval_RestoreThread(released);
-    if (declined) goto decline;
-    if (pos != n) goto decline;
+    if (declined || pos != n) goto decline;
     PyBuffer_Release(&view);
     Py_RETURN_TRUE;
 decline:

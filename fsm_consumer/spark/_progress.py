@@ -67,8 +67,7 @@ class RangeProgress:
 
     def __init__(self, directory: str | None, r: KafkaRange) -> None:
         self.path = None
-        if directory is not None:
-            Path(directory).mkdir(parents=True, exist_ok=True)
+        if directory is not None:  # made by the driver's plan, and again by _write if it went since
             self.path = Path(directory) / f"read-{r.topic}-{r.partition}-{r.start}-{r.end}.json"
         self.size = r.size
         self._at = 0.0

@@ -16,6 +16,8 @@ import pytest
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra: pip install -e '.[spark]'")
 
+from fsm_consumer.cli._ingest_progress import PROGRESS_PREFIX  # noqa: E402
+
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory) -> Iterator[pyspark.sql.SparkSession]:
@@ -133,5 +135,5 @@ def start_ingest():
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         # a run killed outright leaves its progress directory (the next run would clear it ten minutes on)
-        for left in Path(tempfile.gettempdir()).glob(f"fsm-ingest-progress-{proc.pid}-*"):
+        for left in Path(tempfile.gettempdir()).glob(f"{PROGRESS_PREFIX}{proc.pid}-*"):
             shutil.rmtree(left, ignore_errors=True)

@@ -116,6 +116,7 @@ def test_a_progress_file_that_cannot_be_written_costs_the_progress_never_the_rea
 
     monkeypatch.setattr(_progress, "_warned", False)
     folder = tmp_path / "progress"
+    folder.mkdir()  # as the driver's plan makes it
     task = RangeProgress(str(folder), KafkaRange("t", 0, 0, 100))
     shutil.rmtree(folder)  # removed under a running task (a stale-directory sweep, an operator)
     task.update(40, final=True)

@@ -185,7 +185,9 @@ def bench_consume(args, kind: str = "tansu", clients: list[str] | None = None) -
                 )
     for c, rs in runs.items():
         ok = [r for r in rs if r["records"] >= args.records]
-        rate = statistics.median([r["rate_records"] / r["span_s"] for r in ok]) if ok else 0.0
+        # each round's rate (None: the run missed records), for the median and the same-round shares below
+        rates = [r["rate_records"] / r["span_s"] if r in ok else None for r in rs]
+        rate = statistics.median([x for x in rates if x is not None]) if ok else 0.0
         rows.append(
             {
                 "bench": "consume",
@@ -202,10 +204,7 @@ def bench_consume(args, kind: str = "tansu", clients: list[str] | None = None) -
                 "peak_rss_mb": round(max(r["peak_rss_mb"] for r in rs), 1),
                 "baseline_rss_mb": round(statistics.median([r["baseline_rss_mb"] for r in rs]), 1),
                 "first_record_s": round(statistics.median([r["first_s"] for r in rs]), 3),
-                # each round's rate (None: the run missed records), for the same-round shares below
-                "per_run": [
-                    round(r["rate_records"] / r["span_s"]) if r["records"] >= args.records else None for r in rs
-                ],
+                "per_run": [None if x is None else round(x) for x in rates],
             }
         )
     limit = next((r for r in rows if r["client"] == WIRE_LIMIT), None)
