@@ -139,6 +139,23 @@ class Member(ConsumerRebalanceListener):
             self.open.clear()
 
 
+def stop_all(members) -> None:
+    """Stop every member still running (``None`` slots and stopped ones skipped), each even when stopping an
+    earlier one failed: a test that fails half-way leaves no consumer thread or peer process behind. The
+    first failure is raised once all were tried."""
+    failure: BaseException | None = None
+    for m in members:
+        stopped = getattr(m, "_stop", None)
+        if m is None or (stopped is not None and stopped.is_set()):
+            continue
+        try:
+            m.stop()
+        except BaseException as exc:  # noqa: BLE001 - raised below, after the others are stopped
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+
+
 def counted_consumer(settings: dict):
     """A Consumer on a FaultyTransport that counts every request it sends, by API: (consumer, faults, sent)."""
     from collections import Counter

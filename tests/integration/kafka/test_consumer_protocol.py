@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "group"))  # importlib mode: the group harness
 sys.path.insert(0, str(Path(__file__).parent))
 
-from group_harness import Member, assert_disjoint, describe, wait_until  # noqa: E402
+from group_harness import Member, assert_disjoint, describe, stop_all, wait_until  # noqa: E402
 from kafka_peers import JavaPeer, RdkafkaPeer, compile_peer, produce_spread  # noqa: E402
 
 from fsm_consumer import Consumer, TopicPartition  # noqa: E402
@@ -74,9 +74,7 @@ def test_two_members_share_the_partitions_and_hand_them_over_on_leaving(kafka):
         )
         figures = second.consumer.metrics_flat()
     finally:
-        for m in (first, second):
-            if m is not None and not m._stop.is_set():
-                m.stop()
+        stop_all([first, second])
     assert_disjoint([first, second])
     assert not first.errors and not second.errors, (first.errors, second.errors)
     assert figures["group-protocol"] == "consumer" and figures["member-epoch"] >= 1
@@ -125,9 +123,7 @@ def test_fsm_java_and_librdkafka_members_join_and_leave_while_records_flow(kafka
         final = [m.owned() for m in live]
         time.sleep(1)  # a last auto-commit of what was consumed
     finally:
-        for m in members:
-            if not getattr(m, "_stop", None) or not m._stop.is_set():
-                m.stop()
+        stop_all(members)
     assert len(produced) == 100_000
     assert sorted(p for o in final for p in o) == list(range(PARTITIONS)), "disjoint and complete"
     assert all(m.consumed for m in members), [(m.name, len(m.consumed)) for m in members]
@@ -195,9 +191,7 @@ def test_a_rolling_upgrade_to_the_consumer_protocol_and_back_loses_nothing_and_c
             lambda: f"{len(consumed() & produced)} of {len(produced)}; {explain()}",
         )
     finally:
-        for m in everyone:
-            if not getattr(m, "_stop", None) or not m._stop.is_set():
-                m.stop()
+        stop_all(everyone)
     assert len(produced) == 40_000
     assert_disjoint(everyone)
     for p in range(PARTITIONS):  # the group's commits, read after every step, never went backwards
@@ -246,9 +240,7 @@ def test_a_member_frozen_past_the_rebalance_timeout_loses_its_partitions_and_the
         lost = [h for h in frozen.consumer._group.membership.history if h[0] == "lost"]
         triggers = frozen.triggers()
     finally:
-        for m in (frozen, other):
-            if m is not None and not m._stop.is_set():
-                m.stop()
+        stop_all([frozen, other])
     assert lost and {tp.partition for tp in lost[0][1]} == set(range(PARTITIONS)), lost
     assert "poll_resumed" in triggers and ("revocation_timed_out" in triggers or "fenced_error" in triggers), triggers
     assert out_at >= 0
@@ -332,17 +324,20 @@ def test_a_parallel_consumer_on_the_consumer_protocol_hands_each_record_to_one_m
         thread.start()
         return c, thread, errors
 
+    consumers: list[Consumer] = []
     ca, ta, ea = member("a")
+    consumers.append(ca)
     try:
         wait_until(lambda: len(handled["a"]) > 3000, 60, "member a to handle 3000 records")
         cb, tb, eb = member("b")
+        consumers.append(cb)
         ta.join(120)
         tb.join(120)
     finally:
         for r in runners.values():
             r.stop()
-    ca.close()
-    cb.close()
+        for c in consumers:  # also when the wait above failed: no consumer left running
+            c.close()
     assert not ea and not eb, (ea, eb)
     a, b = set(handled["a"]), set(handled["b"])
     assert b, "member b never handled a record"

@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "group"))  # importlib mode: the group harness
 
-from group_harness import Member, coordinator_node, counted_consumer, wait_until  # noqa: E402
+from group_harness import Member, coordinator_node, counted_consumer, stop_all, wait_until  # noqa: E402
 
 from fsm_consumer import ConsumerRebalanceListener  # noqa: E402
 
@@ -110,9 +110,7 @@ def topic(kafka, make_topic):
 def others():
     made: list[Member] = []
     yield made
-    for m in made:
-        if not m._stop.is_set():
-            m.stop()
+    stop_all(made)
 
 
 def test_close_while_on_partitions_assigned_is_awaited(kafka, topic):

@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "group"))  # importlib mode: the group harness
 sys.path.insert(0, str(Path(__file__).parent))
 
-from group_harness import Member, assert_disjoint, describe, wait_until  # noqa: E402
+from group_harness import Member, assert_disjoint, describe, stop_all, wait_until  # noqa: E402
 from kafka_peers import JavaPeer, RdkafkaPeer, compile_peer, produce_spread  # noqa: E402
 
 pytestmark = pytest.mark.brokers("kafka")
@@ -71,8 +71,7 @@ def test_fsm_librdkafka_and_java_members_share_a_group(kafka, strategy, tmp_path
         )
         final = [m.owned() for m in members]
     finally:
-        for m in members:
-            m.stop()
+        stop_all(members)
     assert len(produced) == TOTAL
     assert sorted(p for o in final for p in o) == list(range(PARTITIONS)), "disjoint and complete"
     assert all(final), "every member, ours, librdkafka's and Java's, owned something"

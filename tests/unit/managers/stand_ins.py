@@ -1,0 +1,23 @@
+"""Stand-ins for the managers a membership manager asks, in the unit tests of this folder."""
+
+from __future__ import annotations
+
+
+class Coordinator:
+    """The coordinator manager as a membership manager reads it: found at node 7, always usable.
+    ``errors_expected=False`` makes a coordinator error (``mark_unknown``) fail the test."""
+
+    node = 7
+    gone_for_close = False
+
+    def __init__(self, *, errors_expected: bool = True) -> None:
+        self._errors_expected = errors_expected
+        self.marked_unknown = 0
+
+    def needed(self) -> None:
+        pass
+
+    def mark_unknown(self) -> None:
+        if not self._errors_expected:
+            raise AssertionError("no coordinator error expected here")
+        self.marked_unknown += 1
