@@ -6,18 +6,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..machines import Spec, SpecError, all_spec_paths, load_spec, specs_dir
+from ..machines import Spec, SpecError, all_spec_paths, load_spec, schema_path, specs_dir
+from ..machines._checked_record import record_is_current, write_record
 from ..machines._coverage import broker_gaps, coverage, merge_records
 from ..machines._diagram import have_dot, render_all
+from ..machines._paths import specs_are_the_users
 from ..machines._schema import check_schema_file
 
 
-def _load_all(directory: str | None) -> tuple[list[Spec], bool]:
+def _load_all(directory: str | None, *, validate_always: bool = False) -> tuple[list[Spec], bool]:
     specs: list[Spec] = []
     failed = False
     for path in all_spec_paths(directory):
         try:
-            specs.append(load_spec(path))
+            specs.append(load_spec(path, validate_always=validate_always))
         except SpecError as exc:
             print(f"ERROR {exc}", file=sys.stderr)
             failed = True
@@ -27,13 +29,36 @@ def _load_all(directory: str | None) -> tuple[list[Spec], bool]:
 def check_specs(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="check-specs", description="Check every spec; one line per machine.")
     ap.add_argument("--specs", help="specs directory (default: the project's)")
+    ap.add_argument(
+        "--record",
+        action="store_true",
+        help="after checking the project's specs, record their digests (machines/_checked.py): a Consumer "
+        "then skips the schema check of those texts",
+    )
     args = ap.parse_args(argv)
     try:
         check_schema_file()  # the schema itself: a Consumer trusts the shipped one (see machines/_schema.py)
     except SpecError as exc:
         print(f"ERROR {exc}", file=sys.stderr)
         return 1
-    specs, failed = _load_all(args.specs)
+    specs, failed = _load_all(args.specs, validate_always=True)
+    the_projects = args.specs is None and not specs_are_the_users()
+    if args.record and not the_projects:
+        print(
+            "ERROR --record records the project's own specs only (no --specs, no FSM_CONSUMER_SPECS)", file=sys.stderr
+        )
+        return 1
+    if the_projects and not failed:
+        paths = [schema_path(), *all_spec_paths()]
+        if args.record:
+            print(f"recorded {write_record(paths)}")
+        elif not record_is_current(paths):
+            print(
+                "ERROR the record of checked specs (fsm_consumer/machines/_checked.py) does not match the specs: "
+                "run tools/check-specs --record",
+                file=sys.stderr,
+            )
+            failed = True
     for s in specs:
         timeouts = sum(len(st.timeouts) for st in s.states.values())
         print(

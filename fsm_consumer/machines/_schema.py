@@ -6,17 +6,25 @@ import difflib
 import functools
 import json
 from pathlib import Path
-
-import jsonschema  # type: ignore[import-untyped]  # no stubs: types-jsonschema is not a dependency
+from typing import TYPE_CHECKING
 
 from ._errors import SpecError
 from ._paths import schema_path, specs_are_the_users
 from ._yaml import Located
 
+if TYPE_CHECKING:
+    import jsonschema  # type: ignore[import-untyped]  # no stubs: types-jsonschema is not a dependency
+
+# jsonschema is imported where a spec is validated, not with this module: a process whose specs are all
+# the shipped ones as check-specs recorded them (_checked.py) never validates one, and its import (40 ms,
+# 3 MB) is then saved in every process that makes a Consumer (a Spark worker, the CLI).
+
 
 def check_schema_file(path: Path | None = None) -> None:
     """Raise SpecError naming the schema file (default: the one in use) if it is not a valid JSON Schema
     (draft 2020-12)."""
+    import jsonschema
+
     path = path or schema_path()
     try:
         jsonschema.Draft202012Validator.check_schema(json.loads(path.read_text()))
@@ -27,6 +35,8 @@ def check_schema_file(path: Path | None = None) -> None:
 
 @functools.cache
 def _validator() -> jsonschema.Draft202012Validator:
+    import jsonschema
+
     # Checking a schema against the metaschema costs 60 ms, the most of a process's first Consumer: the
     # shipped schema is checked by check-specs and the tests, a schema of the user's (the specs directory
     # moved by FSM_CONSUMER_SPECS) here.
