@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import bisect
 import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..history import CheckResult, check, load
-from ._processes import MemberProcess, Watch, stop_all
-from ._produce import Producer, produced_file, produced_ranges, unacknowledged
-from ._produce import create_topic as _create_topic  # run() has a create_topic flag
-from ._rereads import reread_bound
+from ..history import CheckResult
+from ._group_run import GroupRun
 
 __all__ = ["MODES", "UNSUPPORTED", "Mode", "run"]
 
@@ -107,44 +103,27 @@ def run(
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     how = MODES[mode]
     say = log or (lambda _: None)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    group = group or f"churn-{topic}"
-    if create_topic:
-        _create_topic(bootstrap, topic, partitions)
-    options: dict[str, Any] = dict(
+    group_run = GroupRun(
+        bootstrap,
+        topic,
+        partitions,
+        Path(out_dir),
+        members=members,
+        rate=produce_rate,
+        group=group or f"churn-{topic}",
+        static=how.static,
+        client=client,
+        log=say,
+        keys=keys,
         session_timeout_ms=session_timeout_ms,
         heartbeat_interval_ms=heartbeat_interval_ms,
         strategy=how.strategy,
         parallel=workers if how.parallel else None,
         handler_sleep_ms=handler_sleep_ms if how.parallel else None,
-        client=client,
     )
-    producer = Producer(bootstrap, topic, produce_rate, keys=keys)
-    procs: list[MemberProcess] = []  # every one started, the killed too
-    watch = Watch([], partitions)
+    watch = group_run.watch
     kills: list[dict[str, Any]] = []
-    context: dict[str, Any] = dict(
-        mode=mode, client=client, strategy=how.strategy, static=how.static, parallel=how.parallel
-    )
-    produced: dict[tuple[str, int], set[int]] = {}
     began = time.monotonic()
-
-    def start(slot: int, replacement: int) -> MemberProcess:
-        name = f"m{slot}"
-        p = MemberProcess(
-            bootstrap,
-            group,
-            topic,
-            name,
-            out,
-            stem=f"{name}-r{replacement}" if replacement else name,
-            instance_id=name if how.static else None,
-            **options,
-        )
-        procs.append(p)
-        watch.add(p)
-        return p
 
     def note() -> bool:
         """Every kill's recovery, once it came; True when all have recovered."""
@@ -163,11 +142,8 @@ def run(
         return False
 
     try:
-        producer.start()
-        slots = [start(i, 0) for i in range(members)]
-        say(f"{members} members ({mode}: {how}) started in group {group!r}; waiting for all to own partitions")
-        watch.wait(lambda: watch.all_assigned(partitions), assign_timeout_s, "every member to own partitions")
-        say(f"all assigned: {watch.describe()}")
+        say(f"{members} members ({mode}: {how}) starting in group {group_run.group!r}")
+        group_run.start(assign_timeout_s, create=create_topic)
         deadline = time.monotonic() + duration_s
         next_kill = time.monotonic() + kill_every_s
         while True:
@@ -178,14 +154,11 @@ def run(
             ):
                 break
             slot = len(kills) % members
-            victim = slots[slot]
+            victim = group_run.slots[slot]
             leader = watch.leader.get(victim.key, False)
             owned = sorted(part for _, part in watch.owned[victim.key])
             t_kill = time.monotonic()
-            victim.signal(signal.SIGKILL)
-            victim.proc.wait(10)
-            watch.retire(victim, t_kill * 1000)
-            slots[slot] = start(slot, sum(1 for k in kills if k["slot"] == slot) + 1)
+            replacement = group_run.kill(slot)
             kill: dict[str, Any] = dict(
                 slot=slot,
                 victim=victim.key,
@@ -193,52 +166,32 @@ def run(
                 t_ms=round(t_kill * 1000, 3),
                 owned=owned,
                 leader=leader,
-                replacement=slots[slot].key,
+                replacement=replacement.key,
                 recovered_s=0.0 if watch.whole_since is not None else None,  # it owned nothing another did not
                 taken_over_by=None,
             )
             kills.append(kill)
             what = f"owning {owned}" + (", the leader" if leader else "")
-            say(f"killed {victim.key} (#{len(kills)}, {what}); started {slots[slot].key}: {watch.describe()}")
+            say(f"killed {victim.key} (#{len(kills)}, {what}); started {replacement.key}: {watch.describe()}")
             next_kill = t_kill + kill_every_s
         recovery_timeout_s = recovery_timeout_s or max(10.0, 4 * session_timeout_ms / 1000)
         recovered = watch.wait(note, recovery_timeout_s, None)
         say(f"churn over after {len(kills)} kills; recovered: {recovered}: {watch.describe()}")
-        producer.stop()
-        produced = producer.delivered()
-        say(f"produced {sum(map(len, produced.values()))} records; draining")
-        drain_began = time.monotonic()
-        drained = watch.wait(lambda: watch.read_all(produced), drain_timeout_s, None)
-        context.update(drained=drained, drain_s=round(time.monotonic() - drain_began, 1))
-        say(f"drained: {drained} after {context['drain_s']} s: {watch.describe()}")
+        result = group_run.finish(drain_timeout_s=drain_timeout_s, commit_log=commit_log)
     finally:
-        producer.stop()
-        context["exit_codes"] = stop_all(procs)
-        context["delivery_errors"] = producer.errors[:5]
-    counts = produced_ranges(produced)  # rule L's
-    broker_commits = commit_log(group) if commit_log is not None else None  # the broker's own word (Kafka)
-    history = load([p.history for p in procs])
-    result = check(history, produced=counts, broker_commits=broker_commits)
+        group_run.stop()
     for k in kills:
         k.pop("t_ms")
-    context.update(
+    result.summary["context"].update(
+        mode=mode,
+        strategy=how.strategy,
+        parallel=how.parallel,
         kills=len(kills),
         kills_owning=sum(1 for k in kills if k["owned"]),
         replacements=len(kills),
         replacements_owning=sum(1 for k in kills if k["replacement"] in watch.ever_owned),
         recovery_s=[k["recovered_s"] for k in kills],
         kill_log=kills,
-        members=members,
-        partitions=partitions,
-        session_timeout_ms=session_timeout_ms,
         kill_every_s=kill_every_s,
-        group=group,
-        produced=sum(map(len, produced.values())),
-        produced_unacknowledged=unacknowledged(produced),
-        produced_counts=produced_file(counts),  # for check-history --produced
-        rereads=result.summary["rereads"],
-        reread_bound=reread_bound(history),
-        broker_commit_log_entries=None if broker_commits is None else len(broker_commits),
     )
-    result.summary["context"] = context
     return result

@@ -13,10 +13,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..history import CheckResult, check, load
-from ._processes import MemberProcess, Watch, stop_all
-from ._produce import Producer, produced_file, produced_ranges, unacknowledged
-from ._produce import create_topic as _create_topic  # run() has a create_topic flag
+from ..history import CheckResult
+from ._group_run import GroupRun
+from ._processes import Watch
 
 __all__ = ["run"]
 
@@ -60,40 +59,33 @@ def run(
     set on the group (consumer.session.timeout.ms, consumer.heartbeat.interval.ms) before it forms. The other
     options go to ``_member_process``."""
     say = log or (lambda _: None)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     group = group or f"freeze-{topic}"
-    if create_topic:
-        _create_topic(bootstrap, topic, partitions)
     if strategy == "consumer":
         interval = heartbeat_interval_ms or max(100, session_timeout_ms // 10)
         set_group_session(bootstrap, group, session_timeout_ms, interval)
-    producer = Producer(bootstrap, topic, produce_rate, limit=records)
-    procs: list[MemberProcess] = []
-    context: dict = {}
+    group_run = GroupRun(
+        bootstrap,
+        topic,
+        partitions,
+        Path(out_dir),
+        members=members,
+        rate=produce_rate,
+        group=group,
+        client=client,
+        log=say,
+        limit=records,
+        session_timeout_ms=session_timeout_ms,
+        heartbeat_interval_ms=heartbeat_interval_ms,
+        max_poll_records=max_poll_records,
+        request_timeout_ms=request_timeout_ms,
+        commit=commit,
+        strategy=strategy,
+    )
+    watch = group_run.watch
     try:
-        producer.start()
-        for i in range(members):
-            procs.append(
-                MemberProcess(
-                    bootstrap,
-                    group,
-                    topic,
-                    f"m{i}",
-                    out,
-                    session_timeout_ms=session_timeout_ms,
-                    heartbeat_interval_ms=heartbeat_interval_ms,
-                    max_poll_records=max_poll_records,
-                    request_timeout_ms=request_timeout_ms,
-                    commit=commit,
-                    client=client,
-                    strategy=strategy,
-                )
-            )
-        watch = Watch(procs)
-        say(f"{members} members started in group {group!r}; waiting for all to own partitions")
-        watch.wait(lambda: watch.all_assigned(partitions), assign_timeout_s, "every member to own partitions")
-        say(f"all assigned: {watch.describe()}")
+        say(f"{members} members starting in group {group!r}")
+        group_run.start(assign_timeout_s, create=create_topic)
+        procs = group_run.slots
         freeze_s = freeze_s if freeze_s is not None else 2 * session_timeout_ms / 1000
         victim = procs[0]
         deadline = time.monotonic() + duration_s
@@ -118,39 +110,11 @@ def run(
             watch.update()
             say(f"thawed {victim.name}: {watch.describe()}")
         if records is not None:  # the rest of what was asked for, at the same rate
-            producer.wait_sent(records / produce_rate + 30)
-        producer.stop()
-        produced = producer.delivered()
-        say(f"produced {sum(map(len, produced.values()))} records; draining")
-        started = time.monotonic()
-        drained = watch.wait(lambda: watch.read_all(produced), drain_timeout_s, None)
-        context.update(
-            freezes=freezes,
-            freezes_owning=freezes_owning,
-            frozen_s_each=freeze_s,
-            drained=drained,
-            drain_s=round(time.monotonic() - started, 1),
-            delivery_errors=producer.errors[:5],
-        )
-        say(f"drained: {drained} after {context['drain_s']} s: {watch.describe()}")
+            group_run.producer.wait_sent(records / produce_rate + 30)
+        result = group_run.finish(drain_timeout_s=drain_timeout_s, commit_log=commit_log)
     finally:
-        producer.stop()
-        context["exit_codes"] = stop_all(procs)
-    counts = produced_ranges(produced)  # rule L's
-    broker_commits = commit_log(group) if commit_log is not None else None  # the broker's own word (Kafka)
-    result = check(load([p.history for p in procs]), produced=counts, broker_commits=broker_commits)
-    context.update(
-        members=members,
-        client=client,
-        partitions=partitions,
-        session_timeout_ms=session_timeout_ms,
-        group=group,
-        produced=sum(map(len, produced.values())),
-        produced_unacknowledged=unacknowledged(produced),
-        produced_counts=produced_file(counts),  # for check-history --produced
-        broker_commit_log_entries=None if broker_commits is None else len(broker_commits),
-    )
-    result.summary["context"] = context
+        group_run.stop()
+    result.summary["context"].update(freezes=freezes, freezes_owning=freezes_owning, frozen_s_each=freeze_s)
     return result
 
 

@@ -40,7 +40,9 @@ class GroupRun:
     ``group_instance_id``; ``client``: whose member each slot runs, ``fsm`` or ``librdkafka``, one for all
     or one per slot in turn); ``finish()`` stops producing, drains, stops
     everyone and checks. ``bootstrap`` is the members' (a proxy's, say); ``direct`` (default the same)
-    is where the topic is created, the records produced and the broker's word read."""
+    is where the topic is created, the records produced and the broker's word read. ``keys``: the records
+    carry that many keys (rule K has lanes to check); ``limit``: the producer stops after that many.
+    ``kill(slot)`` is ``bounce`` with SIGKILL: no leave, no last commit."""
 
     def __init__(
         self,
@@ -56,6 +58,8 @@ class GroupRun:
         static: bool = False,
         client: str | Sequence[str] = "fsm",
         log: Callable[[str], None] | None = None,
+        keys: int | None = None,
+        limit: int | None = None,
         **options: Any,
     ) -> None:
         self.bootstrap, self.direct = bootstrap, direct or bootstrap
@@ -67,7 +71,7 @@ class GroupRun:
         # (a mixed group: this library's members beside librdkafka's)
         self.clients = (client,) if isinstance(client, str) else tuple(client)
         self.say = log or (lambda _: None)
-        self.producer = Producer(self.direct, topic, rate)
+        self.producer = Producer(self.direct, topic, rate, limit=limit, keys=keys)
         self.procs: list[MemberProcess] = []
         self.slots: list[MemberProcess] = []
         self.watch = Watch([], partitions)
@@ -94,9 +98,12 @@ class GroupRun:
         self.watch.add(p)
         return p
 
-    def start(self, assign_timeout_s: float = 60.0) -> None:
+    def start(self, assign_timeout_s: float = 60.0, *, create: bool = True) -> None:
+        """The topic (unless ``create`` is False: it exists), the producer, the members; then until every
+        member owns partitions (a RuntimeError after ``assign_timeout_s``)."""
         self.out.mkdir(parents=True, exist_ok=True)
-        create_topic(self.direct, self.topic, self.partitions)
+        if create:
+            create_topic(self.direct, self.topic, self.partitions)
         self.producer.start()
         self.slots = [self._start(i) for i in range(self.members)]
         self.settle(assign_timeout_s, "every member to own partitions")
@@ -113,7 +120,19 @@ class GroupRun:
         old = self.slots[slot]
         old.signal(signal.SIGTERM)
         old.proc.wait(timeout_s)
-        self.watch.retire(old, time.monotonic() * 1000)
+        return self._replace(slot, time.monotonic())
+
+    def kill(self, slot: int) -> MemberProcess:
+        """SIGKILL the member in ``slot`` (gone at once: no leave, no commit; its partitions wait for its
+        session to end) and start its replacement as ``bounce`` does."""
+        old = self.slots[slot]
+        at = time.monotonic()
+        old.signal(signal.SIGKILL)
+        old.proc.wait(10)
+        return self._replace(slot, at)
+
+    def _replace(self, slot: int, gone_at: float) -> MemberProcess:
+        self.watch.retire(self.slots[slot], gone_at * 1000)
         self.slots[slot] = self._start(slot)
         return self.slots[slot]
 
