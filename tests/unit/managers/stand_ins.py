@@ -12,7 +12,6 @@ class Coordinator:
 
     def __init__(self, *, errors_expected: bool = True) -> None:
         self._errors_expected = errors_expected
-        self.marked_unknown = 0
 
     def needed(self) -> None:
         pass
@@ -20,4 +19,3 @@ class Coordinator:
     def mark_unknown(self) -> None:
         if not self._errors_expected:
             raise AssertionError("no coordinator error expected here")
-        self.marked_unknown += 1
