@@ -1,5 +1,6 @@
-"""Build hook: compile the optional C modules, fsm_consumer/fetch/_cdecode.c (the record decoder) and
-fsm_consumer/transport/_cbuffer.c (a frame body's buffer, not zeroed first).
+"""Build hook: compile the optional C modules, fsm_consumer/fetch/_cdecode.c (the record decoder),
+fsm_consumer/fetch/_cwalk.c (a partition's batches walked in one call) and fsm_consumer/transport/_cbuffer.c
+(a frame body's buffer, not zeroed first).
 
 Optional: without a C compiler (or Python's headers) the build goes on with a warning and the package
 is pure Python (fetch/_decode_v2.py's loop decodes every record, bytearray() holds each frame; the same
@@ -16,6 +17,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 MODULES = {  # module: source
     "fsm_consumer.fetch._cdecode": "fsm_consumer/fetch/_cdecode.c",
+    "fsm_consumer.fetch._cwalk": "fsm_consumer/fetch/_cwalk.c",
     "fsm_consumer.transport._cbuffer": "fsm_consumer/transport/_cbuffer.c",
 }
 

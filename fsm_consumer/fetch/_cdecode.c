@@ -14,21 +14,11 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "_records.h"  /* rd_varint, scan_records, append_records */
+
 /* scan_fields and views let go of the interpreter lock for a batch of at least this many records (below
    it the hand-over would cost more than the loop) */
 #define RELEASE_MIN_RECORDS 64
-
-static inline int rd_varint(const unsigned char *b, Py_ssize_t n, Py_ssize_t *pos, int64_t *out) {
-    uint64_t r = 0; int shift = 0;
-    while (*pos < n) {
-        unsigned char c = b[(*pos)++];
-        r |= (uint64_t)(c & 0x7f) << shift;
-        if (c < 0x80) { *out = (int64_t)(r >> 1) ^ -(int64_t)(r & 1); return 0; }
-        shift += 7;
-        if (shift > 56) return -1;  /* over 8 bytes: not ours to judge */
-    }
-    return -1;
-}
 
 static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     /* buf, count, base_offset, base_timestamp, log_append_time|None, min_offset, topic, partition, leader_epoch, out, record_type */
@@ -50,62 +40,12 @@ static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_
         PyBuffer_Release(&view);
         Py_RETURN_NOTIMPLEMENTED;
     }
-    Py_ssize_t mark = PyList_GET_SIZE(out);
-    PyObject *ts_type = PyLong_FromLong(lat ? 1 : 0), *minus1 = PyLong_FromLong(-1), *empty = PyTuple_New(0);
-    Py_ssize_t pos = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t len, tsd, offd, klen, vlen;
-        if (rd_varint(b, n, &pos, &len) < 0 || len < 0) goto decline;
-        Py_ssize_t end = pos + len;
-        if (end > n || pos >= n) goto decline;
-        pos += 1;  /* attributes */
-        if (rd_varint(b, end, &pos, &tsd) < 0 || rd_varint(b, end, &pos, &offd) < 0) goto decline;
-        if (rd_varint(b, end, &pos, &klen) < 0 || klen < -1) goto decline;
-        Py_ssize_t kpos = pos; if (klen > 0) pos += klen;
-        if (pos > end) goto decline;
-        if (rd_varint(b, end, &pos, &vlen) < 0 || vlen < -1) goto decline;
-        Py_ssize_t vpos = pos; if (vlen > 0) pos += vlen;
-        if (pos > end) goto decline;
-        /* no headers: one 0x00 byte, as the loop's fast path reads it (any other form: the loop) */
-        if (pos + 1 != end || b[pos] != 0) goto decline;
-        pos = end;
-        int64_t offset = base_offset + offd;
-        /* as the loop: only a batch that begins before the fetch offset is filtered; elsewhere a record below
-           the batch's base stays, and the offsets check words it (check_crcs off) */
-        if (base_offset < min_offset && offset < min_offset) continue;
-        PyObject *key = klen < 0 ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)b + kpos, klen);
-        PyObject *value = vlen < 0 ? Py_NewRef(Py_None) : PyBytes_FromStringAndSize((const char *)b + vpos, vlen);
-        PyObject *o = PyLong_FromLongLong(offset), *t = PyLong_FromLongLong(lat ? lat_ts : base_ts + tsd);
-        PyObject *ks = PyLong_FromLongLong(klen), *vs = PyLong_FromLongLong(vlen);
-        if (!key || !value || !o || !t || !ks || !vs) goto fail_items;
-        PyObject *rec = type->tp_alloc(type, 13);
-        if (!rec) goto fail_items;
-        PyObject **it = ((PyTupleObject *)rec)->ob_item;
-        it[0] = Py_NewRef(topic); it[1] = Py_NewRef(partition); it[2] = Py_NewRef(epoch); it[3] = o; it[4] = t;
-        it[5] = Py_NewRef(ts_type); it[6] = key; it[7] = value; it[8] = Py_NewRef(empty); it[9] = Py_NewRef(Py_None);
-        it[10] = ks; it[11] = vs; it[12] = Py_NewRef(minus1);
-        /* Holds only strings, numbers, bytes, None and the empty tuple: it cannot be part of a reference
-           cycle, so the collector need not see it (CPython untracks such plain tuples in its first
-           collection, but never a tuple subclass: each collection would traverse every record alive) */
-        PyObject_GC_UnTrack(rec);
-        int err = PyList_Append(out, rec); Py_DECREF(rec);
-        if (err < 0) goto error;
-        continue;
-    fail_items:
-        Py_XDECREF(key); Py_XDECREF(value); Py_XDECREF(o); Py_XDECREF(t); Py_XDECREF(ks); Py_XDECREF(vs);
-        goto error;
-    }
-    if (pos != n) goto decline;
-    Py_DECREF(ts_type); Py_DECREF(minus1); Py_DECREF(empty); PyBuffer_Release(&view);
+    int got = append_records(b, n, count, base_offset, base_ts, lat, lat_ts, min_offset, topic, partition, epoch, out,
+                             type);
+    PyBuffer_Release(&view);
+    if (got < 0) return NULL;
+    if (got > 0) Py_RETURN_NOTIMPLEMENTED;
     Py_RETURN_NONE;
-decline:
-    PyList_SetSlice(out, mark, PyList_GET_SIZE(out), NULL);
-    Py_DECREF(ts_type); Py_DECREF(minus1); Py_DECREF(empty); PyBuffer_Release(&view);
-    Py_RETURN_NOTIMPLEMENTED;
-error:
-    PyList_SetSlice(out, mark, PyList_GET_SIZE(out), NULL);
-    Py_DECREF(ts_type); Py_DECREF(minus1); Py_DECREF(empty); PyBuffer_Release(&view);
-    return NULL;
 }
 
 /* scan_fields(payload, count, start, base_offset, base_timestamp, starts, offsets, timestamps, spans): the
@@ -153,39 +93,14 @@ static PyObject *scan_fields(PyObject *self, PyObject *const *args, Py_ssize_t n
     int64_t *of = (int64_t *)(PyByteArray_AS_STRING(outs[1]) + marks[1]);
     int64_t *ts = (int64_t *)(PyByteArray_AS_STRING(outs[2]) + marks[2]);
     int64_t *sp = (int64_t *)(PyByteArray_AS_STRING(outs[3]) + marks[3]);
-    Py_ssize_t pos = 0;
-    int declined = 0;
     /* the loop reads the held payload and writes the bytearrays resized above, which no other code sees
        until this returns: the network thread may take the interpreter lock meanwhile (a batch of many
        records takes tens of microseconds, the network thread's pass from one Fetch answer to the next
        request waited for it) */
     PyThreadState *released = count >= RELEASE_MIN_RECORDS ? PyEval_SaveThread() : NULL;
-    for (Py_ssize_t i = 0; i < count; i++, sp += 4) {
-        int64_t len, tsd, offd, klen, vlen;
-        Py_ssize_t at = pos;
-        if (rd_varint(b, n, &pos, &len) < 0 || len < 0 || len > n - pos) { declined = 1; break; }
-        Py_ssize_t end = pos + len;
-        if (pos >= end) { declined = 1; break; }
-        pos += 1;  /* attributes */
-        if (rd_varint(b, end, &pos, &tsd) < 0 || rd_varint(b, end, &pos, &offd) < 0) { declined = 1; break; }
-        /* a null is told from an empty one by the byte before its span (0x01, the one-byte -1): a -1
-           written in more bytes is left to the exact loop, as parse does */
-        Py_ssize_t lpos = pos;
-        if (rd_varint(b, end, &pos, &klen) < 0 || klen < -1 || klen > end - pos || (klen == -1 && pos - lpos != 1))
-            { declined = 1; break; }
-        Py_ssize_t kpos = pos; if (klen > 0) pos += klen;
-        lpos = pos;
-        if (rd_varint(b, end, &pos, &vlen) < 0 || vlen < -1 || vlen > end - pos || (vlen == -1 && pos - lpos != 1))
-            { declined = 1; break; }
-        Py_ssize_t vpos = pos; if (vlen > 0) pos += vlen;
-        if (pos + 1 != end || b[pos] != 0) { declined = 1; break; }  /* no headers: one 0x00 byte */
-        pos = end;
-        st[i] = start + at; of[i] = base_offset + offd; ts[i] = base_ts + tsd;
-        sp[0] = start + kpos; sp[1] = start + kpos + (klen > 0 ? klen : 0);
-        sp[2] = start + vpos; sp[3] = start + vpos + (vlen > 0 ? vlen : 0);
-    }
+    int declined = scan_records(b, n, count, start, base_offset, base_ts, st, of, ts, sp) < 0;
     if (released) PyEval_RestoreThread(released);
-    if (declined || pos != n) goto decline;
+    if (declined) goto decline;
     PyBuffer_Release(&view);
     Py_RETURN_TRUE;
 decline:

@@ -48,6 +48,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
+from crc32c import crc32c
 
 from . import _arrow, _vector
 from ._assemble import PARTITION_SCHEMA, SCHEMA, PartitionColumns, Views, assemble
@@ -59,11 +60,13 @@ __all__ = ["PARTITION_SCHEMA", "SCHEMA", "EMPTY_PARTITION", "DecodedColumns", "a
 
 _scan_fields: Any
 _views: Any
+_walk_columns: Any
 try:  # the compiled scan (fetch/_cdecode.c): scan and parse of a batch in one pass, no Python per record
     from ._cdecode import scan_fields as _scan_fields
     from ._cdecode import views as _views
+    from ._cwalk import walk_columns as _walk_columns  # the walk and scan of a whole fetch in one call
 except ImportError:  # installed without a C compiler
-    _scan_fields = _views = None
+    _scan_fields = _views = _walk_columns = None
 
 _NO_ROWS = np.empty(0, dtype=np.int64)
 EMPTY_PARTITION = PartitionColumns(_NO_ROWS, _NO_ROWS, pa.nulls(0, pa.binary()), pa.nulls(0, pa.binary()), [], [])
@@ -195,6 +198,10 @@ def decode_partition_columns(
 ) -> DecodedColumns:
     """``decode_partition`` to columns: the same records, ``next_offset``, ``bytes``, ``error``."""
     committed = read_committed(isolation_level)
+    if _walk_columns is not None and records is not None and not (committed and aborted_transactions):
+        walked_columns = _walked_columns(records, fetch_offset, committed, check_crcs)
+        if walked_columns is not None:
+            return walked_columns
     out = _Starts()
     walked = walk(
         topic,
@@ -222,6 +229,42 @@ def decode_partition_columns(
     if not len(cols):
         return DecodedColumns(EMPTY_PARTITION, *walked)
     return DecodedColumns(build(cols, *columns_of(cols)), *walked)
+
+
+class _Walked:
+    """What ``build`` reads of a compiled walk: nothing left to apply (it dropped the records below the
+    fetch offset, gave LogAppendTime batches their time, and declines records with headers)."""
+
+    log_append = filters = ()
+
+    def __init__(self) -> None:
+        self.headers: list = []
+
+
+def _walked_columns(
+    records: bytes | memoryview, fetch_offset: int, committed: bool, check_crcs: bool
+) -> DecodedColumns | None:
+    """The walk of ``records`` and the scan of their batches in one compiled call (fetch/_cwalk.c), no
+    Python per batch: the same columns, ``next_offset``, ``bytes`` and leader epoch as the walk and scan
+    below; None where it declines (anything but plain v2 batches, any fault: the walk below words it)."""
+    offsets, timestamps, spans = bytearray(), bytearray(), bytearray()
+    got = _walk_columns(records, fetch_offset, committed, check_crcs, crc32c, offsets, timestamps, spans)
+    if got is NotImplemented:
+        return None
+    next_offset, size, leader_epoch, scanned, log_append = got
+    if not scanned:
+        return DecodedColumns(EMPTY_PARTITION, next_offset, size, None, leader_epoch)
+    int64 = np.int64
+    # spans are positions in records itself: its batches' payloads are views of it, one data buffer
+    columns = build(
+        _Walked(),
+        np.frombuffer(offsets, dtype=int64),
+        np.frombuffer(timestamps, dtype=int64),
+        np.frombuffer(spans, dtype=int64),
+        records,
+    )
+    columns.log_append = log_append
+    return DecodedColumns(columns, next_offset, size, None, leader_epoch)
 
 
 def _fast_columns(out: _Starts, check_crcs: bool) -> PartitionColumns | None:

@@ -12,6 +12,7 @@ confirms it, for one round trip per reset or lookup (never per record).
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from kafka.protocol.consumer import FetchRequest
 
@@ -22,6 +23,12 @@ _MAGIC_AT = 16
 _LAST_DELTA = struct.Struct(">i")
 _LAST_DELTA_AT = 23  # v2: base offset 8, length 4, leader epoch 4, magic 1, crc 4, attributes 2
 _LOG_OVERHEAD = 12
+
+_batches_end: Any
+try:  # fetch/_cwalk.c: _ends(whole=True)'s walk in one call (data in small batches: hundreds per answer)
+    from ..fetch._cwalk import batches_end as _batches_end
+except ImportError:  # installed without a C compiler
+    _batches_end = None
 
 
 def probe_request(tp: TopicPartition, offset: int, isolation_level: int) -> FetchRequest:
@@ -82,7 +89,9 @@ def fetched_end(records, fetch_offset: int) -> int:
     """The offset after the last whole batch of a Fetch answer's ``records`` (what decoding them reaches,
     never below ``fetch_offset``); -1 without a whole batch (a batch larger than the fetch, or bad data).
     Headers only, no record: the background thread reads it per partition answer."""
-    end = max(_ends(records, whole=True), default=-1)
+    end = NotImplemented if _batches_end is None or records is None else _batches_end(records)
+    if end is NotImplemented:
+        end = max(_ends(records, whole=True), default=-1)
     return max(end, fetch_offset) if end >= 0 else -1
 
 

@@ -79,14 +79,15 @@ def test_keys_nulls_empties_log_append_time_and_headers_beside_plain_records():
 
 
 def both_columns(data, **kw):
-    """decode_partition_columns with the Python scan and Arrow's gather, then with the compiled scan and gather."""
+    """decode_partition_columns with the Python walk, scan and Arrow's gather, then compiled (the walk of the
+    whole fetch where it takes it, fetch/_cwalk.c, else the scan of each batch)."""
     kw.setdefault("fetch_offset", 0)
-    scan, views = _columns._scan_fields, _columns._views
+    saved = _columns._walk_columns, _columns._scan_fields, _columns._views
     try:
-        _columns._scan_fields = _columns._views = None
+        _columns._walk_columns = _columns._scan_fields = _columns._views = None
         python = _columns.decode_partition_columns("t", 3, data, **kw)
     finally:
-        _columns._scan_fields, _columns._views = scan, views
+        _columns._walk_columns, _columns._scan_fields, _columns._views = saved
     return python, _columns.decode_partition_columns("t", 3, data, **kw)
 
 
@@ -155,6 +156,7 @@ def test_a_batch_the_compiled_scan_declines_hands_the_rest_of_the_fetch_to_the_p
 
 def test_the_compiled_scan_alone_reads_a_fetch_without_headers(monkeypatch):
     data = batch([Rec(b"v%d" % i, key=None if i % 2 else b"k") for i in range(20)], base_offset=100)
+    monkeypatch.setattr(_columns, "_walk_columns", None)  # each batch scanned, as when the walk hands a fetch over
     monkeypatch.setattr(_columns._vector, "parse", lambda *a: pytest.fail("the numpy parse ran"))
     monkeypatch.setattr(_columns._vector, "scan", lambda *a: pytest.fail("the Python scan ran"))
     got = _columns.decode_partition_columns("t", 3, data, fetch_offset=100)

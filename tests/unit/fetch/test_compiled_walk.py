@@ -1,0 +1,200 @@
+"""The compiled walk (fetch/_cwalk.c) against the Python walk and scan: the same columns, next offset, bytes,
+leader epoch and error for a whole fetch, on logs of plain v2 batches (which it takes: proven below, not
+assumed) and of every other kind (which it hands to the walk), well-formed, damaged, cut anywhere, at any
+fetch offset, under both isolation levels; and batches_end against fetched_end's Python walk of the batch
+headers. Skipped, saying why, where the package was installed without a C compiler."""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the strategies of the corruption tests
+
+from test_compiled_decoder import both_columns, same, same_columns  # noqa: E402
+from test_record_corruption import FUZZ, logs, mutate, mutation_st  # noqa: E402
+
+from fsm_consumer.fetch import _columns, _decode, decode_partition  # noqa: E402
+from fsm_consumer.fetch.testing import ABORT, COMMIT, Rec, batch, control_batch  # noqa: E402
+from fsm_consumer.managers import _log_end  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    _columns._walk_columns is None, reason="fsm_consumer was installed without a C compiler: no compiled walk"
+)
+
+plain_record_st = st.builds(
+    Rec,
+    value=st.one_of(st.none(), st.binary(max_size=40)),
+    key=st.one_of(st.none(), st.binary(max_size=8)),
+    headers=st.just(()),
+    timestamp=st.integers(0, 2**41),
+    offset_delta=st.none(),
+)
+# plain v2 batches (gaps between them, as compaction leaves), LogAppendTime ones and transaction markers
+batch_kind_st = st.tuples(
+    st.sampled_from(["data", "data", "data", "log_append", "marker"]),
+    st.lists(plain_record_st, min_size=1, max_size=6),
+    st.integers(0, 3),  # the gap before the batch
+)
+
+
+@st.composite
+def plain_logs(draw):
+    data, offset = b"", draw(st.integers(0, 5))
+    for kind, recs, gap in draw(st.lists(batch_kind_st, min_size=1, max_size=5)):
+        offset += gap
+        if kind == "marker":
+            data += control_batch(offset, 7, marker=draw(st.sampled_from([ABORT, COMMIT])), leader_epoch=3)
+            offset += 1
+            continue
+        log_append = 1_800_000_000_000 + offset if kind == "log_append" else None
+        data += batch(recs, base_offset=offset, leader_epoch=offset % 4, log_append_time=log_append)
+        offset += len(recs)
+    return data
+
+
+def both_record_walks(data, **kw):
+    """decode_partition with the Python walk (each batch by the compiled decoder), then with the compiled walk."""
+    kw.setdefault("fetch_offset", 0)
+    saved = _decode._walk_records
+    try:
+        _decode._walk_records = None
+        python = decode_partition("t", 3, data, **kw)
+    finally:
+        _decode._walk_records = saved
+    return python, decode_partition("t", 3, data, **kw)
+
+
+def same_both_ways(data, **kw) -> None:
+    """The compiled walk gives what the Python walk gives: poll()'s records and poll_batch()'s columns."""
+    same(*both_record_walks(data, **kw))
+    same_columns(*both_columns(data, **kw))  # the Python side: the walk, scan and Arrow's gather
+
+
+def walked(data, fetch_offset=0, committed=False, check_crcs=True) -> bool:
+    """Whether the compiled walks take the fetch (rather than handing it to the Python walk); both agree."""
+    columns = _columns._walked_columns(data, fetch_offset, committed, check_crcs) is not None
+    out: list = []
+    walk = _decode._walk_records
+    got = walk(data, fetch_offset, committed, check_crcs, _decode.crc32c, "t", 3, out, _decode.ConsumerRecord)
+    assert (got is not NotImplemented) == columns
+    return columns
+
+
+def test_it_is_what_decode_partition_and_decode_partition_columns_use(monkeypatch):
+    data = batch([Rec(b"v%d" % i) for i in range(3)], base_offset=0)
+    monkeypatch.setattr(_decode, "walk", lambda *a, **k: pytest.fail("the Python walk ran"))
+    monkeypatch.setattr(_columns, "walk", lambda *a, **k: pytest.fail("the Python walk ran"))
+    decoded = decode_partition("t", 0, data, fetch_offset=1)
+    assert [r.value for r in decoded.records] == [b"v1", b"v2"] and decoded.next_offset == 3
+    columns = _columns.decode_partition_columns("t", 0, data, fetch_offset=0)
+    assert columns.columns.num_rows == 3 and columns.next_offset == 3 and columns.error is None
+
+
+def test_deserializers_take_the_python_walk(monkeypatch):
+    data = batch([Rec(b"v")], base_offset=0)
+    monkeypatch.setattr(_decode, "_walk_records", lambda *a: pytest.fail("the compiled walk ran"))
+    assert decode_partition("t", 0, data, fetch_offset=0, value_deserializer=bytes.upper).records[0].value == b"V"
+
+
+@FUZZ
+@given(plain_logs(), st.integers(0, 40), st.booleans())
+def test_plain_logs_are_walked_in_one_call_with_the_same_records_and_columns(data, fetch_offset, committed):
+    isolation = "read_committed" if committed else "read_uncommitted"
+    same_both_ways(data, fetch_offset=fetch_offset, isolation_level=isolation)
+    markers = b"\x00\x00\x00\x00\x00\x00\x00\x07" in data  # a control batch's producer id
+    if not (committed and markers):  # read_committed: the walk reads each marker itself
+        assert walked(data, fetch_offset, committed)
+
+
+@FUZZ
+@given(plain_logs(), mutation_st, st.integers(0, 30), st.booleans())
+def test_damaged_plain_logs_give_the_same_records_columns_and_error(data, mutation, fetch_offset, check_crcs):
+    same_both_ways(mutate(data, mutation), fetch_offset=fetch_offset, check_crcs=check_crcs)
+
+
+@FUZZ
+@given(logs(), st.integers(0, 10**6), st.integers(0, 30), st.booleans())
+def test_logs_of_every_kind_whole_or_cut_give_the_same_records_and_columns(log, cut, fetch_offset, committed):
+    # legacy and compressed batches, headers, aborted transactions: the compiled walk hands these over
+    isolation = "read_committed" if committed else "read_uncommitted"
+    for data in (log[0], log[0][: cut % (len(log[0]) + 1)]):
+        same_both_ways(data, fetch_offset=fetch_offset, isolation_level=isolation)
+
+
+@FUZZ
+@given(plain_logs(), st.integers(0, 10**6), st.integers(0, 30))
+def test_plain_logs_cut_anywhere_give_the_same_records_and_columns(data, cut, fetch_offset):
+    same_both_ways(data[: cut % (len(data) + 1)], fetch_offset=fetch_offset)
+
+
+def test_a_record_out_of_its_batchs_range_with_crcs_unchecked_goes_to_the_python_walk():
+    data = batch([Rec(b"a", offset_delta=-1), Rec(b"b", offset_delta=1)], base_offset=10)
+    assert not walked(data, 10, check_crcs=False)
+    same_both_ways(data, fetch_offset=10, check_crcs=False)
+    assert "out of order or outside" in str(decode_partition("t", 3, data, fetch_offset=10, check_crcs=False).error)
+
+
+def test_many_records_scanned_without_the_interpreter_lock_give_the_same_columns():
+    # 64 records or more: the record pass lets go of the lock
+    data = b"".join(
+        batch([Rec(None if i % 5 == 0 else b"v%d" % i, key=b"k" * (i % 3)) for i in range(40)], base_offset=40 * b)
+        for b in range(4)
+    )
+    python, compiled = both_columns(data, fetch_offset=17)
+    same_columns(python, compiled)
+    assert compiled.columns.num_rows == 160 - 17 and walked(data, 17)
+
+
+def test_a_log_append_time_batch_begun_before_the_fetch_offset_keeps_its_whole_range():
+    data = batch([Rec(b"a"), Rec(b"b"), Rec(b"c")], base_offset=10, log_append_time=1_900_000_000_000)
+    python, compiled = both_columns(data, fetch_offset=11)
+    same_columns(python, compiled)
+    assert compiled.columns.log_append == [(10, 12)] and compiled.columns.num_rows == 2
+
+
+def test_records_with_headers_bad_crcs_and_compressed_batches_go_to_the_python_walk():
+    plain = batch([Rec(b"x")], base_offset=0)
+    assert walked(plain)
+    assert not walked(plain + batch([Rec(b"h", headers=[("a", b"1")])], base_offset=1))
+    assert not walked(plain + batch([Rec(b"z")], base_offset=1, codec="gzip"))
+    bad = bytearray(plain)
+    bad[-2] ^= 0xFF  # in the value: the CRC no longer matches
+    assert not walked(bytes(bad)) and walked(bytes(bad), check_crcs=False)
+    assert not walked(plain[:-1])  # not one whole batch: RecordTooLargeError, worded by the walk
+
+
+def test_a_batch_counting_more_records_than_its_bytes_hold_is_refused_before_any_column_is_sized():
+    raw = bytearray(batch([Rec(b"x")], base_offset=0))
+    struct.pack_into(">i", raw, 57, 2**31 - 1)
+    assert not walked(bytes(raw), check_crcs=False)
+    same_columns(*both_columns(bytes(raw), check_crcs=False))
+
+
+def ends_both(data, fetch_offset=0):
+    saved = _log_end._batches_end
+    try:
+        _log_end._batches_end = None
+        python = _log_end.fetched_end(data, fetch_offset)
+    finally:
+        _log_end._batches_end = saved
+    return python, _log_end.fetched_end(data, fetch_offset)
+
+
+@FUZZ
+@given(logs(), mutation_st, st.integers(0, 10**6), st.integers(0, 30))
+def test_where_a_fetch_ends_is_what_the_python_walk_of_headers_says(log, mutation, cut, fetch_offset):
+    for data in (log[0], mutate(log[0], mutation), log[0][: cut % (len(log[0]) + 1)]):
+        python, compiled = ends_both(data, fetch_offset)
+        assert compiled == python
+
+
+def test_a_base_offset_beyond_two_to_the_62_is_left_to_python_integers():
+    data = batch([Rec(b"x")], base_offset=2**62 + 5)
+    assert _log_end._batches_end(data) is NotImplemented
+    assert _log_end.fetched_end(data, 0) == 2**62 + 6
