@@ -14,9 +14,12 @@ from .clients import CLIENTS
 from .java import java_missing, peer_command
 
 HERE = Path(__file__).resolve().parent.parent
+LARGE = 1_000_000  # the producer's batch size of scenarios A to C: batches of about 1 MB
 
 
-def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int, compression: str) -> None:
+def fill(
+    bootstrap: str, topic: str, partitions: int, records: int, size: int, compression: str, batch_bytes: int = LARGE
+) -> None:
     from confluent_kafka import Producer
 
     p = Producer(
@@ -24,7 +27,7 @@ def fill(bootstrap: str, topic: str, partitions: int, records: int, size: int, c
             "bootstrap.servers": bootstrap,
             "linger.ms": 20,
             "batch.num.messages": 10_000,
-            "batch.size": 1_000_000,
+            "batch.size": batch_bytes,
             "compression.type": compression,
             "queue.buffering.max.messages": 500_000,
         }
@@ -119,10 +122,12 @@ def run_child(name: str, bootstrap: str, topic: str, partitions: int, expect: in
     return result
 
 
-SCENARIOS = {  # name: (records, size, compression); --quick divides records by 10
-    "A": (1_000_000, 100, "none"),
-    "B": (200_000, 1000, "none"),
-    "C": (1_000_000, 100, "lz4"),
+SCENARIOS = {  # name: (records, size, compression, batch bytes); --quick divides records by 10
+    "A": (1_000_000, 100, "none", LARGE),
+    "B": (200_000, 1000, "none", LARGE),
+    "C": (1_000_000, 100, "lz4", LARGE),
+    # B as Java's and kafka-python's producers write it by default (batch.size 16 KiB): 16 records a batch
+    "D": (200_000, 1000, "none", 16_384),
 }
 
 
@@ -134,7 +139,7 @@ def bench_scenarios(args) -> list[dict]:
     rows = []
     for kind in args.brokers:
         for i, name in enumerate(names):
-            records, size, compression = SCENARIOS[name]
+            records, size, compression, batch_bytes = SCENARIOS[name]
             clients = args.clients.split(",") if args.clients else list(CLIENTS)
             if args.quick:
                 records //= 10
@@ -142,7 +147,7 @@ def bench_scenarios(args) -> list[dict]:
                 # library's decoders over their record shapes (and the wire limit where there is one)
                 if i and not args.clients:
                     clients = [c for c in CLIENTS if c.startswith("fsm_consumer") or c == WIRE_LIMIT]
-            args.records, args.size, args.compression = records, size, compression
+            args.records, args.size, args.compression, args.batch_bytes = records, size, compression, batch_bytes
             for r in bench_consume(args, kind, clients):
                 r["scenario"] = name
                 rows.append(r)
@@ -166,12 +171,15 @@ def bench_consume(args, kind: str = "tansu", clients: list[str] | None = None) -
 
     rows = []
     with start_broker(kind) as broker:
+        batch_bytes = getattr(args, "batch_bytes", LARGE)
         topic = f"bench-{args.records}x{args.size}-{args.compression}"
+        topic += f"-{batch_bytes}" if batch_bytes != LARGE else ""
         broker.create_topic(topic, partitions=args.partitions)
         t = time.monotonic()
-        fill(broker.bootstrap_servers, topic, args.partitions, args.records, args.size, args.compression)
+        fill(broker.bootstrap_servers, topic, args.partitions, args.records, args.size, args.compression, batch_bytes)
         print(
-            f"# filled {topic}: {args.records} x {args.size} B ({args.compression}) in {time.monotonic() - t:.1f} s",
+            f"# filled {topic}: {args.records} x {args.size} B ({args.compression}, batches up to {batch_bytes} B) "
+            f"in {time.monotonic() - t:.1f} s",
             file=sys.stderr,
         )
         runs: dict[str, list[dict]] = {c: [] for c in clients}
@@ -196,6 +204,7 @@ def bench_consume(args, kind: str = "tansu", clients: list[str] | None = None) -
                 "records": args.records,
                 "size": args.size,
                 "compression": args.compression,
+                "batch_bytes": batch_bytes,
                 "runs": len(rs),
                 "complete_runs": len(ok),
                 "records_per_s": round(rate),
@@ -232,7 +241,7 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         lines.append(
             f"| {r.get('broker', 'tansu')} | {r.get('scenario', '-')} "
-            f"({r['records']:,} x {r['size']} B, {r['compression']}) | "
+            f"({r['records']:,} x {r['size']} B, {r['compression']}{_batches(r)}) | "
             f"{r['client']} | {r['records_per_s']:,} | {r['mb_per_s']} | {r['cpu_s_per_million']} | "
             f"{r['peak_rss_mb']} ({r.get('baseline_rss_mb', '-')}) | {r['first_record_s']} | "
             f"{r['fsm_ratio']} | {r.get('batch_ratio')} |"
@@ -246,6 +255,12 @@ def table(rows: list[dict]) -> str:
             where = f"{r.get('broker', 'tansu')} {r.get('scenario', '-')} {r['client']}"
             lines.append(f"- {where}: {r['wire_share']:.0%}; {per}")
     return "\n".join(lines)
+
+
+def _batches(row: dict) -> str:
+    """How the topic was produced, where not in large batches."""
+    size = row.get("batch_bytes", LARGE)
+    return "" if size == LARGE else f", {size // 1024} KiB batches"
 
 
 def chart(rows: list[dict], path: Path) -> bool:
