@@ -16,6 +16,7 @@ by ``assemble``. Headers (rare) are ``(row, pairs)`` of the rows that have any.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -182,17 +183,20 @@ def _binary(pieces: list[tuple[Views | pa.Array, int, int]]) -> pa.Array:
 
 def _header_column(cols: list[PartitionColumns], n: int) -> pa.Array:
     counts = np.zeros(n + 1, dtype=np.int32)
-    keys: list[str] = []
-    values: list[bytes | None] = []
+    chosen: list[list[tuple[int, tuple]]] = []
     base = 0
     for c in cols:
-        for row, pairs in c.headers:
-            if c.start <= row < c.stop:
-                counts[base + row - c.start + 1] = len(pairs)
-                for k, v in pairs:
-                    keys.append(k)
-                    values.append(v)
+        if c.headers:  # (row, pairs) by row: the rows of this slice found by bisection, not one by one
+            lo, hi = bisect_left(c.headers, (c.start,)), bisect_left(c.headers, (c.stop,))
+            if hi > lo:
+                rows = c.headers[lo:hi]
+                at = np.fromiter((row for row, _ in rows), dtype=np.int64, count=hi - lo)
+                counts[base - c.start + 1 + at] = np.fromiter((len(p) for _, p in rows), dtype=np.int32, count=hi - lo)
+                chosen.append(rows)
         base += c.num_rows
+    pairs = [pair for rows in chosen for _, p in rows for pair in p]
+    keys = [k for k, _ in pairs]
+    values = [v for _, v in pairs]
     if not keys and not counts.any():  # the common case: n empty lists
         return pa.Array.from_buffers(HEADER_TYPE, n, [None, pa.py_buffer(counts)], children=[_NO_HEADERS])
     items = pa.StructArray.from_arrays(

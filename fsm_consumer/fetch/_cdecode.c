@@ -2,8 +2,8 @@
 
    decode_records(payload, count, base_offset, base_timestamp, log_append_time, min_offset, topic,
    partition, leader_epoch, out, record_type) appends the batch's records at or past min_offset to out as
-   record_type tuples (ConsumerRecord), exactly as the Python loop does. Anything else (a record with
-   headers, a fault of any kind, a varint longer than 8 bytes, bases near the int64 limits) returns
+   record_type tuples (ConsumerRecord), headers too, exactly as the Python loop does. Anything else (a fault
+   of any kind, a header key that is not UTF-8, a varint longer than 8 bytes, bases near the int64 limits) returns
    NotImplemented with out as it was: the loop then decodes the batch and words any error, so both give
    the same records and the same errors (tests/unit/fetch/test_compiled_decoder.py).
 
@@ -98,7 +98,7 @@ static PyObject *scan_fields(PyObject *self, PyObject *const *args, Py_ssize_t n
        records takes tens of microseconds, the network thread's pass from one Fetch answer to the next
        request waited for it) */
     PyThreadState *released = count >= RELEASE_MIN_RECORDS ? PyEval_SaveThread() : NULL;
-    int declined = scan_records(b, n, count, start, base_offset, base_ts, st, of, ts, sp) < 0;
+    int declined = scan_records(b, n, count, start, base_offset, base_ts, st, of, ts, sp, NULL) < 0;
     if (released) PyEval_RestoreThread(released);
     if (declined) goto decline;
     PyBuffer_Release(&view);

@@ -232,13 +232,13 @@ def decode_partition_columns(
 
 
 class _Walked:
-    """What ``build`` reads of a compiled walk: nothing left to apply (it dropped the records below the
-    fetch offset, gave LogAppendTime batches their time, and declines records with headers)."""
+    """What ``build`` reads of a compiled walk: its headers, nothing left to apply (it dropped the records
+    below the fetch offset and gave LogAppendTime batches their time)."""
 
     log_append = filters = ()
 
-    def __init__(self) -> None:
-        self.headers: list = []
+    def __init__(self, headers: list) -> None:
+        self.headers = headers
 
 
 def _walked_columns(
@@ -251,13 +251,13 @@ def _walked_columns(
     got = _walk_columns(records, fetch_offset, committed, check_crcs, crc32c, offsets, timestamps, spans)
     if got is NotImplemented:
         return None
-    next_offset, size, leader_epoch, scanned, log_append = got
+    next_offset, size, leader_epoch, scanned, log_append, headers = got
     if not scanned:
         return DecodedColumns(EMPTY_PARTITION, next_offset, size, None, leader_epoch)
     int64 = np.int64
     # spans are positions in records itself: its batches' payloads are views of it, one data buffer
     columns = build(
-        _Walked(),
+        _Walked(headers),
         np.frombuffer(offsets, dtype=int64),
         np.frombuffer(timestamps, dtype=int64),
         np.frombuffer(spans, dtype=int64),

@@ -9,16 +9,18 @@
    past each batch's minimum offset (the fetch offset, then the end of the batches before) to three
    bytearrays as native int64: offset, timestamp (LogAppendTime: the batch's max timestamp), and the key
    and value spans as positions in `records` (4 per record). It returns (next_offset, bytes walked, leader
-   epoch, records scanned, LogAppendTime ranges [(first offset, last offset)]), what the Python walk and
-   scan give for the same data. Anything else returns NotImplemented with the bytearrays as they were:
-   a legacy or compressed batch, a control batch under read_committed, a record with headers, a bad CRC,
-   length or record, a base beyond 2**62, no whole batch, offsets out of their batch with CRCs unchecked.
+   epoch, records scanned, LogAppendTime ranges [(first offset, last offset)], headers [(row, ((key, value),
+   ...))] of the rows that have any), what the Python walk and scan give for the same data. Anything else
+   returns NotImplemented with the bytearrays as they were: a legacy or compressed batch, a control batch
+   under read_committed, a bad CRC, length, record or header (a key not UTF-8), headers on a record below the
+   fetch offset, a base beyond 2**62, no whole batch, offsets out of their batch with CRCs unchecked.
    The Python walk then takes the fetch and words any error (tests/unit/fetch/test_compiled_walk.py).
 
    walk_records(records, fetch_offset, committed, check_crcs, crc32c, topic, partition, out, record_type) is
    the same walk for poll()'s records (fetch/_decode.py's decode_partition without deserializers): each
-   batch's records appended to `out` as record_type tuples (ConsumerRecord) as decode_records makes them;
-   (next_offset, bytes walked, None, leader epoch), or NotImplemented with `out` as it was, as above.
+   batch's records appended to `out` as record_type tuples (ConsumerRecord) as decode_records makes them,
+   headers too; (next_offset, bytes walked, None, leader epoch), or NotImplemented with `out` as it was, as
+   above (but for headers: only a header key that is not UTF-8 declines).
 
    batches_end(records) is fetched_end's walk of the batch headers (managers/_log_end.py's _ends, whole
    batches only): the largest offset after a whole batch's last record, -1 without one (or when none is
@@ -126,16 +128,19 @@ error:
 
 /* The record pass, without the interpreter lock: each batch's records scanned, those below its minimum
    offset dropped, LogAppendTime applied, offsets checked where CRCs are not; kept records are written
-   from `of`, `ts`, `sp` on. Returns how many were kept, -1 to decline. `ranges` gets each LogAppendTime
-   batch's (first, last) offset before any is dropped, as the Python path gives them. */
+   from `of`, `ts`, `sp` and `hd` (where their headers lie, read afterwards with the lock) on. Returns how
+   many were kept, -1 to decline (also for a dropped record with headers: the Python walk checks those).
+   `ranges` gets each LogAppendTime batch's (first, last) offset before any is dropped, as the Python path
+   gives them. */
 static Py_ssize_t scan_batches(const unsigned char *b, const batch_t *batches, Py_ssize_t n, int check_crcs,
-                               int64_t *of, int64_t *ts, int64_t *sp, int64_t *ranges, Py_ssize_t *nranges) {
+                               int64_t *of, int64_t *ts, int64_t *sp, int64_t *hd, int64_t *ranges,
+                               Py_ssize_t *nranges) {
     Py_ssize_t k = 0;
     *nranges = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
         const batch_t *t = &batches[j];
         if (scan_records(b + t->payload, t->end - t->payload, t->count, t->payload, t->base_offset, t->base_ts,
-                         NULL, of + k, ts + k, sp + 4 * k) < 0)
+                         NULL, of + k, ts + k, sp + 4 * k, hd + 2 * k) < 0)
             return -1;
         if (t->log_append) {
             ranges[2 * *nranges] = of[k];
@@ -147,7 +152,10 @@ static Py_ssize_t scan_batches(const unsigned char *b, const batch_t *batches, P
         for (Py_ssize_t i = 0; i < t->count; i++) {
             int64_t offset = of[k + i];
             /* as the loop: only a batch that begins before its minimum offset is filtered */
-            if (t->base_offset < t->min_offset && offset < t->min_offset) continue;
+            if (t->base_offset < t->min_offset && offset < t->min_offset) {
+                if (hd[2 * (k + i)] >= 0) return -1;
+                continue;
+            }
             if (!check_crcs && (offset < t->base_offset || offset > t->last_offset || (kept && offset <= previous)))
                 return -1;  /* the exact loop words it */
             previous = offset;
@@ -155,6 +163,8 @@ static Py_ssize_t scan_batches(const unsigned char *b, const batch_t *batches, P
                 of[k + kept] = offset;
                 ts[k + kept] = ts[k + i];
                 memcpy(sp + 4 * (k + kept), sp + 4 * (k + i), 4 * sizeof(int64_t));
+                hd[2 * (k + kept)] = hd[2 * (k + i)];
+                hd[2 * (k + kept) + 1] = hd[2 * (k + i) + 1];
             }
             if (t->log_append) ts[k + kept] = t->max_ts;
             kept++;
@@ -183,7 +193,8 @@ static PyObject *walk_columns(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     const unsigned char *b = view.buf;
     batch_t *batches = NULL;
-    int64_t *ranges = NULL;
+    int64_t *ranges = NULL, *heads = NULL;
+    PyObject *headers = NULL, *last_key = NULL;
     Py_ssize_t nbatches = 0, total = 0, walked = 0, nranges = 0, kept = 0;
     int64_t next_offset = 0, leader_epoch = -1;
     Py_ssize_t marks[3];
@@ -195,7 +206,8 @@ static PyObject *walk_columns(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (done < 0) goto fail;
     if (done == 0) goto decline;
     ranges = PyMem_Malloc((size_t)(2 * nbatches + 1) * sizeof(int64_t));
-    if (!ranges) { PyErr_NoMemory(); goto fail; }
+    heads = PyMem_Malloc((size_t)(2 * total + 1) * sizeof(int64_t));
+    if (!ranges || !heads) { PyErr_NoMemory(); goto fail; }
     for (; resized < 3; resized++) {
         marks[resized] = PyByteArray_GET_SIZE(outs[resized]);
         if (total > (PY_SSIZE_T_MAX - marks[resized]) / width[resized] ||
@@ -208,9 +220,27 @@ static PyObject *walk_columns(PyObject *self, PyObject *const *args, Py_ssize_t 
     /* reads the held records and writes the bytearrays resized above, which no other code sees until this
        returns: the network thread may take the interpreter lock meanwhile */
     PyThreadState *released = total >= RELEASE_MIN_RECORDS ? PyEval_SaveThread() : NULL;
-    kept = scan_batches(b, batches, nbatches, check_crcs, of, ts, sp, ranges, &nranges);
+    kept = scan_batches(b, batches, nbatches, check_crcs, of, ts, sp, heads, ranges, &nranges);
     if (released) PyEval_RestoreThread(released);
     if (kept < 0) goto decline;
+    headers = PyList_New(0);
+    if (!headers) goto fail;
+    for (Py_ssize_t r = 0; r < kept; r++) {  /* (row, pairs) of the rows with headers, as _vector.parse gives */
+        if (heads[2 * r] < 0) continue;
+        Py_ssize_t pos = (Py_ssize_t)heads[2 * r], end = (Py_ssize_t)heads[2 * r + 1];
+        PyObject *pairs = NULL;
+        int64_t size;
+        int got = read_headers(b, end, &pos, &pairs, &size, &last_key);
+        if (got < 0) goto fail;
+        if (got > 0 || pos != end) { Py_XDECREF(pairs); goto decline; }
+        if (PyTuple_GET_SIZE(pairs)) {
+            PyObject *row = Py_BuildValue("(nN)", r, pairs);
+            if (!row || PyList_Append(headers, row) < 0) { Py_XDECREF(row); goto fail; }
+            Py_DECREF(row);
+        } else {
+            Py_DECREF(pairs);
+        }
+    }
     for (int k = 0; k < 3; k++)
         if (PyByteArray_Resize(outs[k], marks[k] + kept * width[k]) < 0) goto fail;
     PyObject *log_append = PyList_New(nranges);
@@ -220,7 +250,8 @@ static PyObject *walk_columns(PyObject *self, PyObject *const *args, Py_ssize_t 
         if (!range) { Py_DECREF(log_append); goto fail; }
         PyList_SET_ITEM(log_append, i, range);
     }
-    result = Py_BuildValue("(LnLnN)", (long long)next_offset, walked, (long long)leader_epoch, total, log_append);
+    result = Py_BuildValue("(LnLnNO)", (long long)next_offset, walked, (long long)leader_epoch, total, log_append,
+                           headers);
     if (!result) goto fail;
     goto out;
 decline:
@@ -232,8 +263,11 @@ fail:
     while (resized-- > 0) PyByteArray_Resize(outs[resized], marks[resized]);
     result = NULL;
 out:
+    Py_XDECREF(headers);
+    Py_XDECREF(last_key);
     PyMem_Free(batches);
     PyMem_Free(ranges);
+    PyMem_Free(heads);
     PyBuffer_Release(&view);
     return result;
 }

@@ -70,12 +70,22 @@ def test_keys_nulls_empties_log_append_time_and_headers_beside_plain_records():
         batch([Rec(b"v%d" % i, key=b"k%d" % i) for i in range(40)], base_offset=0)
         + batch([Rec(None), Rec(b"", key=b""), Rec(b"x" * 300, key=b"y" * 200)], base_offset=40)
         + batch([Rec(b"t")], base_offset=43, log_append_time=1_800_000_000_000)
-        + batch([Rec(b"h", headers=[("a", b"1")]), Rec(b"p")], base_offset=44)  # declined: the loop decodes it
+        + batch([Rec(b"h", headers=[("a", b"1"), ("é", None)]), Rec(b"p")], base_offset=44)
     )
     loop, compiled = both(data, fetch_offset=5)
     same(loop, compiled)
     assert [r.offset for r in compiled.records] == list(range(5, 46))
-    assert compiled.records[-2].headers == (("a", b"1"),) and compiled.records[-3].timestamp_type == 1
+    assert compiled.records[-2].headers == (("a", b"1"), ("é", None)) and compiled.records[-3].timestamp_type == 1
+    assert compiled.records[-2].serialized_header_size == 4 and compiled.records[-1].serialized_header_size == -1
+
+
+def test_a_header_key_that_is_not_utf8_is_the_loops_to_word_even_below_the_fetch_offset():
+    good = batch([Rec(b"h", headers=[("kk", b"1")]), Rec(b"p")], base_offset=0)
+    bad = good.replace(b"kk", b"k\xff")  # the CRC is over the record bytes: unchecked, the damage reaches the decoder
+    for fetch_offset in (0, 1):  # at 1 the bad record is below the fetch offset: still an error, as the loop says
+        loop, compiled = both(bad, fetch_offset=fetch_offset, check_crcs=False)
+        same(loop, compiled)
+        assert "UTF-8" in str(compiled.error)
 
 
 def both_columns(data, **kw):
@@ -145,6 +155,7 @@ def test_a_batch_the_compiled_scan_declines_hands_the_rest_of_the_fetch_to_the_p
     )
     calls = []
     scan = _columns._vector.scan
+    monkeypatch.setattr(_columns, "_walk_columns", None)  # each batch scanned, as when the walk hands a fetch over
     monkeypatch.setattr(_columns._vector, "scan", lambda *a: calls.append(a[1]) or scan(*a))
     python, compiled = both_columns(data, fetch_offset=5)
     same_columns(python, compiled)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the strategies of the corruption tests
 
 from test_compiled_decoder import both_columns, same, same_columns  # noqa: E402
-from test_record_corruption import FUZZ, logs, mutate, mutation_st  # noqa: E402
+from test_record_corruption import FUZZ, headers_st, logs, mutate, mutation_st  # noqa: E402
 
 from fsm_consumer.fetch import _columns, _decode, decode_partition  # noqa: E402
 from fsm_consumer.fetch.testing import ABORT, COMMIT, Rec, batch, control_batch  # noqa: E402
@@ -31,7 +31,7 @@ plain_record_st = st.builds(
     Rec,
     value=st.one_of(st.none(), st.binary(max_size=40)),
     key=st.one_of(st.none(), st.binary(max_size=8)),
-    headers=st.just(()),
+    headers=st.one_of(st.just(()), st.just(()), headers_st),
     timestamp=st.integers(0, 2**41),
     offset_delta=st.none(),
 )
@@ -45,7 +45,8 @@ batch_kind_st = st.tuples(
 
 @st.composite
 def plain_logs(draw):
-    data, offset = b"", draw(st.integers(0, 5))
+    """(data, the offsets of the records with headers)."""
+    data, offset, headed = b"", draw(st.integers(0, 5)), set()
     for kind, recs, gap in draw(st.lists(batch_kind_st, min_size=1, max_size=5)):
         offset += gap
         if kind == "marker":
@@ -54,8 +55,9 @@ def plain_logs(draw):
             continue
         log_append = 1_800_000_000_000 + offset if kind == "log_append" else None
         data += batch(recs, base_offset=offset, leader_epoch=offset % 4, log_append_time=log_append)
+        headed |= {offset + i for i, r in enumerate(recs) if r.headers}
         offset += len(recs)
-    return data
+    return data, headed
 
 
 def both_record_walks(data, **kw):
@@ -76,13 +78,19 @@ def same_both_ways(data, **kw) -> None:
     same_columns(*both_columns(data, **kw))  # the Python side: the walk, scan and Arrow's gather
 
 
-def walked(data, fetch_offset=0, committed=False, check_crcs=True) -> bool:
-    """Whether the compiled walks take the fetch (rather than handing it to the Python walk); both agree."""
+def walked_each(data, fetch_offset=0, committed=False, check_crcs=True) -> tuple[bool, bool]:
+    """Whether the compiled walks take the fetch (rather than handing it to the Python walk): records, columns."""
     columns = _columns._walked_columns(data, fetch_offset, committed, check_crcs) is not None
     out: list = []
     walk = _decode._walk_records
     got = walk(data, fetch_offset, committed, check_crcs, _decode.crc32c, "t", 3, out, _decode.ConsumerRecord)
-    assert (got is not NotImplemented) == columns
+    return got is not NotImplemented, columns
+
+
+def walked(data, fetch_offset=0, committed=False, check_crcs=True) -> bool:
+    """Whether both compiled walks take the fetch; they agree (no headers below the fetch offset here)."""
+    records, columns = walked_each(data, fetch_offset, committed, check_crcs)
+    assert records == columns
     return columns
 
 
@@ -104,18 +112,21 @@ def test_deserializers_take_the_python_walk(monkeypatch):
 
 @FUZZ
 @given(plain_logs(), st.integers(0, 40), st.booleans())
-def test_plain_logs_are_walked_in_one_call_with_the_same_records_and_columns(data, fetch_offset, committed):
+def test_plain_logs_are_walked_in_one_call_with_the_same_records_and_columns(log, fetch_offset, committed):
+    data, headed = log
     isolation = "read_committed" if committed else "read_uncommitted"
     same_both_ways(data, fetch_offset=fetch_offset, isolation_level=isolation)
     markers = b"\x00\x00\x00\x00\x00\x00\x00\x07" in data  # a control batch's producer id
     if not (committed and markers):  # read_committed: the walk reads each marker itself
-        assert walked(data, fetch_offset, committed)
+        records, columns = walked_each(data, fetch_offset, committed)
+        # the columns' walk leaves headers on a record below the fetch offset to the Python walk to check
+        assert records and columns == all(o >= fetch_offset for o in headed)
 
 
 @FUZZ
 @given(plain_logs(), mutation_st, st.integers(0, 30), st.booleans())
-def test_damaged_plain_logs_give_the_same_records_columns_and_error(data, mutation, fetch_offset, check_crcs):
-    same_both_ways(mutate(data, mutation), fetch_offset=fetch_offset, check_crcs=check_crcs)
+def test_damaged_plain_logs_give_the_same_records_columns_and_error(log, mutation, fetch_offset, check_crcs):
+    same_both_ways(mutate(log[0], mutation), fetch_offset=fetch_offset, check_crcs=check_crcs)
 
 
 @FUZZ
@@ -129,7 +140,8 @@ def test_logs_of_every_kind_whole_or_cut_give_the_same_records_and_columns(log, 
 
 @FUZZ
 @given(plain_logs(), st.integers(0, 10**6), st.integers(0, 30))
-def test_plain_logs_cut_anywhere_give_the_same_records_and_columns(data, cut, fetch_offset):
+def test_plain_logs_cut_anywhere_give_the_same_records_and_columns(log, cut, fetch_offset):
+    data = log[0]
     same_both_ways(data[: cut % (len(data) + 1)], fetch_offset=fetch_offset)
 
 
@@ -158,10 +170,14 @@ def test_a_log_append_time_batch_begun_before_the_fetch_offset_keeps_its_whole_r
     assert compiled.columns.log_append == [(10, 12)] and compiled.columns.num_rows == 2
 
 
-def test_records_with_headers_bad_crcs_and_compressed_batches_go_to_the_python_walk():
+def test_bad_crcs_header_keys_not_utf8_and_compressed_batches_go_to_the_python_walk():
     plain = batch([Rec(b"x")], base_offset=0)
     assert walked(plain)
-    assert not walked(plain + batch([Rec(b"h", headers=[("a", b"1")])], base_offset=1))
+    headed = plain + batch([Rec(b"h", headers=[("a", b"1"), ("kk", None)])], base_offset=1)
+    assert walked(headed)
+    assert not walked(headed.replace(b"kk", b"k\xff"), check_crcs=False)
+    same_both_ways(headed.replace(b"kk", b"k\xff"), check_crcs=False)
+    assert walked_each(headed, fetch_offset=2) == (True, False)  # the columns': headers below the fetch offset
     assert not walked(plain + batch([Rec(b"z")], base_offset=1, codec="gzip"))
     bad = bytearray(plain)
     bad[-2] ^= 0xFF  # in the value: the CRC no longer matches
