@@ -11,7 +11,9 @@ their bytes, after which nothing holds the fetched data.
 
 Timestamps are int64 with -1 for none (null in the batch); ``timestamp_type`` (0 create time, 1 log
 append time, a batch attribute) is kept as the offset ranges of LogAppendTime batches and made a column
-by ``assemble``. Headers (rare) are ``(row, pairs)`` of the rows that have any.
+by ``assemble``. Headers are ``HeaderViews`` where the compiled walk read them (spans over the fetched data,
+as keys and values: a tracing header on every record is common, and Python pairs per record cost more than
+the rest of the fetch), else ``(row, pairs)`` of the rows that have any.
 """
 
 from __future__ import annotations
@@ -68,10 +70,19 @@ class Views(NamedTuple):
     parts: Sequence
 
 
+class HeaderViews(NamedTuple):
+    """A partition's headers as spans (fetch/_cwalk.c's header_spans): row i's are entries
+    ``first[i]:first[i + 1]`` of ``keys`` (UTF-8, checked) and ``values``."""
+
+    first: np.ndarray  # int64, rows + 1
+    keys: Views
+    values: Views
+
+
 class PartitionColumns:
     """One partition's decoded records, rows ``start:stop`` of its arrays: offsets and timestamps (int64,
     -1 no timestamp), keys and values (``Views``, or binary Arrow arrays where the compiled module is not
-    built or declined), headers ``[(row, pairs)]`` and the offset ranges of LogAppendTime batches
+    built or declined), headers (``HeaderViews``, or ``[(row, pairs)]``) and the offset ranges of LogAppendTime batches
     ``[(first, last)]``. Slices share everything."""
 
     __slots__ = ("offsets", "timestamps", "keys", "values", "headers", "log_append", "start", "stop")
@@ -82,7 +93,7 @@ class PartitionColumns:
         timestamps: np.ndarray,
         keys: Views | pa.Array,
         values: Views | pa.Array,
-        headers: list[tuple[int, tuple]],
+        headers: HeaderViews | list[tuple[int, tuple]],
         log_append: list[tuple[int, int]],
         start: int = 0,
         stop: int | None = None,
@@ -182,24 +193,37 @@ def _binary(pieces: list[tuple[Views | pa.Array, int, int]]) -> pa.Array:
 
 
 def _header_column(cols: list[PartitionColumns], n: int) -> pa.Array:
-    counts = np.zeros(n + 1, dtype=np.int32)
-    chosen: list[list[tuple[int, tuple]]] = []
+    counts = np.zeros(n + 1, dtype=np.int32)  # row i's count at i + 1
+    keys: list[tuple[Views | pa.Array, int, int]] = []
+    values: list[tuple[Views | pa.Array, int, int]] = []
     base = 0
     for c in cols:
-        if c.headers:  # (row, pairs) by row: the rows of this slice found by bisection, not one by one
+        if isinstance(c.headers, HeaderViews):
+            first = c.headers.first
+            lo, hi = int(first[c.start]), int(first[c.stop])
+            if hi > lo:
+                counts[base + 1 : base + 1 + c.num_rows] = np.diff(first[c.start : c.stop + 1])
+                keys.append((c.headers.keys, lo, hi))
+                values.append((c.headers.values, lo, hi))
+        elif c.headers:  # (row, pairs) by row: the rows of this slice found by bisection, not one by one
             lo, hi = bisect_left(c.headers, (c.start,)), bisect_left(c.headers, (c.stop,))
             if hi > lo:
                 rows = c.headers[lo:hi]
                 at = np.fromiter((row for row, _ in rows), dtype=np.int64, count=hi - lo)
                 counts[base - c.start + 1 + at] = np.fromiter((len(p) for _, p in rows), dtype=np.int32, count=hi - lo)
-                chosen.append(rows)
+                pairs = [pair for _, p in rows for pair in p]
+                if pairs:
+                    keys.append((_arrow.binary([k for k, _ in pairs], pa.string()), 0, len(pairs)))
+                    values.append((_arrow.binary([v for _, v in pairs]), 0, len(pairs)))
         base += c.num_rows
-    pairs = [pair for rows in chosen for _, p in rows for pair in p]
-    keys = [k for k, _ in pairs]
-    values = [v for _, v in pairs]
-    if not keys and not counts.any():  # the common case: n empty lists
+    if not keys:  # the common case: n empty lists
         return pa.Array.from_buffers(HEADER_TYPE, n, [None, pa.py_buffer(counts)], children=[_NO_HEADERS])
-    items = pa.StructArray.from_arrays(
-        [_arrow.binary(keys, pa.string()), _arrow.binary(values)], fields=list(HEADER_TYPE.value_type)
-    )
+    items = pa.StructArray.from_arrays([_string(_binary(keys)), _binary(values)], fields=list(HEADER_TYPE.value_type))
     return pa.ListArray.from_arrays(_arrow.array(np.cumsum(counts, dtype=np.int32)), items, type=HEADER_TYPE)
+
+
+def _string(keys: pa.Array) -> pa.Array:
+    """Header keys joined by ``_binary`` as the string array they are (checked UTF-8 where they were read)."""
+    if keys.type == pa.string():
+        return keys
+    return pa.Array.from_buffers(pa.string(), len(keys), keys.buffers(), null_count=keys.null_count, offset=keys.offset)

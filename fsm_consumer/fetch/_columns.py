@@ -35,9 +35,10 @@ Records of a batch that began before the fetch offset are dropped from the spans
 before any column is made (no Arrow filter: its compute kernels cost the process
 tens of MB, and views have no ``take``).
 
-Headers (rare) are decoded to Python tuples, made a
-``list<struct<key: string, value: binary>>`` column by ``assemble``. Keys and values
-are the raw bytes: deserializers do not apply here.
+Headers are made a ``list<struct<key: string, value: binary>>`` column by
+``assemble``: from their spans (``HeaderViews``) where the compiled walk took the
+fetch, else from Python pairs. Keys and values are the raw bytes: deserializers do
+not apply here.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import pyarrow as pa
 from crc32c import crc32c
 
 from . import _arrow, _vector
-from ._assemble import PARTITION_SCHEMA, SCHEMA, PartitionColumns, Views, assemble
+from ._assemble import PARTITION_SCHEMA, SCHEMA, HeaderViews, PartitionColumns, Views, assemble
 from ._errors import RecordError
 from ._positions import _add_records, _Columns, columns_of, decode_exact
 from ._walk import READ_UNCOMMITTED, read_committed, walk
@@ -237,7 +238,7 @@ class _Walked:
 
     log_append = filters = ()
 
-    def __init__(self, headers: list) -> None:
+    def __init__(self, headers: HeaderViews | list) -> None:
         self.headers = headers
 
 
@@ -256,8 +257,13 @@ def _walked_columns(
         return DecodedColumns(EMPTY_PARTITION, next_offset, size, None, leader_epoch)
     int64 = np.int64
     # spans are positions in records itself: its batches' payloads are views of it, one data buffer
+    if headers is not None:
+        first, header_spans = headers
+        headers = _header_views(records, np.frombuffer(first, dtype=int64), np.frombuffer(header_spans, dtype=int64))
+        if headers is None:
+            return None
     columns = build(
-        _Walked(headers),
+        _Walked([] if headers is None else headers),
         np.frombuffer(offsets, dtype=int64),
         np.frombuffer(timestamps, dtype=int64),
         np.frombuffer(spans, dtype=int64),
@@ -265,6 +271,14 @@ def _walked_columns(
     )
     columns.log_append = log_append
     return DecodedColumns(columns, next_offset, size, None, leader_epoch)
+
+
+def _header_views(records: bytes | memoryview, first: np.ndarray, spans: np.ndarray) -> HeaderViews | None:
+    """The headers' keys and values as views over ``records`` (None where ``views`` declines)."""
+    parts = (records,)
+    keys = _as_views(parts, _ZERO_START, spans, 0)
+    values = None if keys is None else _as_views(parts, _ZERO_START, spans, 2)
+    return None if keys is None or values is None else HeaderViews(first, keys, values)
 
 
 def _fast_columns(out: _Starts, check_crcs: bool) -> PartitionColumns | None:

@@ -9,8 +9,8 @@
    past each batch's minimum offset (the fetch offset, then the end of the batches before) to three
    bytearrays as native int64: offset, timestamp (LogAppendTime: the batch's max timestamp), and the key
    and value spans as positions in `records` (4 per record). It returns (next_offset, bytes walked, leader
-   epoch, records scanned, LogAppendTime ranges [(first offset, last offset)], headers [(row, ((key, value),
-   ...))] of the rows that have any), what the Python walk and scan give for the same data. Anything else
+   epoch, records scanned, LogAppendTime ranges [(first offset, last offset)], the headers' spans (None when no
+   record has any, see header_spans)), what the Python walk and scan give for the same data. Anything else
    returns NotImplemented with the bytearrays as they were: a legacy or compressed batch, a control batch
    under read_committed, a bad CRC, length, record or header (a key not UTF-8), headers on a record below the
    fetch offset, a base beyond 2**62, no whole batch, offsets out of their batch with CRCs unchecked.
@@ -174,6 +174,103 @@ static Py_ssize_t scan_batches(const unsigned char *b, const batch_t *batches, P
     return k;
 }
 
+/* What both walks begin with: records, fetch_offset, committed, check_crcs and crc32c (args[0:5]) read and
+   the header pass run. 1 walked (w->view held and w->batches allocated: the caller releases both), 0 declined
+   (a fetch offset beyond int64, or the header pass's: the Python walk's) and -1 an exception, nothing held. */
+typedef struct {
+    Py_buffer view;
+    batch_t *batches;
+    Py_ssize_t nbatches, total, walked;
+    int64_t next_offset, leader_epoch;
+    int check_crcs;
+} walk_t;
+
+static int begin_walk(PyObject *const *args, walk_t *w) {
+    int64_t fetch_offset = PyLong_AsLongLong(args[1]);
+    if (fetch_offset == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    int committed = PyObject_IsTrue(args[2]), check_crcs = PyObject_IsTrue(args[3]);
+    if (committed < 0 || check_crcs < 0) return -1;
+    if (PyObject_GetBuffer(args[0], &w->view, PyBUF_SIMPLE) < 0) return -1;
+    w->batches = NULL;
+    w->check_crcs = check_crcs;
+    int done = walk_headers(w->view.buf, w->view.len, fetch_offset, committed, check_crcs, args[4], &w->batches,
+                            &w->nbatches, &w->total, &w->next_offset, &w->walked, &w->leader_epoch);
+    if (done <= 0) PyBuffer_Release(&w->view);
+    return done;
+}
+
+/* The headers of the kept rows (heads: where each row's lie, or -1 for none) as spans in the records, for
+   poll_batch()'s header column without a Python object per header: *out is None when no row has any, else
+   (first, spans): row r's headers are entries first[r]:first[r + 1] (native int64, rows + 1) of spans (4 native
+   int64 per header: key start, key end, value start, value end; a null value is an empty span after the
+   one-byte -1, as views reads it). Read as read_headers reads them: 1 declined (a bad count or length, a -1
+   length written in more than a byte, bytes left, a key that is not UTF-8: the Python walk words it), 0 done,
+   -1 an exception. A key's UTF-8 is judged by Python's decoder, once for each run of the same key bytes. */
+static int header_spans(const unsigned char *b, const int64_t *heads, Py_ssize_t kept, PyObject **out) {
+    Py_ssize_t total = 0, cap = 0, r;
+    int64_t *spans = NULL;
+    PyObject *first = NULL;
+    const unsigned char *last_key = NULL;
+    int64_t last_len = -1;
+    int result = 1;
+    for (r = 0; r < kept && heads[2 * r] < 0; r++) {}
+    if (r == kept) { *out = Py_NewRef(Py_None); return 0; }
+    first = PyBytes_FromStringAndSize(NULL, (kept + 1) * (Py_ssize_t)sizeof(int64_t));
+    if (!first) return -1;
+    int64_t *at = (int64_t *)PyBytes_AS_STRING(first);
+    for (r = 0; r < kept; r++) {
+        at[r] = total;
+        if (heads[2 * r] < 0) continue;
+        Py_ssize_t pos = (Py_ssize_t)heads[2 * r], end = (Py_ssize_t)heads[2 * r + 1];
+        int64_t count;
+        if (rd_varint(b, end, &pos, &count) < 0 || count < 0 || count > end - pos) goto done;
+        if (total + count > cap) {
+            Py_ssize_t grown_cap = 2 * cap > total + count ? 2 * cap : total + count + 16;
+            int64_t *grown = PyMem_Realloc(spans, (size_t)grown_cap * 4 * sizeof(int64_t));
+            if (!grown) { PyErr_NoMemory(); result = -1; goto done; }
+            spans = grown; cap = grown_cap;
+        }
+        for (int64_t i = 0; i < count; i++, total++) {
+            int64_t klen, vlen;
+            if (rd_varint(b, end, &pos, &klen) < 0 || klen < 0 || klen > end - pos) goto done;
+            Py_ssize_t kpos = pos;
+            pos += klen;
+            Py_ssize_t lpos = pos;
+            if (rd_varint(b, end, &pos, &vlen) < 0 || vlen < -1 || vlen > end - pos || (vlen == -1 && pos - lpos != 1))
+                goto done;
+            Py_ssize_t vpos = pos;
+            if (vlen > 0) pos += vlen;
+            if (klen != last_len || memcmp(last_key, b + kpos, (size_t)klen) != 0) {
+                PyObject *key = PyUnicode_DecodeUTF8((const char *)b + kpos, klen, "strict");
+                if (!key) {
+                    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { result = -1; goto done; }
+                    PyErr_Clear();
+                    goto done;
+                }
+                Py_DECREF(key);
+                last_key = b + kpos; last_len = klen;
+            }
+            int64_t *sp = spans + 4 * total;
+            sp[0] = kpos; sp[1] = kpos + klen; sp[2] = vpos; sp[3] = vpos + (vlen > 0 ? vlen : 0);
+        }
+        if (pos != end) goto done;
+    }
+    at[kept] = total;
+    PyObject *joined = PyBytes_FromStringAndSize((const char *)spans, total * 4 * (Py_ssize_t)sizeof(int64_t));
+    if (!joined) { result = -1; goto done; }
+    *out = Py_BuildValue("(NN)", first, joined);
+    first = NULL;
+    result = *out ? 0 : -1;
+done:
+    Py_XDECREF(first);
+    PyMem_Free(spans);
+    return result;
+}
+
 static PyObject *walk_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError, "records, fetch_offset, committed, check_crcs, crc32c, 3 bytearrays");
@@ -182,30 +279,20 @@ static PyObject *walk_columns(PyObject *self, PyObject *const *args, Py_ssize_t 
     PyObject *outs[3] = {args[5], args[6], args[7]};
     for (int k = 0; k < 3; k++)
         if (!PyByteArray_Check(outs[k])) { PyErr_SetString(PyExc_TypeError, "offsets, timestamps, spans: bytearrays"); return NULL; }
-    int64_t fetch_offset = PyLong_AsLongLong(args[1]);
-    int committed = PyObject_IsTrue(args[2]), check_crcs = PyObject_IsTrue(args[3]);
-    if (PyErr_Occurred() || committed < 0 || check_crcs < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return NULL;
-        PyErr_Clear();  /* a fetch offset beyond int64: the walk's */
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    const unsigned char *b = view.buf;
-    batch_t *batches = NULL;
+    walk_t w;
+    int begun = begin_walk(args, &w);
+    if (begun < 0) return NULL;
+    if (begun == 0) Py_RETURN_NOTIMPLEMENTED;
+    const unsigned char *b = w.view.buf;
+    const Py_ssize_t total = w.total;
     int64_t *ranges = NULL, *heads = NULL;
-    PyObject *headers = NULL, *last_key = NULL;
-    Py_ssize_t nbatches = 0, total = 0, walked = 0, nranges = 0, kept = 0;
-    int64_t next_offset = 0, leader_epoch = -1;
+    PyObject *headers = NULL;
+    Py_ssize_t nranges = 0, kept = 0;
     Py_ssize_t marks[3];
     const Py_ssize_t width[3] = {8, 8, 32};
     int resized = 0;
     PyObject *result = NULL;
-    int done = walk_headers(b, view.len, fetch_offset, committed, check_crcs, args[4], &batches, &nbatches, &total,
-                            &next_offset, &walked, &leader_epoch);
-    if (done < 0) goto fail;
-    if (done == 0) goto decline;
-    ranges = PyMem_Malloc((size_t)(2 * nbatches + 1) * sizeof(int64_t));
+    ranges = PyMem_Malloc((size_t)(2 * w.nbatches + 1) * sizeof(int64_t));
     heads = PyMem_Malloc((size_t)(2 * total + 1) * sizeof(int64_t));
     if (!ranges || !heads) { PyErr_NoMemory(); goto fail; }
     for (; resized < 3; resized++) {
@@ -220,27 +307,12 @@ static PyObject *walk_columns(PyObject *self, PyObject *const *args, Py_ssize_t 
     /* reads the held records and writes the bytearrays resized above, which no other code sees until this
        returns: the network thread may take the interpreter lock meanwhile */
     PyThreadState *released = total >= RELEASE_MIN_RECORDS ? PyEval_SaveThread() : NULL;
-    kept = scan_batches(b, batches, nbatches, check_crcs, of, ts, sp, heads, ranges, &nranges);
+    kept = scan_batches(b, w.batches, w.nbatches, w.check_crcs, of, ts, sp, heads, ranges, &nranges);
     if (released) PyEval_RestoreThread(released);
     if (kept < 0) goto decline;
-    headers = PyList_New(0);
-    if (!headers) goto fail;
-    for (Py_ssize_t r = 0; r < kept; r++) {  /* (row, pairs) of the rows with headers, as _vector.parse gives */
-        if (heads[2 * r] < 0) continue;
-        Py_ssize_t pos = (Py_ssize_t)heads[2 * r], end = (Py_ssize_t)heads[2 * r + 1];
-        PyObject *pairs = NULL;
-        int64_t size;
-        int got = read_headers(b, end, &pos, &pairs, &size, &last_key);
-        if (got < 0) goto fail;
-        if (got > 0 || pos != end) { Py_XDECREF(pairs); goto decline; }
-        if (PyTuple_GET_SIZE(pairs)) {
-            PyObject *row = Py_BuildValue("(nN)", r, pairs);
-            if (!row || PyList_Append(headers, row) < 0) { Py_XDECREF(row); goto fail; }
-            Py_DECREF(row);
-        } else {
-            Py_DECREF(pairs);
-        }
-    }
+    int spanned = header_spans(b, heads, kept, &headers);
+    if (spanned < 0) goto fail;
+    if (spanned > 0) goto decline;
     for (int k = 0; k < 3; k++)
         if (PyByteArray_Resize(outs[k], marks[k] + kept * width[k]) < 0) goto fail;
     PyObject *log_append = PyList_New(nranges);
@@ -250,8 +322,8 @@ static PyObject *walk_columns(PyObject *self, PyObject *const *args, Py_ssize_t 
         if (!range) { Py_DECREF(log_append); goto fail; }
         PyList_SET_ITEM(log_append, i, range);
     }
-    result = Py_BuildValue("(LnLnNO)", (long long)next_offset, walked, (long long)leader_epoch, total, log_append,
-                           headers);
+    result = Py_BuildValue("(LnLnNO)", (long long)w.next_offset, w.walked, (long long)w.leader_epoch, total,
+                           log_append, headers);
     if (!result) goto fail;
     goto out;
 decline:
@@ -264,11 +336,10 @@ fail:
     result = NULL;
 out:
     Py_XDECREF(headers);
-    Py_XDECREF(last_key);
-    PyMem_Free(batches);
+    PyMem_Free(w.batches);
     PyMem_Free(ranges);
     PyMem_Free(heads);
-    PyBuffer_Release(&view);
+    PyBuffer_Release(&w.view);
     return result;
 }
 
@@ -280,27 +351,16 @@ static PyObject *walk_records(PyObject *self, PyObject *const *args, Py_ssize_t 
     PyObject *topic = args[5], *partition = args[6], *out = args[7];
     PyTypeObject *type = (PyTypeObject *)args[8];
     if (!PyList_Check(out) || !PyType_Check(args[8])) { PyErr_SetString(PyExc_TypeError, "out: a list, type: a type"); return NULL; }
-    int64_t fetch_offset = PyLong_AsLongLong(args[1]);
-    int committed = PyObject_IsTrue(args[2]), check_crcs = PyObject_IsTrue(args[3]);
-    if (PyErr_Occurred() || committed < 0 || check_crcs < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return NULL;
-        PyErr_Clear();
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    const unsigned char *b = view.buf;
+    walk_t w;
+    int begun = begin_walk(args, &w);
+    if (begun < 0) return NULL;
+    if (begun == 0) Py_RETURN_NOTIMPLEMENTED;
+    const unsigned char *b = w.view.buf;
     const int64_t limit = (int64_t)1 << 62;
-    batch_t *batches = NULL;
-    Py_ssize_t nbatches = 0, total = 0, walked = 0, mark = PyList_GET_SIZE(out);
-    int64_t next_offset = 0, leader_epoch = -1;
+    Py_ssize_t mark = PyList_GET_SIZE(out);
     PyObject *result = NULL;
-    int done = walk_headers(b, view.len, fetch_offset, committed, check_crcs, args[4], &batches, &nbatches, &total,
-                            &next_offset, &walked, &leader_epoch);
-    if (done < 0) goto fail;
-    if (done == 0) goto decline;
-    for (Py_ssize_t j = 0; j < nbatches; j++) {
-        const batch_t *t = &batches[j];
+    for (Py_ssize_t j = 0; j < w.nbatches; j++) {
+        const batch_t *t = &w.batches[j];
         if (t->log_append && (t->max_ts >= limit || t->max_ts <= -limit)) goto decline;
         PyObject *epoch = PyLong_FromLong(t->epoch);
         if (!epoch) goto fail;
@@ -310,7 +370,7 @@ static PyObject *walk_records(PyObject *self, PyObject *const *args, Py_ssize_t 
         Py_DECREF(epoch);
         if (got < 0) goto fail;
         if (got > 0) goto decline;
-        if (!check_crcs) {  /* as _check_offsets: the kept records rise within their batch's range */
+        if (!w.check_crcs) {  /* as _check_offsets: the kept records rise within their batch's range */
             int64_t previous = 0;
             for (Py_ssize_t i = before; i < PyList_GET_SIZE(out); i++) {
                 int64_t offset = PyLong_AsLongLong(PyTuple_GET_ITEM(PyList_GET_ITEM(out, i), 3));
@@ -320,7 +380,7 @@ static PyObject *walk_records(PyObject *self, PyObject *const *args, Py_ssize_t 
             }
         }
     }
-    result = Py_BuildValue("(LnOL)", (long long)next_offset, walked, Py_None, (long long)leader_epoch);
+    result = Py_BuildValue("(LnOL)", (long long)w.next_offset, w.walked, Py_None, (long long)w.leader_epoch);
     if (!result) goto fail;
     goto out;
 decline:
@@ -331,8 +391,8 @@ fail:
     PyList_SetSlice(out, mark, PyList_GET_SIZE(out), NULL);
     result = NULL;
 out:
-    PyMem_Free(batches);
-    PyBuffer_Release(&view);
+    PyMem_Free(w.batches);
+    PyBuffer_Release(&w.view);
     return result;
 }
 

@@ -171,7 +171,7 @@ def bench_consume(args, kind: str = "tansu", clients: list[str] | None = None) -
 
     rows = []
     with start_broker(kind) as broker:
-        batch_bytes = getattr(args, "batch_bytes", LARGE)
+        batch_bytes = args.batch_bytes
         topic = f"bench-{args.records}x{args.size}-{args.compression}"
         topic += f"-{batch_bytes}" if batch_bytes != LARGE else ""
         broker.create_topic(topic, partitions=args.partitions)

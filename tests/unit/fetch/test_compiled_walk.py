@@ -6,6 +6,7 @@ headers. Skipped, saying why, where the package was installed without a C compil
 
 from __future__ import annotations
 
+import itertools
 import struct
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the strategies
 from test_compiled_decoder import both_columns, same, same_columns  # noqa: E402
 from test_record_corruption import FUZZ, headers_st, logs, mutate, mutation_st  # noqa: E402
 
-from fsm_consumer.fetch import _columns, _decode, decode_partition  # noqa: E402
+from fsm_consumer.fetch import TopicPartition, _assemble, _columns, _decode, decode_partition  # noqa: E402
 from fsm_consumer.fetch.testing import ABORT, COMMIT, Rec, batch, control_batch  # noqa: E402
 from fsm_consumer.managers import _log_end  # noqa: E402
 
@@ -183,6 +184,74 @@ def test_bad_crcs_header_keys_not_utf8_and_compressed_batches_go_to_the_python_w
     bad[-2] ^= 0xFF  # in the value: the CRC no longer matches
     assert not walked(bytes(bad)) and walked(bytes(bad), check_crcs=False)
     assert not walked(plain[:-1])  # not one whole batch: RecordTooLargeError, worded by the walk
+
+
+# keys and values past 12 bytes too (a view holds up to 12 itself), empty ones, null values, keys not ASCII
+long_headers_st = st.lists(
+    st.tuples(
+        st.sampled_from(["traceparent", "", "é", "a-key-of-twenty-bytes"]),
+        st.one_of(st.none(), st.binary(max_size=30)),
+    ),
+    max_size=3,
+)
+headed_records_st = st.lists(
+    st.builds(
+        Rec,
+        value=st.binary(max_size=20),
+        headers=st.one_of(st.just(()), long_headers_st),
+        timestamp=st.integers(0, 2**41),
+        offset_delta=st.none(),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@FUZZ
+@given(
+    st.lists(headed_records_st, min_size=1, max_size=4),
+    st.lists(st.integers(0, 60), min_size=2, max_size=8),
+    st.integers(0, 6),
+)
+def test_headers_read_as_spans_give_the_python_pairs_column_in_any_slices_and_mixes(batches, cuts, fetch_offset):
+    """poll_batch() hands out slices of several fetches: any slices of the spans the compiled walk gives,
+    beside slices of the Python pairs, assemble to the column the Python pairs alone give."""
+    data, offset = b"", 0
+    for recs in batches:
+        data += batch(recs, base_offset=offset)
+        offset += len(recs)
+    python, compiled = both_columns(data, fetch_offset=fetch_offset)
+    same_columns(python, compiled)
+    headed = [bool(r.headers) for recs in batches for r in recs]
+    if any(headed[fetch_offset:]) and not any(headed[:fetch_offset]):  # else the Python walk checks those below
+        assert isinstance(compiled.columns.headers, _assemble.HeaderViews)
+    n = python.columns.num_rows
+    bounds = sorted({0, n, *(c % (n + 1) for c in cuts)})
+    spans = list(itertools.pairwise(bounds))
+    for i, form in enumerate((python, compiled)):  # the slices alternate between the two forms, both ways
+        other = compiled if form is python else python
+        mixed = [
+            (TopicPartition("t", j), (form if (j + i) % 2 else other).columns.slice(lo, hi - lo))
+            for j, (lo, hi) in enumerate(spans)
+        ]
+        alone = [(TopicPartition("t", j), python.columns.slice(lo, hi - lo)) for j, (lo, hi) in enumerate(spans)]
+        assert _assemble.assemble(mixed).equals(_assemble.assemble(alone))
+
+
+def test_a_tracing_header_on_every_record_is_read_by_the_compiled_walk_as_spans():
+    trace = ("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    recs = [Rec(b"v%d" % i, headers=[trace] if i % 3 else [trace, ("", None)]) for i in range(16)]
+    data = b"".join(batch(recs, base_offset=16 * b) for b in range(8))
+    python, compiled = both_columns(data)
+    same_columns(python, compiled)
+    assert isinstance(compiled.columns.headers, _assemble.HeaderViews) and walked(data)
+    column = _assemble.assemble([(TopicPartition("t", 3), compiled.columns.slice(10, 4))]).column("headers")
+    assert column.to_pylist() == [
+        [{"key": "traceparent", "value": trace[1]}, {"key": "", "value": None}]
+        if (10 + i) % 3 == 0
+        else [{"key": "traceparent", "value": trace[1]}]
+        for i in range(4)
+    ]
 
 
 def test_a_batch_counting_more_records_than_its_bytes_hold_is_refused_before_any_column_is_sized():
