@@ -91,7 +91,7 @@ def to_spark(batch: pa.RecordBatch, include_headers: bool) -> pa.RecordBatch:
         kind,
     ]
     if include_headers:
-        columns.append(_headers_or_null(batch.column("headers").cast(schema.field("headers").type)))
+        columns.append(_headers_or_null(batch.column("headers"), schema.field("headers").type))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
@@ -113,10 +113,11 @@ def _plain_strings(column: pa.DictionaryArray) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(name * n)])
 
 
-def _headers_or_null(headers: pa.Array) -> pa.Array:
-    """A record without headers has null headers in Spark's Kafka source, not an empty array (a query
-    counting nulls or filtering ``headers IS NULL`` must get Spark's answer). Built from the list's buffers
-    (pyarrow's compute and scalars would import pandas in every task, see ``fetch._arrow``)."""
+def _headers_or_null(headers: pa.Array, type: pa.DataType) -> pa.Array:
+    """The headers column as Spark's type (its list's item named as pyspark names it), where a record without
+    headers has null headers, as in Spark's Kafka source, not an empty array (a query counting nulls or
+    filtering ``headers IS NULL`` must get Spark's answer). Built from the list's buffers, not cast: a cast
+    loads Arrow's compute kernels, and its scalars would import pandas, in every task (see ``fetch._arrow``)."""
     import numpy as np
     import pyarrow as pa
 
@@ -124,12 +125,9 @@ def _headers_or_null(headers: pa.Array) -> pa.Array:
 
     n = len(headers)
     if not n:
-        return headers
+        return pa.nulls(0, type)
     offsets = np.frombuffer(headers.buffers()[1], dtype=np.int32, count=n + 1, offset=headers.offset * 4)
-    empty = offsets[1:] == offsets[:-1]
-    if not empty.any():
-        return headers
-    null = empty | nulls(headers)
-    validity = pa.py_buffer(np.packbits(~null, bitorder="little"))
+    null = (offsets[1:] == offsets[:-1]) | nulls(headers)
+    validity = pa.py_buffer(np.packbits(~null, bitorder="little")) if null.any() else None
     # the offsets of this slice (they index the whole child array, which ``values`` is)
-    return pa.Array.from_buffers(headers.type, n, [validity, pa.py_buffer(offsets.copy())], children=[headers.values])
+    return pa.Array.from_buffers(type, n, [validity, pa.py_buffer(offsets.copy())], children=[headers.values])

@@ -177,7 +177,7 @@ def test_timestamp_type_column_from_log_append_time_batches():
 def test_a_read_task_never_loads_arrow_compute():
     """Every Spark task's Python worker decodes and converts its range: none of it may load Arrow's compute
     kernels (memory in every worker; views of the fetched data have no compute kernels anyway), missing
-    timestamps included. Run in a fresh interpreter, whose modules are its own."""
+    timestamps and headers included. Run in a fresh interpreter, whose modules are its own."""
     import subprocess
     import sys
 
@@ -194,6 +194,12 @@ assert rows.column("offset").to_pylist() == [6, 7, 8], rows
 assert rows.column("value").to_pylist() == [None, b"x" * 20, b"y"]
 assert rows.column("topic").to_pylist() == ["t"] * 3
 assert rows.column("timestamp").null_count == 1 and rows.column("timestampType").to_pylist() == [-1, 0, 0]
+headed = batch([Rec(b"v", headers=[("a", b"1"), ("b", None)]), Rec(b"w"), Rec(b"x", headers=[("a", b"")])])
+expected = [[{"key": "a", "value": b"1"}, {"key": "b", "value": None}], None, [{"key": "a", "value": b""}]]
+for fetch_offset in (0, 1):  # the compiled walk's header spans; the Python walk's pairs (headers below it)
+    columns = decode_partition_columns("t", 0, headed, fetch_offset=fetch_offset).columns
+    rows = to_spark(assemble([(TopicPartition("t", 0), columns)]), include_headers=True)
+    assert rows.column("headers").to_pylist() == expected[fetch_offset:], rows
 print("pyarrow.compute" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
