@@ -10,15 +10,24 @@ import sys
 import time
 from pathlib import Path
 
-from .clients import CLIENTS
+from .clients import CLIENTS, HEADERS_ENV
 from .java import java_missing, peer_command
 
 HERE = Path(__file__).resolve().parent.parent
 LARGE = 1_000_000  # the producer's batch size of scenarios A to C: batches of about 1 MB
+# scenario E's header on every record: a W3C trace context, as OpenTelemetry's instrumentation adds
+TRACE = ("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 
 
 def fill(
-    bootstrap: str, topic: str, partitions: int, records: int, size: int, compression: str, batch_bytes: int = LARGE
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    records: int,
+    size: int,
+    compression: str,
+    batch_bytes: int = LARGE,
+    headers: bool = False,
 ) -> None:
     from confluent_kafka import Producer
 
@@ -33,10 +42,11 @@ def fill(
         }
     )
     value = b"x" * size
+    trace = [TRACE] if headers else None
     for i in range(records):
         while True:
             try:
-                p.produce(topic, value=value, partition=i % partitions)
+                p.produce(topic, value=value, partition=i % partitions, headers=trace)
                 break
             except BufferError:
                 p.poll(0.05)
@@ -94,12 +104,13 @@ def child(argv: list[str]) -> int:
     return 0
 
 
-def run_child(name: str, bootstrap: str, topic: str, partitions: int, expect: int) -> dict:
-    if CLIENTS[name][0] is None:  # Kafka's Java consumer: the JVM's own process
+def run_child(name: str, bootstrap: str, topic: str, partitions: int, expect: int, headers: bool = False) -> dict:
+    if CLIENTS[name][0] is None:  # Kafka's Java consumer: the JVM's own process (it reads headers eagerly)
         cmd = peer_command("JavaBench", bootstrap, topic, str(partitions), str(expect))
     else:
         cmd = [sys.executable, str(HERE / "bench"), "_child", name, bootstrap, topic, str(partitions), str(expect)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    env = {**os.environ, HEADERS_ENV: "1"} if headers else None
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -122,12 +133,14 @@ def run_child(name: str, bootstrap: str, topic: str, partitions: int, expect: in
     return result
 
 
-SCENARIOS = {  # name: (records, size, compression, batch bytes); --quick divides records by 10
-    "A": (1_000_000, 100, "none", LARGE),
-    "B": (200_000, 1000, "none", LARGE),
-    "C": (1_000_000, 100, "lz4", LARGE),
+SCENARIOS = {  # name: (records, size, compression, batch bytes, headers); --quick divides records by 10
+    "A": (1_000_000, 100, "none", LARGE, False),
+    "B": (200_000, 1000, "none", LARGE, False),
+    "C": (1_000_000, 100, "lz4", LARGE, False),
     # B as Java's and kafka-python's producers write it by default (batch.size 16 KiB): 16 records a batch
-    "D": (200_000, 1000, "none", 16_384),
+    "D": (200_000, 1000, "none", 16_384, False),
+    # D with a tracing header on every record (TRACE), every client reading it
+    "E": (200_000, 1000, "none", 16_384, True),
 }
 
 
@@ -139,7 +152,7 @@ def bench_scenarios(args) -> list[dict]:
     rows = []
     for kind in args.brokers:
         for i, name in enumerate(names):
-            records, size, compression, batch_bytes = SCENARIOS[name]
+            records, size, compression, batch_bytes, headers = SCENARIOS[name]
             clients = args.clients.split(",") if args.clients else list(CLIENTS)
             if args.quick:
                 records //= 10
@@ -148,6 +161,7 @@ def bench_scenarios(args) -> list[dict]:
                 if i and not args.clients:
                     clients = [c for c in CLIENTS if c.startswith("fsm_consumer") or c == WIRE_LIMIT]
             args.records, args.size, args.compression, args.batch_bytes = records, size, compression, batch_bytes
+            args.headers = headers
             for r in bench_consume(args, kind, clients):
                 r["scenario"] = name
                 rows.append(r)
@@ -174,9 +188,19 @@ def bench_consume(args, kind: str = "tansu", clients: list[str] | None = None) -
         batch_bytes = args.batch_bytes
         topic = f"bench-{args.records}x{args.size}-{args.compression}"
         topic += f"-{batch_bytes}" if batch_bytes != LARGE else ""
+        topic += "-headers" if args.headers else ""
         broker.create_topic(topic, partitions=args.partitions)
         t = time.monotonic()
-        fill(broker.bootstrap_servers, topic, args.partitions, args.records, args.size, args.compression, batch_bytes)
+        fill(
+            broker.bootstrap_servers,
+            topic,
+            args.partitions,
+            args.records,
+            args.size,
+            args.compression,
+            batch_bytes,
+            args.headers,
+        )
         print(
             f"# filled {topic}: {args.records} x {args.size} B ({args.compression}, batches up to {batch_bytes} B) "
             f"in {time.monotonic() - t:.1f} s",
@@ -185,7 +209,7 @@ def bench_consume(args, kind: str = "tansu", clients: list[str] | None = None) -
         runs: dict[str, list[dict]] = {c: [] for c in clients}
         for i in range(args.runs):
             for c in clients:  # alternate: A B C A B C ...
-                r = run_child(c, broker.bootstrap_servers, topic, args.partitions, args.records)
+                r = run_child(c, broker.bootstrap_servers, topic, args.partitions, args.records, args.headers)
                 runs[c].append(r)
                 print(
                     f"# {kind} run {i + 1} {c}: {r['rate_records'] / r['span_s']:,.0f} rec/s, cpu {r['cpu_s']:.2f} s",
@@ -205,6 +229,7 @@ def bench_consume(args, kind: str = "tansu", clients: list[str] | None = None) -
                 "size": args.size,
                 "compression": args.compression,
                 "batch_bytes": batch_bytes,
+                "headers": args.headers,
                 "runs": len(rs),
                 "complete_runs": len(ok),
                 "records_per_s": round(rate),
@@ -258,9 +283,11 @@ def table(rows: list[dict]) -> str:
 
 
 def _batches(row: dict) -> str:
-    """How the topic was produced, where not in large batches."""
+    """How the topic was produced, where not in large batches or with headers."""
     size = row.get("batch_bytes", LARGE)
-    return "" if size == LARGE else f", {size // 1024} KiB batches"
+    return ("" if size == LARGE else f", {size // 1024} KiB batches") + (
+        ", a header per record" if row.get("headers") else ""
+    )
 
 
 def chart(rows: list[dict], path: Path) -> bool:
