@@ -257,13 +257,14 @@ def _walked_columns(
         return DecodedColumns(EMPTY_PARTITION, next_offset, size, None, leader_epoch)
     int64 = np.int64
     # spans are positions in records itself: its batches' payloads are views of it, one data buffer
-    if headers is not None:
-        first, header_spans = headers
-        headers = _header_views(records, np.frombuffer(first, dtype=int64), np.frombuffer(header_spans, dtype=int64))
-        if headers is None:
+    header_views: HeaderViews | list = []
+    if headers is not None:  # (each row's first header, the headers' spans)
+        pair = _pair_views((records,), _ZERO_START, np.frombuffer(headers[1], dtype=int64))
+        if pair is None:
             return None
+        header_views = HeaderViews(np.frombuffer(headers[0], dtype=int64), *pair)
     columns = build(
-        _Walked([] if headers is None else headers),
+        _Walked(header_views),
         np.frombuffer(offsets, dtype=int64),
         np.frombuffer(timestamps, dtype=int64),
         np.frombuffer(spans, dtype=int64),
@@ -271,14 +272,6 @@ def _walked_columns(
     )
     columns.log_append = log_append
     return DecodedColumns(columns, next_offset, size, None, leader_epoch)
-
-
-def _header_views(records: bytes | memoryview, first: np.ndarray, spans: np.ndarray) -> HeaderViews | None:
-    """The headers' keys and values as views over ``records`` (None where ``views`` declines)."""
-    parts = (records,)
-    keys = _as_views(parts, _ZERO_START, spans, 0)
-    values = None if keys is None else _as_views(parts, _ZERO_START, spans, 2)
-    return None if keys is None or values is None else HeaderViews(first, keys, values)
 
 
 def _fast_columns(out: _Starts, check_crcs: bool) -> PartitionColumns | None:
@@ -345,18 +338,18 @@ def build(
             spans = np.ascontiguousarray(spans.reshape(-1, 4)[keep]).ravel()
             headers = [(int(index[i]), pairs) for i, pairs in headers if keep[i]]
             n = len(offsets)
-    keys: Views | pa.Array | None = None
-    values: Views | pa.Array | None = None
+    pair = None
     if _views is not None:
         parts, starts = ((data,), _ZERO_START) if data is not None else _parts(cols)
-        keys = _as_views(parts, starts, spans, 0)
-        values = None if keys is None else _as_views(parts, starts, spans, 2)
-    if keys is None or values is None:
-        if data is None:
-            data = cols.payloads[0] if len(cols.payloads) == 1 else b"".join(cols.payloads)
-        keys = _gather(data, spans, 0, n)
-        values = _gather(data, spans, 2, n)
-    return PartitionColumns(offsets, timestamps, keys, values, headers, log_append)
+        pair = _pair_views(parts, starts, spans)
+    if pair is not None:
+        keys, values = pair
+        return PartitionColumns(offsets, timestamps, keys, values, headers, log_append)
+    if data is None:
+        data = cols.payloads[0] if len(cols.payloads) == 1 else b"".join(cols.payloads)
+    return PartitionColumns(
+        offsets, timestamps, _gather(data, spans, 0, n), _gather(data, spans, 2, n), headers, log_append
+    )
 
 
 def _batch_end(cols: Any, first: int, n: int) -> int:
@@ -379,6 +372,13 @@ _ZERO_START = np.zeros(1, dtype=np.int64)
 def _parts(cols: Any) -> tuple[list, np.ndarray]:
     """The payloads and where each starts in them joined (the spans' coordinates)."""
     return cols.payloads, np.array([start for _, start in cols.bases], dtype=np.int64)
+
+
+def _pair_views(parts: Sequence, starts: np.ndarray, spans: np.ndarray) -> tuple[Views, Views] | None:
+    """Keys and values (a record's, or a header's) as views over ``parts``; None where either declines."""
+    keys = _as_views(parts, starts, spans, 0)
+    values = None if keys is None else _as_views(parts, starts, spans, 2)
+    return None if keys is None or values is None else (keys, values)
 
 
 def _as_views(parts: Sequence, starts: np.ndarray, spans: np.ndarray, field: int) -> Views | None:
