@@ -11,14 +11,42 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from kafka.errors import for_code
+from kafka.errors import (
+    LeaderNotAvailableError,
+    NotLeaderForPartitionError,
+    UnknownTopicOrPartitionError,
+    for_code,
+)
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from ._errors import BrokerNotRunningError, BrokerStartError, TopicCreateError
+from ._errors import BrokerNotRunningError, BrokerRequestError, BrokerStartError, TopicCreateError
 from ._ports import LOOPBACK
 from ._process import GuardedProcess
 from ._wire import pick_version, send_request
+
+# Produce errors that say the batch was not appended (no leader yet): safe to send again
+_NOT_APPENDED = frozenset(
+    e.errno for e in (UnknownTopicOrPartitionError, LeaderNotAvailableError, NotLeaderForPartitionError)
+)
+
+
+def _produce_request(topic: str, batches: Mapping[int, bytes], timeout: float) -> ProduceRequest:
+    topic_type = ProduceRequest.TopicProduceData
+    return ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=int(timeout * 1000),
+        topic_data=[
+            topic_type(
+                name=topic,
+                partition_data=[
+                    topic_type.PartitionProduceData(index=p, records=batch) for p, batch in sorted(batches.items())
+                ],
+            )
+        ],
+    )
 
 
 def _error_name(code: int) -> str:
@@ -179,6 +207,41 @@ class LoopbackBroker:
                     f"expected {expected} after {timeout:.1f}s"
                 )
             time.sleep(0.02)
+
+    def produce(self, topic: str, batches: Mapping[int, bytes], *, timeout: float = 10.0) -> dict[int, int]:
+        """Append one record batch (magic 2, e.g. from kafka-python's ``MemoryRecordsBuilder``) to each
+        partition of ``batches``, acknowledged by all in-sync replicas; returns the base offset each got.
+        Demo and test data: one batch a partition per request (Kafka takes no more). A partition whose leader
+        is not ready yet (a topic just created) is sent again until ``timeout``."""
+        self._require_running()
+        version = min(pick_version(self._api_versions, ProduceRequest), 12)  # 13 names topics by id
+        deadline = time.monotonic() + timeout
+        pending, base = dict(batches), {}
+        while pending:
+            response = self._request(
+                _produce_request(topic, pending, timeout), ProduceResponse, version, timeout=timeout
+            )
+            answered, again = set(), {}
+            for answer in response.responses:
+                for part in answer.partition_responses:
+                    answered.add(part.index)
+                    if part.error_code == 0:
+                        base[part.index] = part.base_offset
+                    elif part.error_code in _NOT_APPENDED and time.monotonic() < deadline:
+                        again[part.index] = pending[part.index]
+                    else:
+                        raise BrokerRequestError(
+                            f"producing to {topic}-{part.index} failed: {_error_name(part.error_code)}"
+                            + (f" ({part.error_message})" if getattr(part, "error_message", None) else "")
+                        )
+            if answered != set(pending):
+                raise BrokerRequestError(
+                    f"producing to {topic}: answers for {sorted(answered)}, sent {sorted(pending)}"
+                )
+            pending = again
+            if pending:
+                time.sleep(0.05)
+        return base
 
     def topic_partitions(self, name: str) -> list[int]:
         """Sorted indexes of ``name``'s partitions that have a leader; [] if unknown."""

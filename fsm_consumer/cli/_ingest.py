@@ -187,7 +187,7 @@ def ingest(argv: list[str]) -> int:
                 f"{args.records:,} records of {args.record_size} B in {args.partitions} partitions"
             )
             broker.create_topic(args.topic, partitions=args.partitions)
-            _fill(bootstrap, args.topic, args.records, args.record_size)
+            _fill(broker, args.topic, args.records, args.record_size)
             total_hint = args.records
         out = Path(args.to).resolve()
         checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "_checkpoint"

@@ -156,6 +156,34 @@ def test_produce_and_consume_round_trip(broker: EmbeddedBroker, make_topic, prod
     assert all(m.partition() == 1 and m.topic() == topic for m in records)
 
 
+def test_produce_appends_one_batch_a_partition(broker, make_topic) -> None:
+    """``produce`` (what the demo and the ingest job fill their topic with): one kafka-python batch a
+    partition a request, sent right after the topic is created (Kafka may have no leader ready yet: sent
+    again); the base offsets follow on and librdkafka reads the records back. A partition the topic does
+    not have is an error naming it on Kafka; Tansu 0.6 takes it (a quirk, asserted openly)."""
+    from kafka.record.memory_records import MemoryRecordsBuilder
+
+    from fsm_consumer.broker import BrokerRequestError
+
+    def batch(*values: bytes) -> bytes:
+        builder = MemoryRecordsBuilder(magic=2, compression_type=1, batch_size=1 << 20)
+        for value in values:
+            builder.append(timestamp=None, key=b"k", value=value, headers=[])
+        builder.close()
+        return bytes(builder.buffer())
+
+    topic = make_topic(partitions=2)
+    assert broker.produce(topic, {0: batch(b"a", b"b"), 1: batch(b"c")}) == {0: 0, 1: 0}
+    assert broker.produce(topic, {0: batch(b"d")}) == {0: 2}
+    assert [m.value() for m in _consume(broker.bootstrap_servers, topic, 0, 3)] == [b"a", b"b", b"d"]
+    assert [m.value() for m in _consume(broker.bootstrap_servers, topic, 1, 1)] == [b"c"]
+    if broker.kind == "kafka":
+        with pytest.raises(BrokerRequestError, match=f"{topic}-7 failed: UnknownTopicOrPartitionError"):
+            broker.produce(topic, {7: batch(b"x")}, timeout=1.0)
+    else:
+        assert broker.produce(topic, {7: batch(b"x")}) == {7: 0}
+
+
 def test_context_manager_exit_leaves_no_tansu_process() -> None:
     before = {p.pid for p in _tansu_descendants()}  # the session broker may be up
     with EmbeddedBroker() as temporary:
