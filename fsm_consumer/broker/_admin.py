@@ -227,7 +227,7 @@ class LoopbackBroker:
                     answered.add(part.index)
                     if part.error_code == 0:
                         base[part.index] = part.base_offset
-                    elif part.error_code in _NOT_APPENDED and time.monotonic() < deadline:
+                    elif part.error_code in _NOT_APPENDED and part.index in pending and time.monotonic() < deadline:
                         again[part.index] = pending[part.index]
                     else:
                         raise BrokerRequestError(
