@@ -42,21 +42,23 @@ def _fill(broker: LoopbackBroker, topic: str, records: int, size: int) -> dict[i
 
     pad = b"x" * (size - 8)
     open_batches = {p: builder() for p in partitions}
-    counts = dict.fromkeys(partitions, 0)
     done: dict[int, list[tuple[bytes, int]]] = {p: [] for p in partitions}  # (batch, records) in order
+
+    def seal(p: int) -> None:
+        batch = open_batches[p]
+        batch.close()
+        done[p].append((bytes(batch.buffer()), batch.next_offset()))  # offsets count from 0: its record count
+
     for i in range(records):
         p = where[i % 100]
-        value = (b"%08d" % i) + pad
-        if open_batches[p].append(timestamp=None, key=keys[i % 100], value=value, headers=[]) is None:  # full
-            open_batches[p].close()
-            done[p].append((bytes(open_batches[p].buffer()), counts[p]))
-            open_batches[p], counts[p] = builder(), 0
-            open_batches[p].append(timestamp=None, key=keys[i % 100], value=value, headers=[])
-        counts[p] += 1
-    for p, b in open_batches.items():
-        if counts[p]:
-            b.close()
-            done[p].append((bytes(b.buffer()), counts[p]))
+        record: dict[str, Any] = {"timestamp": None, "key": keys[i % 100], "value": (b"%08d" % i) + pad, "headers": []}
+        if open_batches[p].append(**record) is None:  # full: this record opens the next batch
+            seal(p)
+            open_batches[p] = builder()
+            open_batches[p].append(**record)
+    for p, batch in open_batches.items():
+        if batch.next_offset():
+            seal(p)
     last: dict[int, int] = {}
     while any(done.values()):
         this_round = {p: queue.pop(0) for p, queue in done.items() if queue}

@@ -157,20 +157,15 @@ def test_produce_and_consume_round_trip(broker: EmbeddedBroker, make_topic, prod
 
 
 def test_produce_appends_one_batch_a_partition(broker, make_topic) -> None:
-    """``produce`` (what the demo and the ingest job fill their topic with): one kafka-python batch a
-    partition a request, sent right after the topic is created (Kafka may have no leader ready yet: sent
-    again); the base offsets follow on and librdkafka reads the records back. A partition the topic does
-    not have is an error naming it on Kafka; Tansu 0.6 takes it (a quirk, asserted openly)."""
-    from kafka.record.memory_records import MemoryRecordsBuilder
-
+    """``produce`` (what the demo and the ingest job fill their topic with): one batch a partition a request,
+    sent right after the topic is created (Kafka may have no leader ready yet: sent again); the base offsets
+    follow on and librdkafka reads the records back. A partition the topic does not have is an error naming
+    it on Kafka; Tansu 0.6 takes it (a quirk, asserted openly)."""
     from fsm_consumer.broker import BrokerRequestError
+    from fsm_consumer.fetch.testing import batch as encoded
 
     def batch(*values: bytes) -> bytes:
-        builder = MemoryRecordsBuilder(magic=2, compression_type=1, batch_size=1 << 20)
-        for value in values:
-            builder.append(timestamp=None, key=b"k", value=value, headers=[])
-        builder.close()
-        return bytes(builder.buffer())
+        return encoded(values, codec="gzip")
 
     topic = make_topic(partitions=2)
     assert broker.produce(topic, {0: batch(b"a", b"b"), 1: batch(b"c")}) == {0: 0, 1: 0}
