@@ -319,7 +319,9 @@ class Consumer(GroupApi, Lookups):
             )
         return self._poll(timeout_ms, max_records, self._collector.collect_batch)
 
-    def _poll(self, timeout_ms: float, max_records: int | None, collect: Callable[[int], _R]) -> _R:
+    def _poll(
+        self, timeout_ms: float, max_records: int | None, collect: Callable[[int], _R], *, call: bool = True
+    ) -> _R:
         self._ensure_open()
         if timeout_ms < 0:
             raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms!r}")
@@ -331,7 +333,8 @@ class Consumer(GroupApi, Lookups):
         self._metrics.polls += 1
         self._check_wakeup()  # also when records are waiting: a pending wakeup() is never lost behind data
         started = self._clock.now_ms()
-        self._collector.call_started = started  # a history's "read" lines say when their poll began
+        if call:  # a history's "read" lines say when their poll began (the iterator's: when next() did)
+            self._collector.call_started = started
         deadline = started + timeout_ms
         if self._group is not None:  # restarts the poll-interval timer, rejoins a stale member
             self._app_queue.put(PollEvent(future=None, at_ms=deadline - timeout_ms))
@@ -378,7 +381,8 @@ class Consumer(GroupApi, Lookups):
         collector = self._collector
         while True:
             wait = 1000.0 if math.isinf(timeout) else max(0.0, min(1000.0, idle_since + timeout - self._clock.now_ms()))
-            batch = self.poll(timeout_ms=wait, update_offsets=False)  # one partition's fetch at most
+            # one partition's fetch at most, lent: each record is handed out (and its line written) by take_record
+            batch = self._poll(wait, None, lambda n: collector.collect(n, advance=False, lend=True), call=False)
             if not batch:
                 if not math.isinf(timeout) and self._clock.now_ms() - idle_since >= timeout:
                     return

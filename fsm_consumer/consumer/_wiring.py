@@ -61,6 +61,7 @@ def wire(config: ConsumerConfig, transport: Transport | None, clock: MonotonicCl
         subs.on_position = lambda tp, offset, why: history.write(
             "reset", tp=[tp.topic, tp.partition], to=offset, why=why
         )
+        subs.on_assignment = history.ownership
         if hasattr(transport, "machine_observer"):
             transport.machine_observer = history.transition  # every connection's machine
     app_queue.bind_waker(transport.wakeup)

@@ -61,6 +61,7 @@ class NetworkThread:
         self._broker_sources = [metadata, *broker_sources]  # each has .brokers and .version
         self._brokers_version: tuple = ()
         self._last_read: float | None = None  # when the previous pass's transport.poll returned
+        self._stall_bound: float | None = None  # the bound of a stalled pass, for the pass after it
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     # -- application thread ------------------------------------------------------------------
@@ -171,7 +172,10 @@ class NetworkThread:
     def _heard_after(self, started: float, polled: float, read: float, wait: float) -> float:
         """The earliest time an answer read at ``read`` can have been sent by its broker. A pass that ran
         as asked read it within _STALL_MS of its arrival; after a stall (this process stopped between
-        passes or inside the wait) it may have arrived any time since the previous pass read."""
+        passes or inside the wait) it may have arrived any time since the previous pass read. The pass after
+        a stalled one is bounded by it too: a request queued before the stall went out, and its answer came
+        back, only as the stalled pass ended (found by the history checker: a SyncGroup queued before a
+        freeze, answered after it, renewed the lease as if just heard)."""
         last, self._last_read = self._last_read, read
         stalled = (
             last is None
@@ -179,9 +183,11 @@ class NetworkThread:
             or polled - started > _STALL_MS
             or read - polled > wait + _STALL_MS
         )
-        if stalled:
-            return last if last is not None else started
-        return read - 2 * _STALL_MS
+        bound = (last if last is not None else started) if stalled else read - 2 * _STALL_MS
+        if self._stall_bound is not None:
+            bound = min(bound, self._stall_bound)
+        self._stall_bound = bound if stalled and last is not None else None
+        return bound
 
     def _watch_authentication(self) -> None:
         """A TLS or SASL failure is the user's to fix: held (raised by poll() and blocking calls) while

@@ -106,11 +106,25 @@ class FetchCollector:
         return self._clock.now_ms() if self._clock is not None else None
 
     def _note_read(
-        self, tp: TopicPartition, first: int, last: int, count: int, start: int, end: int, now: float | None
+        self,
+        tp: TopicPartition,
+        cur: _Draining,
+        lo: int,
+        hi: int,
+        start: int,
+        end: int,
+        now: float | None,
+        max_records: int,
     ) -> None:
-        """A "read" line; its time is ``now``, the one the hand-out checked the member's lease at."""
+        """A "read" line of records ``lo:hi`` of the fetch being handed out; its time is ``now``, the one the
+        hand-out checked the member's lease at. Offsets inside the range that hold no record for the user
+        (transaction markers, aborted or compacted records) are named as ``gaps``, so the line says exactly
+        which offsets were handed out. ``end == start``: handed out without moving the position."""
         assert self._history is not None
+        first, last, count = cur.offset_at(lo), cur.offset_at(hi - 1), hi - lo
         fields: dict[str, Any] = {"from": start, "to": end}  # "from" is a keyword: no keyword argument
+        if count != last - first + 1:
+            fields["gaps"] = _gaps(cur, lo, hi)
         self._history.write(
             "read",
             t=now,
@@ -118,21 +132,23 @@ class FetchCollector:
             offsets=[first, last],
             count=count,
             t_poll_start=self.call_started,
+            max_records=max_records,
             **fields,
         )
 
     def has_data(self) -> bool:
         return self._current is not None or len(self._buffer) > 0 or self._error is not None
 
-    def collect(self, max_records: int, *, advance: bool = True) -> dict[TopicPartition, list]:
+    def collect(self, max_records: int, *, advance: bool = True, lend: bool = False) -> dict[TopicPartition, list]:
         """Up to ``max_records`` records by partition; raises a pending decoding error first.
 
         ``advance=False`` (kafka-python's ``poll(update_offsets=False)``, and the iterator): the
         records of one fetch at most, checked like any hand-out but positions left where they are
         for the caller to move (the iterator: ``take_record``); a later call goes back to the
-        position if the caller did not move it past them."""
+        position if the caller did not move it past them. ``lend``: only lent to the iterator, which
+        hands each record out itself (its history line is ``take_record``'s)."""
         out: dict[TopicPartition, list] = {}
-        taken = self._drain(max_records, False, out, advance)
+        taken = self._drain(max_records, False, out, advance, lend)
         if taken:
             self._metrics.records_consumed(taken, out)
         return out
@@ -146,7 +162,7 @@ class FetchCollector:
         from . import _columns  # pyarrow: only when columns are asked for
 
         out: dict[TopicPartition, list] = {}
-        taken = self._drain(max_records, True, out, True)
+        taken = self._drain(max_records, True, out, True, False)
         if taken:
             self._metrics.records_consumed(taken, out)
         return _columns.assemble([(tp, piece) for tp, pieces in out.items() for piece in pieces])
@@ -170,7 +186,9 @@ class FetchCollector:
         if outcome:
             lent[2], lent[3] = record.offset + 1, left - 1
             if self._history is not None:
-                self._note_read(tp, record.offset, record.offset, 1, start, record.offset + 1, now)
+                assert self._current is not None  # what was lent is the fetch being handed out
+                i = self._current.index_of(record.offset)
+                self._note_read(tp, self._current, i, i + 1, start, record.offset + 1, now, 1)
             return True
         self._lent = None
         if outcome is Take.STALE:
@@ -185,7 +203,7 @@ class FetchCollector:
         if self._current is not None and not self._settle():
             self._wake()
 
-    def _drain(self, max_records: int, columnar: bool, out: dict, advance: bool) -> int:
+    def _drain(self, max_records: int, columnar: bool, out: dict, advance: bool, lend: bool) -> int:
         """Hand out up to ``max_records`` into ``out`` (records: a list per partition; columns: a
         list of slices per partition), advancing positions unless ``advance`` is False; the
         bookkeeping of collect and collect_batch. Returns how many were taken."""
@@ -243,10 +261,8 @@ class FetchCollector:
                 continue
             if not advance:
                 self._lent = [tp, fetch.epoch, cur.pos, end - cur.index]
-            elif self._history is not None:
-                self._note_read(
-                    tp, cur.offset_at(cur.index), cur.offset_at(end - 1), end - cur.index, cur.pos, pos, now
-                )
+            if self._history is not None and not lend:  # every hand-out has its line, moved or not
+                self._note_read(tp, cur, cur.index, end, cur.pos, pos if advance else cur.pos, now, max_records)
             chunk = cur.take(cur.index, end)
             if columnar:
                 out.setdefault(tp, []).append(chunk)
@@ -399,3 +415,15 @@ class FetchCollector:
         if self._current is not None and not keep(self._current.fetch.tp):
             self._finish()
         self._buffer.drop(lambda f: keep(f.tp))
+
+
+def _gaps(cur: _Draining, lo: int, hi: int) -> list[list[int]]:
+    """The ``[first, last]`` runs of offsets between records ``lo:hi`` that hold none (a history's gaps)."""
+    out: list[list[int]] = []
+    previous = cur.offset_at(lo)
+    for i in range(lo + 1, hi):
+        offset = cur.offset_at(i)
+        if offset > previous + 1:
+            out.append([previous + 1, offset - 1])
+        previous = offset
+    return out

@@ -24,8 +24,11 @@ from .._lazy import lazy_names
 
 if TYPE_CHECKING:
     from ._check import WINDOW_MS, CheckResult, check, summarize
+    from ._clock import IncomparableHistories
     from ._load import History, HistoryError, Unparseable, load, read_broker_commits, read_produced
     from ._model import Timeline
+    from ._mutants import MUTANT_KINDS, MutationReport, mutation_report
+    from ._ownership import Model
     from ._rules import broker_backwards, normalize_produced, rule_c, rule_d, rule_e, rule_k, rule_l, rule_m
     from ._timeline import draw_timeline
     from ._violation import RULES, Violation
@@ -37,6 +40,11 @@ _WHERE = {
         ("History", "HistoryError", "Unparseable", "load", "read_broker_commits", "read_produced"), "._load"
     ),
     "Timeline": "._model",
+    "Model": "._ownership",
+    "MutationReport": "._mutants",
+    "MUTANT_KINDS": "._mutants",
+    "mutation_report": "._mutants",
+    "IncomparableHistories": "._clock",
     "draw_timeline": "._timeline",
     **dict.fromkeys(
         ("broker_backwards", "normalize_produced", "rule_c", "rule_d", "rule_e", "rule_k", "rule_l", "rule_m"),
@@ -55,6 +63,10 @@ __all__ = [
     "CheckResult",
     "History",
     "HistoryError",
+    "IncomparableHistories",
+    "MUTANT_KINDS",
+    "Model",
+    "MutationReport",
     "Timeline",
     "Unparseable",
     "Violation",
@@ -62,6 +74,7 @@ __all__ = [
     "check",
     "draw_timeline",
     "load",
+    "mutation_report",
     "normalize_produced",
     "read_broker_commits",
     "read_produced",

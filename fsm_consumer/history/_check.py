@@ -6,22 +6,14 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ._clock import comparable
 from ._load import History
 from ._model import TP, Event, NoStart, Timeline, as_timeline, fmt_tp
-from ._rules import (
-    broker_backwards,
-    reused_generation_pairs,
-    rule_c,
-    rule_d,
-    rule_e,
-    rule_k,
-    rule_l,
-    rule_m,
-    stale_polls,
-)
+from ._ownership import Model
+from ._rules import broker_backwards, rule_c, rule_d, rule_e, rule_k, rule_l, rule_m, stale_figures
 from ._violation import RULES, Violation
 
 #: how far (ms) from a violation's time the transitions of its consumers are kept
@@ -35,13 +27,24 @@ class CheckResult:
 
     violations: list[Violation]
     summary: dict[str, Any]
+    model: Model | None = field(default=None, repr=False, compare=False)  # who owned what when (_ownership)
+    #: what it was judged from: ``history`` (the loaded History, when one was given), ``produced``,
+    #: ``broker_commits``, ``broker_committed`` (so a check can be run again, on a mutant say)
+    inputs: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
-        """No violation, and a history that was checked whole: at least one line, and none that lacked
-        the fields its event needs (``summary["malformed"]``). A rule not checked (L without the produced
-        counts) is no violation: see ``status``."""
-        return not self.violations and not self.summary["malformed"] and self.summary["lines"] > 0
+        """No violation, and a history that was checked whole: at least one line, none that lacked the
+        fields its event needs (``summary["malformed"]``), none inside a file that did not parse (a torn last
+        line, what a killed process leaves, is the only one passed over). A rule not checked (L without the
+        produced counts) is no violation: see ``status``."""
+        return self.whole and not self.violations
+
+    @property
+    def whole(self) -> bool:
+        """Every line was read and understood (see ``ok``)."""
+        s = self.summary
+        return not s["malformed"] and not s.get("damaged", 0) and s["lines"] > 0
 
     def by_rule(self) -> dict[str, list[Violation]]:
         out: dict[str, list[Violation]] = {rule: [] for rule in RULES}
@@ -68,7 +71,9 @@ def check(
     broker_committed: Mapping[Any, int] | None = None,
     window_ms: float = WINDOW_MS,
 ) -> CheckResult:
-    """Every rule over a history (``load()``'s, or the lines themselves).
+    """Every rule over a history (``load()``'s, or the lines themselves). Raises ``IncomparableHistories``
+    (a ``HistoryError``) when the lines cannot be judged together: a consumer name shared by two processes,
+    or lines whose ``t`` are not of one clock (``_clock``).
 
     ``produced``: ``{"topic": {"partition": count}}`` (or ``{(topic, partition): count}``): records at
     offsets ``0..count-1``; or, in place of a count, the ``[first, last]`` ranges of the offsets acknowledged
@@ -78,14 +83,16 @@ def check(
     ``broker_committed``: ``{(topic, partition): offset}`` the broker holds after the run (for a broker
     whose log cannot be read): no acknowledged commit may be above it."""
     loaded = history if isinstance(history, History) else None
-    tl = as_timeline(history.events if isinstance(history, History) else history)
+    tl = as_timeline(history)
+    comparable(tl)
+    model = Model(tl)
     log = None if broker_commits is None else [tuple(e) for e in broker_commits]
     found = {
         "L": rule_l(tl, produced),
-        "E": rule_e(tl),
-        "D": rule_d(tl),
-        "M": rule_m(tl),
-        "C": rule_c(tl, log, _tp_keys(broker_committed)),
+        "E": rule_e(tl, model),
+        "D": rule_d(tl, model),
+        "M": rule_m(tl, model),
+        "C": rule_c(tl, log, _tp_keys(broker_committed), model),
         "K": rule_k(tl),
     }
     context = _Transitions(tl, window_ms)
@@ -94,7 +101,7 @@ def check(
         found[rule].sort(key=lambda v: (v.t is None, v.t or 0.0))
         violations.extend(context.attach(v) for v in found[rule])
     summary = summarize(tl, loaded)
-    summary["stale_polls"] = _stale_figures(tl)
+    summary["stale_polls"] = stale_figures(model)
     allowed = broker_backwards(tl, log)[1] if log is not None else 0
     summary["rules"] = {
         rule: dict(
@@ -103,20 +110,12 @@ def check(
             if (rule == "L" and produced is None) or not tl.events
             else ("violated" if found[rule] else "passed"),
             violations=len(found[rule]),
-            note=_note(rule, tl, produced, log, allowed),
+            note=_note(rule, tl, model, produced, log, allowed),
         )
         for rule, title in RULES.items()
     }
-    return CheckResult(violations, summary)
-
-
-def _stale_figures(tl: Timeline) -> dict[str, int]:
-    """E's allowance as figures: the polls under way at a freeze handed out after another consumer owned
-    one of their partitions, and the records in the largest (a poll's reads of several partitions summed)."""
-    polls: dict[tuple[str, float], int] = {}
-    for r in stale_polls(tl):
-        polls[(r.consumer, r.t_poll_start)] = polls.get((r.consumer, r.t_poll_start), 0) + r.count
-    return dict(polls=len(polls), max_records=max(polls.values(), default=0))
+    inputs = dict(history=loaded, produced=produced, broker_commits=log, broker_committed=broker_committed)
+    return CheckResult(violations, summary, model, inputs)
 
 
 def _tp_keys(offsets: Mapping[Any, int] | None) -> dict[tuple[str, int], int] | None:
@@ -126,34 +125,31 @@ def _tp_keys(offsets: Mapping[Any, int] | None) -> dict[tuple[str, int], int] | 
 
 
 def _note(
-    rule: str, tl: Timeline, produced: Mapping[Any, Any] | None, log: list[tuple[Any, ...]] | None, allowed: int
+    rule: str,
+    tl: Timeline,
+    model: Model,
+    produced: Mapping[Any, Any] | None,
+    log: list[tuple[Any, ...]] | None,
+    allowed: int,
 ) -> str:
     if rule == "L" and produced is None:
         return "no produced counts given (--produced): nothing is known to be lost or not"
     if rule == "C" and log is not None:
         return (
-            f"backwards judged from the broker's commit log ({len(log)} entries); {allowed} backwards step(s) "
-            "allowed by a seek/reset of the partition in the histories (the log has no times: not checked "
-            "that it came between); every acknowledged commit looked up in it; ahead judged from the histories"
+            f"judged from the histories, and by the broker's commit log ({len(log)} entries) as a witness: "
+            f"{allowed} step(s) down in it explained by a seek or reset in the histories between the two commits; "
+            "every acknowledged commit looked up in it"
         )
     if rule == "C":
         return "judged from the histories' commit lines (no broker commit log given)"
     if rule == "E":
-        notes = []
-        stale = _stale_figures(tl)
+        stale = stale_figures(model)
         if stale["polls"]:
-            notes.append(
-                f"{stale['polls']} poll(s) under way when their consumer froze handed out after another owned a "
-                f"partition of theirs (at most {stale['max_records']} records in one), none committed"
+            return (
+                f"{stale['polls']} poll(s) under way when their member's ownership ended handed out after it (at "
+                f"most {stale['max_records']} records in one, within its max_records), none committed (rule C)"
             )
-        reused = reused_generation_pairs(tl)
-        if reused:
-            notes.append(
-                f"{reused} pair(s) of reads under one generation number passed over: the later reader joined that "
-                "generation after the earlier read, a second round the broker numbered like the first (Tansu 0.6 "
-                "does); E's first two points judged their ownership"
-            )
-        return "; ".join(notes)
+        return ""
     if rule == "K" and not tl.handled:
         return "no handled lines (no ParallelConsumer): nothing to check"
     return ""
@@ -240,13 +236,16 @@ def summarize(tl: Timeline, history: History | None = None) -> dict[str, Any]:
         malformed=len(tl.malformed),
         malformed_sample=[f"{reason}: {dict(line)}"[:200] for reason, line in tl.malformed[:5]],
         unknown_events=tl.unknown_events,
+        unknown=dict(tl.unknown.most_common()),
+        source_lines=tl.sources,
     )
     if history is not None:
         out.update(
             files=len(history.files),
             file_lines=history.lines,
             unparseable=len(history.unparseable),
-            torn=sum(1 for u in history.unparseable if u.at_end),
+            torn=history.torn,
+            damaged=len(history.damaged),
             unparseable_sample=[str(u) for u in history.unparseable[:5]],
         )
     return out

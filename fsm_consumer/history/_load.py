@@ -36,18 +36,24 @@ class Unparseable:
 
 @dataclass
 class History:
-    """The lines of every file read (``events``: file by file, line by line), the files, how many lines
-    they had (blank ones aside) and those that did not parse."""
+    """The lines of every file read (``events``: file by file, line by line; ``sources``: the file of each),
+    the files, how many lines they had (blank ones aside) and those that did not parse."""
 
     events: list[dict[str, Any]]
     files: list[Path]
     lines: int = 0
     unparseable: list[Unparseable] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
 
     @property
     def torn(self) -> int:
-        """Unparseable last lines: what a process killed while writing leaves."""
+        """Unparseable last lines: what a process killed while writing leaves (the only lines passed over)."""
         return sum(1 for u in self.unparseable if u.at_end)
+
+    @property
+    def damaged(self) -> list[Unparseable]:
+        """Unparseable lines inside a file: the history is not whole, and is not judged as if it were."""
+        return [u for u in self.unparseable if not u.at_end]
 
 
 def _files(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> tuple[list[Path], str]:
@@ -73,7 +79,8 @@ def load(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> H
     """Every line of every ``*.jsonl`` file of a directory, or of the files (or directories) given.
 
     A line that does not parse as a JSON object is counted (``History.unparseable``) and skipped: a
-    process killed while writing leaves half a line at the end of its file. Raises ``HistoryError`` when
+    process killed while writing leaves half a line at the end of its file (a torn last line); one inside
+    a file makes the check's result not whole (``CheckResult.ok`` False). Raises ``HistoryError`` when
     there is no history: a path that does not exist, a directory without ``*.jsonl`` files, files
     without one line that parses, or without one that has the fields of every history line (``t``,
     ``consumer``, ``event``)."""
@@ -95,6 +102,7 @@ def load(source: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> H
                     value = None
                 if isinstance(value, dict):
                     history.events.append(value)
+                    history.sources.append(str(path))
                 else:
                     bad.append((number, text[:80]))
         history.unparseable.extend(Unparseable(str(path), n, n == last, text) for n, text in bad)

@@ -4,226 +4,51 @@
 order given: file by file, line by line), numbers them (``i``: a position in that order, so that lines of
 equal ``t`` still compare) and keeps what the rules need: reads, skips, seeks and resets, commits expanded
 per partition, every consumer's ownership intervals, handler runs, transitions. A line it cannot use
-(a field missing or of the wrong type) is listed in ``malformed`` and not checked.
+(a field missing or of the wrong type) is listed in ``malformed`` and not checked; an event it does not
+know is counted by name in ``unknown``.
+
+Who owns what, and when a read was legitimate, is not decided here but in ``_ownership`` (one model for
+every rule and for the picture).
 """
 
 from __future__ import annotations
 
-import enum
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Protocol
 
-TP: TypeAlias = tuple[str, int]
-Event: TypeAlias = Mapping[str, Any]
-
-#: the events a consumer writes (docs/histories.md); other names are counted and passed over
-KNOWN_EVENTS = frozenset(
-    {
-        "started",
-        "assigned",
-        "revoked",
-        "lost",
-        "session_expired",
-        "abandoned",
-        "read",
-        "skip",
-        "seek",
-        "reset",
-        "commit",
-        "callback",
-        "held",
-        "transition",
-        "handled",
-        "parallel_restart",
-        "closed",
-    }
+from ._lines import (
+    ASSIGN,
+    ENDS_OWNERSHIP,
+    GROUP,
+    KNOWN_EVENTS,
+    SUBSCRIBE,
+    TP,
+    Commit,
+    Event,
+    GroupKey,
+    Handled,
+    Interval,
+    Malformed,
+    NoStart,
+    Position,
+    Read,
+    Restart,
+    Skip,
+    as_tp,
+    commit_lines,
+    fmt_group,
+    fmt_range,
+    fmt_t,
+    fmt_tp,
+    integer,
+    is_int,
+    num,
+    read_line,
+    string,
+    tps_of,
 )
-#: the events that end a consumer's ownership of the partitions they name (``closed`` ends all);
-#: ``abandoned`` too: the consumer gives its partitions up without the callback
-ENDS_OWNERSHIP = frozenset({"revoked", "lost", "session_expired", "abandoned"})
-#: the lines that make a consumer a member of the group its ``started`` line names (else it only carries it)
-_IN_GROUP = ("joined", "assigned", "commit")
-
-
-class NoStart(enum.Enum):
-    """The group of a consumer whose history has no ``started`` line: it could be any."""
-
-    UNKNOWN = "unknown"
-
-
-GroupKey: TypeAlias = str | None | NoStart
-
-
-def fmt_tp(tp: TP) -> str:
-    return f"{tp[0]}-{tp[1]}"
-
-
-def fmt_t(t: float) -> str:
-    return f"{t:.1f} ms"
-
-
-def fmt_range(first: int, last: int) -> str:
-    return str(first) if first == last else f"{first}..{last}"
-
-
-def fmt_group(group: GroupKey) -> str:
-    if group is NoStart.UNKNOWN:
-        return "consumers without a started line"
-    return "no group" if group is None else f"group {group!r}"
-
-
-class Malformed(ValueError):
-    """A line that does not have the fields its event needs."""
-
-
-def _num(line: Event, key: str) -> float:
-    value = line.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Malformed(f"{key} is not a number: {value!r}")
-    return float(value)
-
-
-def _int(line: Event, key: str) -> int:
-    value = line.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise Malformed(f"{key} is not an integer: {value!r}")
-    return value
-
-
-def _str(line: Event, key: str) -> str:
-    value = line.get(key)
-    if not isinstance(value, str):
-        raise Malformed(f"{key} is not a string: {value!r}")
-    return value
-
-
-def _as_tp(value: object) -> TP:
-    if (
-        isinstance(value, (list, tuple))
-        and len(value) == 2
-        and isinstance(value[0], str)
-        and isinstance(value[1], int)
-        and not isinstance(value[1], bool)
-    ):
-        return (value[0], value[1])
-    raise Malformed(f"not a [topic, partition]: {value!r}")
-
-
-def _tps(line: Event) -> list[TP]:
-    value = line.get("partitions")
-    if not isinstance(value, list):
-        raise Malformed(f"partitions is not a list: {value!r}")
-    return [_as_tp(v) for v in value]
-
-
-@dataclass(frozen=True, slots=True)
-class Read:
-    """A ``read`` line: records ``first..last`` of ``tp`` handed out, the position going ``start`` -> ``end``."""
-
-    i: int
-    t: float
-    consumer: str
-    generation: int
-    tp: TP
-    first: int
-    last: int
-    count: int
-    start: int  # the line's "from"
-    end: int  # the line's "to"
-    t_poll_start: float
-    line: Event = field(compare=False, repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Skip:
-    i: int
-    t: float
-    consumer: str
-    tp: TP
-    start: int
-    end: int
-    line: Event = field(compare=False, repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Position:
-    """A ``seek`` (the application's) or ``reset`` (the background's) of a partition's position."""
-
-    i: int
-    t: float
-    consumer: str
-    kind: str  # "seek" or "reset"
-    tp: TP
-    to: int | str  # an offset, or "earliest" / "latest" (seeks)
-    why: str | None  # resets: the reset strategy, or "committed"
-    line: Event = field(compare=False, repr=False)
-
-    @property
-    def offset(self) -> int | None:
-        return self.to if isinstance(self.to, int) else None
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    """One partition's offset of a ``commit`` line: sent at ``sent``, answered at ``t``."""
-
-    i: int
-    t: float
-    consumer: str
-    member: str
-    generation: int
-    tp: TP
-    offset: int
-    sent: float
-    error: str | None
-    line: Event = field(compare=False, repr=False)
-
-    @property
-    def acked(self) -> bool:
-        return self.error is None
-
-
-@dataclass(frozen=True, slots=True)
-class Interval:
-    """A consumer's ownership of a partition: lines ``start_i <= i < end_i`` (from its ``assigned`` to its
-    ``revoked``/``lost``/``session_expired``/``abandoned``/``closed``, or past its last line)."""
-
-    consumer: str
-    tp: TP
-    start_i: int
-    start_t: float
-    end_i: int
-    end_t: float
-    ended_by: str  # the event that ended it, or "its last line"
-    generation: int
-
-    def holds(self, i: int) -> bool:
-        return self.start_i <= i < self.end_i
-
-
-@dataclass(frozen=True, slots=True)
-class Handled:
-    i: int
-    t: float
-    consumer: str
-    tp: TP
-    offset: int
-    key: str | None
-    t_start: float
-    outcome: str
-    line: Event = field(compare=False, repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class Restart:
-    i: int
-    t: float
-    consumer: str
-    tp: TP
-    offset: int | None
-    ordering: str = "key"  # the ParallelConsumer's: key, partition or unordered
 
 
 @dataclass
@@ -240,6 +65,11 @@ class ConsumerInfo:
     carried_group: str | None = None  # the group id of a consumer that neither joined nor committed to it
     generations: set[int] = field(default_factory=set)
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # lines per event
+    config: Mapping[str, Any] = field(default_factory=dict)  # its started line's
+    files: set[str] = field(default_factory=set)  # the files its lines came from (load()'s)
+    started_at: list[float] = field(default_factory=list)  # the t of each of its started lines
+    clock: Mapping[str, Any] = field(default_factory=dict)  # its started line's clock base (boot id, host)
+    pid: int | None = None
 
 
 @dataclass
@@ -257,14 +87,22 @@ class Timeline:
     restarts: list[Restart]
     transitions: dict[str, list[Event]]
     malformed: list[tuple[str, Event]]
-    unknown_events: int = 0
+    unknown: Counter[str] = field(default_factory=Counter)  # events this checker does not know, by name
+    sources: int = 0  # lines of a data source (the Spark source's own), passed over
+    files: list[str | None] = field(default_factory=list)  # per event: the file it came from (None: not known)
+
+    @property
+    def unknown_events(self) -> int:
+        return sum(self.unknown.values())
 
     @classmethod
-    def build(cls, lines: Iterable[object]) -> Timeline:
-        good: list[Event] = []
+    def build(cls, lines: Iterable[object], files: Sequence[str | None] | None = None) -> Timeline:
+        """``files``: per line, the file it came from (``History.sources``), so that one consumer name in two
+        files is seen as two processes, not one."""
+        good: list[tuple[Event, str | None]] = []
         malformed: list[tuple[str, Event]] = []
         sources = 0
-        for line in lines:
+        for n, line in enumerate(lines):
             if not isinstance(line, Mapping):
                 malformed.append(("not a JSON object", {"line": line}))
                 continue
@@ -272,22 +110,23 @@ class Timeline:
                 sources += 1  # a source's own line (the Spark source's batches, spark/_history.py): passed over
                 continue
             try:
-                _num(line, "t")
-                _str(line, "consumer")
-                _str(line, "event")
+                num(line, "t")
+                string(line, "consumer")
+                string(line, "event")
             except Malformed as e:
                 malformed.append((str(e), line))
                 continue
-            good.append(line)
-        good.sort(key=lambda e: float(e["t"]))  # stable: equal times keep the order given
-        tl = cls(good, {}, [], [], [], [], [], [], [], defaultdict(list), malformed)
+            good.append((line, files[n] if files is not None and n < len(files) else None))
+        good.sort(key=lambda ef: float(ef[0]["t"]))  # stable: equal times keep the order given
+        tl = cls([e for e, _ in good], {}, [], [], [], [], [], [], [], defaultdict(list), malformed)
+        tl.files = [f for _, f in good]
+        tl.sources = sources
         tl._index()
-        tl.unknown_events += sources
         return tl
 
     def _index(self) -> None:
-        open_: dict[tuple[str, TP], tuple[int, float, int]] = {}  # (consumer, tp) -> assigned (i, t, generation)
-        unknown = 0
+        open_: dict[tuple[str, TP], tuple[int, float, int, str]] = {}  # (consumer, tp) -> assigned (i, t, gen, by)
+        in_group: set[str] = set()  # consumers with a line that makes them members of their group
         for i, e in enumerate(self.events):
             name, kind, t = e["consumer"], e["event"], float(e["t"])
             info = self.consumers.get(name)
@@ -295,30 +134,33 @@ class Timeline:
                 info = self.consumers[name] = ConsumerInfo(
                     name, str(e.get("client", name.partition("@")[0])), NoStart.UNKNOWN, None, i, i, t, t
                 )
+            if self.files[i] is not None:
+                info.files.add(str(self.files[i]))
             info.last_i, info.last_t = i, t
             info.counts[kind] += 1
             generation = e.get("generation", -1)
-            if isinstance(generation, int) and not isinstance(generation, bool) and generation >= 0:
+            if is_int(generation) and generation >= 0:
                 info.generations.add(generation)
             if kind not in KNOWN_EVENTS:
-                unknown += 1
+                self.unknown[kind] += 1
                 continue
+            if kind == "joined" or kind == "commit" or (kind == "assigned" and e.get("by", GROUP) == GROUP):
+                in_group.add(name)
             try:
                 self._one(i, t, name, kind, e, info, open_)
             except Malformed as err:
                 self.malformed.append((f"{kind}: {err}", e))
         for info in self.consumers.values():
-            if isinstance(info.group, str) and not any(info.counts.get(k) for k in _IN_GROUP):
+            if isinstance(info.group, str) and info.name not in in_group:
                 # it carries a group id (a Spark source's task consumer does, for brokers that authorize by
                 # group) but never joined the group nor committed to it: a group-less reader to the rules
                 info.carried_group, info.group = info.group, None
-        for (name, tp), (start_i, start_t, generation) in open_.items():
+        for (name, tp), (start_i, start_t, generation, by) in open_.items():
             info = self.consumers[name]
             self.intervals.append(
-                Interval(name, tp, start_i, start_t, info.last_i + 1, info.last_t, "its last line", generation)
+                Interval(name, tp, start_i, start_t, info.last_i + 1, info.last_t, "its last line", generation, by)
             )
         self.intervals.sort(key=lambda v: (v.tp, v.start_i))
-        self.unknown_events = unknown
 
     def _one(
         self,
@@ -328,90 +170,51 @@ class Timeline:
         kind: str,
         e: Event,
         info: ConsumerInfo,
-        open_: dict[tuple[str, TP], tuple[int, float, int]],
+        open_: dict[tuple[str, TP], tuple[int, float, int, str]],
     ) -> None:
         generation = e.get("generation", -1)
-        generation = generation if isinstance(generation, int) and not isinstance(generation, bool) else -1
+        generation = generation if is_int(generation) else -1
         if kind == "started":
-            if info.group is NoStart.UNKNOWN:
+            info.started_at.append(t)
+            if len(info.started_at) == 1:
                 group = e.get("group")
                 if group is not None and not isinstance(group, str):
                     raise Malformed(f"group is not a string: {group!r}")
                 config = e.get("config")
-                instance = config.get("group_instance_id") if isinstance(config, Mapping) else None
+                info.config = config if isinstance(config, Mapping) else {}
+                instance = info.config.get("group_instance_id")
                 info.group, info.instance_id = group, instance if isinstance(instance, str) else None
+                clock = e.get("clock")
+                info.clock = clock if isinstance(clock, Mapping) else {}
+                pid = e.get("pid")
+                info.pid = pid if is_int(pid) else None
         elif kind == "assigned":
-            for tp in _tps(e):
-                open_.setdefault((name, tp), (i, t, generation))
+            by = e.get("by", GROUP)
+            if by not in (GROUP, ASSIGN, SUBSCRIBE):
+                raise Malformed(f"by is not group, assign or subscribe: {by!r}")
+            for tp in tps_of(e):
+                open_.setdefault((name, tp), (i, t, generation, by))
         elif kind in ENDS_OWNERSHIP:
-            for tp in _tps(e):
+            for tp in tps_of(e):
                 self._close(name, tp, i, t, kind, open_)
         elif kind == "closed":
             info.closed = True
             for key in [k for k in open_ if k[0] == name]:
                 self._close(name, key[1], i, t, kind, open_)
         elif kind == "read":
-            first, last = _pair(e.get("offsets"))
-            t_poll_start = _num(e, "t_poll_start")
-            if t_poll_start > t + 0.001:  # t is rounded to the microsecond
-                raise Malformed(f"t_poll_start {t_poll_start} is after t {t}")
-            self.reads.append(
-                Read(
-                    i,
-                    t,
-                    name,
-                    generation,
-                    _as_tp(e.get("tp")),
-                    first,
-                    last,
-                    _int(e, "count"),
-                    _int(e, "from"),
-                    _int(e, "to"),
-                    t_poll_start,
-                    e,
-                )
-            )
+            self.reads.append(read_line(i, t, name, generation, e))
         elif kind == "skip":
-            self.skips.append(Skip(i, t, name, _as_tp(e.get("tp")), _int(e, "from"), _int(e, "to"), e))
+            self.skips.append(Skip(i, t, name, as_tp(e.get("tp")), integer(e, "from"), integer(e, "to"), e))
         elif kind in ("seek", "reset"):
             to = e.get("to")
-            if not (isinstance(to, str) or (isinstance(to, int) and not isinstance(to, bool))):
+            if not isinstance(to, (str, int)) or isinstance(to, bool):
                 raise Malformed(f"to is neither an offset nor a name: {to!r}")
             why = e.get("why")
             self.positions.append(
-                Position(i, t, name, kind, _as_tp(e.get("tp")), to, why if isinstance(why, str) else None, e)
+                Position(i, t, name, kind, as_tp(e.get("tp")), to, why if isinstance(why, str) else None, e)
             )
         elif kind == "commit":
-            offsets = e.get("offsets")
-            if not isinstance(offsets, list):
-                raise Malformed(f"offsets is not a list: {offsets!r}")
-            error = e.get("error")
-            ago = e.get("sent_ago_ms")
-            if ago is not None:
-                ago = _num(e, "sent_ago_ms")
-            sent = t - ago if ago is not None else t  # not known: as late as it can have been
-            member = e.get("member", "")
-            for entry in offsets:
-                if not (isinstance(entry, (list, tuple)) and len(entry) == 3):
-                    raise Malformed(f"not a [topic, partition, offset]: {entry!r}")
-                tp = _as_tp(entry[:2])
-                offset = entry[2]
-                if isinstance(offset, bool) or not isinstance(offset, int):
-                    raise Malformed(f"offset is not an integer: {offset!r}")
-                self.commits.append(
-                    Commit(
-                        i,
-                        t,
-                        name,
-                        member if isinstance(member, str) else str(member),
-                        generation,
-                        tp,
-                        offset,
-                        sent,
-                        None if error is None else str(error),
-                        e,
-                    )
-                )
+            self.commits.extend(commit_lines(i, t, name, generation, e))
         elif kind == "transition":
             self.transitions[name].append(e)
         elif kind == "handled":
@@ -421,10 +224,10 @@ class Timeline:
                     i,
                     t,
                     name,
-                    _as_tp(e.get("tp")),
-                    _int(e, "offset"),
+                    as_tp(e.get("tp")),
+                    integer(e, "offset"),
                     digest if digest is None else str(digest),
-                    _num(e, "t_start"),
+                    num(e, "t_start"),
                     str(e.get("outcome")),
                     e,
                 )
@@ -437,35 +240,35 @@ class Timeline:
                     i,
                     t,
                     name,
-                    _as_tp(e.get("tp")),
+                    as_tp(e.get("tp")),
                     start if isinstance(start, int) else None,
                     ordering if ordering in ("key", "partition", "unordered") else "key",
                 )
             )
 
     def _close(
-        self, name: str, tp: TP, i: int, t: float, kind: str, open_: dict[tuple[str, TP], tuple[int, float, int]]
+        self,
+        name: str,
+        tp: TP,
+        i: int,
+        t: float,
+        kind: str,
+        open_: dict[tuple[str, TP], tuple[int, float, int, str]],
     ) -> None:
         opened = open_.pop((name, tp), None)
         if opened is not None:
-            self.intervals.append(Interval(name, tp, opened[0], opened[1], i, t, kind, opened[2]))
+            self.intervals.append(Interval(name, tp, opened[0], opened[1], i, t, kind, opened[2], opened[3]))
 
-    def restricted(self, names: set[str]) -> Timeline:
-        """The same lines, of the consumers named only."""
-        return Timeline(
-            self.events,
-            {n: c for n, c in self.consumers.items() if n in names},
-            [r for r in self.reads if r.consumer in names],
-            [s for s in self.skips if s.consumer in names],
-            [p for p in self.positions if p.consumer in names],
-            [c for c in self.commits if c.consumer in names],
-            [v for v in self.intervals if v.consumer in names],
-            [h for h in self.handled if h.consumer in names],
-            [r for r in self.restarts if r.consumer in names],
-            {n: ts for n, ts in self.transitions.items() if n in names},
-            self.malformed,
-            self.unknown_events,
-        )
+    def group_of(self, name: str) -> GroupKey:
+        return self.consumers[name].group
+
+    def same_group(self, a: str, b: str) -> bool:
+        """Whether two consumers' lines are compared (one group; a consumer without a started line could be
+        in any)."""
+        ga, gb = self.group_of(a), self.group_of(b)
+        if ga is NoStart.UNKNOWN or gb is NoStart.UNKNOWN:
+            return True
+        return ga == gb and ga is not None
 
     def groups(self) -> dict[GroupKey, set[str]]:
         out: dict[GroupKey, set[str]] = defaultdict(set)
@@ -473,26 +276,46 @@ class Timeline:
             out[c.group].add(c.name)
         return dict(out)
 
-    def scopes(self) -> list[tuple[GroupKey, Timeline]]:
-        """One timeline per group (the rules that compare consumers compare those of one group): each holds
-        that group's consumers and every consumer without a ``started`` line (it could be in any group)."""
-        groups = self.groups()
-        unknown = groups.pop(NoStart.UNKNOWN, set())
-        if len(groups) <= 1:
-            return [(next(iter(groups), NoStart.UNKNOWN), self)]
-        return [(g, self.restricted(names | unknown)) for g, names in sorted(groups.items(), key=lambda kv: str(kv[0]))]
+
+class Loaded(Protocol):
+    """What a Timeline is built of a loaded ``History`` (``_load``, which imports this module)."""
+
+    events: list[dict[str, Any]]
+    sources: list[str]
 
 
-def _pair(value: object) -> tuple[int, int]:
-    if (
-        isinstance(value, (list, tuple))
-        and len(value) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        and value[0] <= value[1]
-    ):
-        return (value[0], value[1])
-    raise Malformed(f"offsets is not [first, last]: {value!r}")
+def as_timeline(events: Timeline | Loaded | Iterable[object]) -> Timeline:
+    """A Timeline of the lines, or of a loaded ``History`` (its lines with the file of each), or itself."""
+    if isinstance(events, Timeline):
+        return events
+    if not isinstance(events, Iterable):
+        return Timeline.build(events.events, events.sources)
+    return Timeline.build(events)
 
 
-def as_timeline(events: Timeline | Iterable[object]) -> Timeline:
-    return events if isinstance(events, Timeline) else Timeline.build(events)
+__all__ = [
+    "ASSIGN",
+    "ENDS_OWNERSHIP",
+    "GROUP",
+    "KNOWN_EVENTS",
+    "SUBSCRIBE",
+    "TP",
+    "Commit",
+    "ConsumerInfo",
+    "Event",
+    "GroupKey",
+    "Handled",
+    "Interval",
+    "Malformed",
+    "NoStart",
+    "Position",
+    "Read",
+    "Restart",
+    "Skip",
+    "Timeline",
+    "as_timeline",
+    "fmt_group",
+    "fmt_range",
+    "fmt_t",
+    "fmt_tp",
+]

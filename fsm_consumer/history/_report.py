@@ -78,13 +78,14 @@ def format_result(result: _Result, limit: int = 10, transitions: int = 10) -> st
     out: list[str] = []
     if "files" in s:
         line = f"histories: {s['files']} file(s), {s['file_lines']} lines"
-        if s["unparseable"]:
-            inside = s["unparseable"] - s["torn"]
-            line += (
-                f"; {s['unparseable']} did not parse ({s['torn']} a file's last line, as a killed process leaves; "
-                f"{inside} inside a file)"
-            )
+        if s["torn"]:
+            line += f"; {s['torn']} torn last line(s) passed over (what a process killed while writing leaves)"
         out.append(line)
+        if s["damaged"]:
+            out.append(
+                f"WARNING: {s['damaged']} line(s) inside a file did not parse: the history is not whole, and the "
+                "rules cannot vouch for what those lines held"
+            )
         out.extend(f"  {u}" for u in s["unparseable_sample"])
     if not s["lines"]:
         out.append("WARNING: no line has the fields of a history line (t, consumer, event): nothing was checked")
@@ -92,7 +93,10 @@ def format_result(result: _Result, limit: int = 10, transitions: int = 10) -> st
         out.append(f"WARNING: {s['malformed']} line(s) lack fields their event needs and were not checked:")
         out.extend(f"  {m}" for m in s["malformed_sample"])
     if s["unknown_events"]:
-        out.append(f"{s['unknown_events']} line(s) of events this checker does not know (passed over)")
+        shown = ", ".join(f"{name} ({n})" for name, n in list(s["unknown"].items())[:10])
+        out.append(f"{s['unknown_events']} line(s) of unknown events, passed over: {shown}")
+    if s.get("source_lines"):
+        out.append(f"{s['source_lines']} line(s) of a data source (the Spark source's own), passed over")
     groups = ", ".join(s["groups"]) or "none named"
     out.append(f"consumers: {len(s['consumers'])} (groups: {groups})")
     out.extend(_consumer_line(name, c) for name, c in sorted(s["consumers"].items()))

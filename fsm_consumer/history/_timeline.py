@@ -14,6 +14,7 @@ from typing import Any
 from ._check import CheckResult, check
 from ._load import History
 from ._model import TP, Commit, ConsumerInfo, GroupKey, Interval, Read, Timeline, as_timeline, fmt_group, fmt_tp
+from ._ownership import Kind, Model
 from ._svg import (
     BAR_H,
     BAR_Y,
@@ -73,10 +74,11 @@ def draw_timeline(
     what was merged or left out."""
     if width < 400:
         raise ValueError(f"width must be at least 400 px, not {width}")
-    tl = as_timeline(history_or_lines.events if isinstance(history_or_lines, History) else history_or_lines)
+    tl = as_timeline(history_or_lines)
     if result is None:
         result = check(tl)
-    return _Picture(tl, result, width, title, gap_ms, max_elements).draw()
+    model = result.model if result.model is not None and result.model.tl is tl else Model(tl)
+    return _Picture(tl, model, result, width, title, gap_ms, max_elements).draw()
 
 
 def _rel(t: float, origin: float) -> str:
@@ -87,9 +89,16 @@ class _Picture:
     """One drawing: the time axis (``x``), the rows laid out, the marks added to ``canvas`` layer by layer."""
 
     def __init__(
-        self, tl: Timeline, result: CheckResult, width: int, title: str | None, gap_ms: float, max_elements: int
+        self,
+        tl: Timeline,
+        model: Model,
+        result: CheckResult,
+        width: int,
+        title: str | None,
+        gap_ms: float,
+        max_elements: int,
     ) -> None:
-        self.tl, self.result, self.width, self.gap_ms = tl, result, float(width), gap_ms
+        self.tl, self.model, self.result, self.width, self.gap_ms = tl, model, result, float(width), gap_ms
         self.origin = float(tl.events[0]["t"]) if tl.events else 0.0
         self.end = float(tl.events[-1]["t"]) if tl.events else 0.0
         self.scale = (self.width - LEFT - RIGHT) / max(self.end - self.origin, 1.0)
@@ -299,6 +308,9 @@ class _Picture:
             f"{fmt_tp(v.tp)} owned by {self.label[v.consumer]} in generation {v.generation}: {self.rel(v.start_t)} .. "
             f"{self.rel(v.end_t)} ({duration(v.end_t - v.start_t)}), ended by {v.ended_by}; {read}{committed}"
         )
+        owned = self.model.owned[v]
+        if owned.end_t < v.end_t or owned.void_by is not None:
+            tip += f"; by the group's word, {owned.ended()} (hatched: owned in its own view only)"
         attrs = {"x": x0, "y": y, "width": max(1.0, x1 - x0), "height": h, "fill": self.color[v.consumer], "rx": 1.5}
         data: dict[str, object] = {
             "data-view": view,
@@ -308,6 +320,18 @@ class _Picture:
         }
         data |= {"data-t1": repr(v.end_t), "data-generation": v.generation, "data-ended-by": v.ended_by}
         self.add("bars", element("rect", {**attrs, "class": "own", **data}, title=tip), "ownership bars")
+        if owned.end_t < v.end_t or owned.void_by is not None:
+            # the part its group had given to another member: the model every rule judges by
+            gone = self.x(owned.end_t if owned.void_by is None else v.start_t)
+            tail = {
+                "x": gone,
+                "y": y,
+                "width": max(1.0, x1 - gone),
+                "height": h,
+                "class": "ov",
+                "data-legit-t1": repr(owned.end_t),
+            }
+            self.add("bars", element("rect", tail, title=f"{fmt_tp(v.tp)}: {owned.ended()}"), "ownership bars")
         if v.ended_by in ("session_expired", "lost", "abandoned"):
             cap = {"x": max(x0, x1 - 2.5), "y": y - 1, "width": 2.5, "height": h + 2, "fill": RED}
             self.add("bars", element("rect", cap, title=f"ended by {v.ended_by}"), "ownership bars")
@@ -351,7 +375,7 @@ class _Picture:
                 self.bar(v, self.row_y[key] + BAR_Y, BAR_H, f"g{v.generation}", "consumer")
         rows = [(self.reads.get(k, []), self.commits.get(k, [])) for k in keys]
         px = bucket_px(rows, self.x, self.max_elements // 2)
-        outside = outside_reads(self.tl)
+        outside = outside_reads(self.model)
         n_reads = n_ticks = n_commits = n_marks = 0
         for key in keys:
             y = self.row_y[key]
@@ -383,7 +407,7 @@ class _Picture:
                     f"{r.reads} read(s) at {when}: offsets {r.first}..{r.last}, {r.records} records (generation {gens})"
                 )
                 if r.outside:
-                    tip += " - while this consumer did not own the partition"
+                    tip += " - while this consumer did not own the partition (rule E)"
                     attrs = {"x1": x, "x2": x, "y1": y, "y2": y + ROW_H - 2, "class": "srd"}
                 else:
                     y1, y2 = y + BAR_Y - 1, y + BAR_Y + BAR_H + 1
@@ -395,7 +419,15 @@ class _Picture:
                 f"than {px:g} px ({px / self.scale:.1f} ms) merged (hover a tick for what it holds)"
             )
         if outside:
-            self.notes.append(f"{len(outside)} read(s) made while their consumer did not own the partition (red ticks)")
+            self.notes.append(
+                f"{len(outside)} read(s) made while their consumer did not own the partition (red ticks: rule E)"
+            )
+        allowed = sum(1 for v in self.model.verdicts.values() if v.kind is Kind.ALLOWED)
+        if allowed:
+            self.notes.append(
+                f"{allowed} read(s) of a poll under way when its consumer's ownership ended, handed out after it "
+                "(rule E's allowance)"
+            )
 
 
 __all__ = ["draw_timeline"]

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
-from ._model import TP, Commit, Interval, Read, Timeline
+from ._model import Commit, Interval, Read, Timeline
+from ._ownership import Model, Verdict
 
 Scale = Callable[[float], float]  # a time (ms) to an x (px)
 
@@ -125,12 +126,10 @@ def faults(tl: Timeline) -> dict[str, list[Fault]]:
     return dict(out)
 
 
-def outside_reads(tl: Timeline) -> set[int]:
-    """The lines (``i``) of reads made while their consumer did not own the partition."""
-    own: dict[tuple[str, TP], list[Interval]] = defaultdict(list)
-    for v in tl.intervals:
-        own[(v.consumer, v.tp)].append(v)
-    return {r.i for r in tl.reads if not any(v.holds(r.i) for v in own.get((r.consumer, r.tp), ()))}
+def outside_reads(model: Model) -> dict[int, Verdict]:
+    """The reads (by line ``i``) the ownership model finds outside their member's ownership, beyond the one
+    poll rule E allows: what the picture marks red is what the checker reports."""
+    return {i: v for i, v in model.verdicts.items() if v.kind.violates}
 
 
 @dataclass
@@ -160,7 +159,7 @@ class CommitMark:
     errors: list[str] = field(default_factory=list)
 
 
-def merge_reads(reads: Sequence[Read], outside: set[int], x: Scale, px: float) -> list[ReadMark]:
+def merge_reads(reads: Sequence[Read], outside: Collection[int], x: Scale, px: float) -> list[ReadMark]:
     out: list[ReadMark] = []
     keys: list[tuple[int, bool]] = []
     for r in reads:

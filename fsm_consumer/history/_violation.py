@@ -12,11 +12,11 @@ from ._model import TP, Event
 #: the rules of docs/histories.md, in the order they are checked and reported: letter -> what a user relies on
 RULES: Mapping[str, str] = MappingProxyType(
     {
-        "L": "nothing is lost: every offset produced was handed out by a consumer of each group that read the topic",
-        "E": "one owner at a time: no partition handed out by two consumers in overlapping intervals",
-        "D": "duplicates only where a user expects them: no read below a commit acknowledged before its poll began",
-        "M": "within one ownership, positions move forward without gaps",
-        "C": "commits never go backwards, and never ahead of what their consumer had reached",
+        "L": "nothing is lost: every record produced is handed out by a member of each group that reads its topic",
+        "E": "one owner at a time: a record is handed out only by a member that owns its partition then",
+        "D": "duplicates only above the group's last acknowledged commit when the reader's ownership began",
+        "M": "nothing skipped: positions move on without gaps, within an ownership and from one owner to the next",
+        "C": "commits only by the owner, never ahead of what it handed out, never backwards, never a false success",
         "K": "key order under a ParallelConsumer: one record of a key at a time, in offset order, within a run",
     }
 )

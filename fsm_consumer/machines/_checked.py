@@ -9,7 +9,7 @@ SPECS = frozenset(
         "057019d93a9855bf85755e3f3e936375b53ab8bc75a0b2afdfc51c85f296b946",  # connection.yaml
         "c1428ca83f00a1b5813e7693e5ee88f668bbeb38129bf375a6b77dd1a347f2aa",  # consumer_membership.yaml
         "f0d6311e0272790079f0d7695a5d0121414cbc1a7eb5e0fdf9e1af5ce31e9d88",  # fetch.yaml
-        "d6215d1c564f410be16757082ccba14ce4f3412b89b72dbe9d897523872c8e6f",  # membership.yaml
+        "7242d9123a9a2167283c4817d257baca0aa65e8c0f3b6527d3c0e59cd3704266",  # membership.yaml
         "871d65c0e71b3ed3c58ebb7a9160bc079f3f30b1903279fdefc3fd780da060b5",  # parallel.yaml
     }
 )

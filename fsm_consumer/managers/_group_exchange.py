@@ -110,6 +110,10 @@ class GroupExchange:
         self.joined_at = 0.0  # when this round's JoinGroup was answered
         self._metadata_version = -1
 
+    def sent_this_visit(self) -> bool:
+        """Whether the request of the machine's current visit of its state went out."""
+        return self._sent_visit == self.m.machine.visit
+
     def poll(self, now: float) -> tuple[float, list[Outgoing]]:
         m = self.m
         # the collector hands out records only within the session (see SubscriptionState.lease_until)

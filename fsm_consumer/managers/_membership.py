@@ -79,6 +79,10 @@ class MembershipManager(MemberBase):
     def session_ran_out(self) -> bool:
         return self.machine.timer_ran_out("session")
 
+    def sync_held_back(self) -> bool:
+        """Syncing, and this visit's SyncGroup has not gone out yet (a follower's is held back)."""
+        return not self._exchange.sent_this_visit()
+
     def rejoin_after_assign(self) -> bool:
         return self._revoked_this_round
 

@@ -39,7 +39,7 @@ class SelfAssignManager:
         if wanted != subs.assignment():
             leaving = subs.assignment() - wanted
             self._retired.update({tp: pos for tp, pos in subs.positions().items() if tp in leaving})
-            subs.set_group_assignment(wanted, awaiting_committed=False)
+            subs.set_group_assignment(wanted, awaiting_committed=False, by="subscribe")
             for tp in wanted & self._retired.keys():
                 subs.seek(tp, self._retired.pop(tp))
         self._seen = (metadata.version, subs.changes)

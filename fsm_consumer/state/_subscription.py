@@ -54,6 +54,9 @@ class SubscriptionState:
         self.changes = 0  # bumps on every assignment change (for the engine)
         # the background thread set a position (tp, offset, why: a reset strategy or "committed"): a history
         self.on_position: Callable[[TopicPartition, int, str], None] | None = None
+        # partitions that became or stopped being the consumer's outside a group's rebalance (by, added,
+        # dropped): manual assign(), a subscription without a group, unsubscribe(); a history's ownership
+        self.on_assignment: Callable[[str, set[TopicPartition], set[TopicPartition]], None] | None = None
         # records are handed out only before this time (engine clock ms): the group member's session
         # deadline, so a member frozen past it hands out nothing before its background thread has
         # declared the partitions lost (a plain float store, read without the lock)
@@ -76,7 +79,10 @@ class SubscriptionState:
             self._claim("assigned")
             if not wanted:
                 self.kind = None
-            return self._set_assignment(wanted, awaiting_committed)
+            before = set(self._parts)
+            dropped = self._set_assignment(wanted, awaiting_committed)
+        self._assignment_changed("assign", set(wanted) - before, dropped)
+        return dropped
 
     def subscribe(
         self, topics: Iterable[str] = (), pattern: str | re.Pattern[str] | None = None, listener: Any = None
@@ -107,15 +113,26 @@ class SubscriptionState:
             self._parts = {}
             self.kind, self.topics, self.pattern, self.listener = None, frozenset(), None, None
             self.changes += 1
-            return dropped
+        self._assignment_changed("unsubscribe", set(), dropped)
+        return dropped
+
+    def _assignment_changed(self, by: str, added: set[TopicPartition], dropped: set[TopicPartition]) -> None:
+        if self.on_assignment is not None and (added or dropped):
+            self.on_assignment(by, added, dropped)
 
     def set_group_assignment(
-        self, partitions: Iterable[TopicPartition], *, awaiting_committed: bool = True
+        self, partitions: Iterable[TopicPartition], *, awaiting_committed: bool = True, by: str | None = None
     ) -> set[TopicPartition]:
         """Install what the group assigned (subscribe mode; ``awaiting_committed=False`` when a consumer
-        without a group assigns itself); returns partitions dropped."""
+        without a group assigns itself, ``by`` then naming it for ``on_assignment``); returns partitions
+        dropped."""
+        wanted = [TopicPartition(*tp) for tp in partitions]
         with self._lock:
-            return self._set_assignment([TopicPartition(*tp) for tp in partitions], awaiting_committed)
+            before = set(self._parts)
+            dropped = self._set_assignment(wanted, awaiting_committed)
+        if by is not None:
+            self._assignment_changed(by, set(wanted) - before, dropped)
+        return dropped
 
     def _set_assignment(self, wanted: list[TopicPartition], awaiting_committed: bool) -> set[TopicPartition]:
         dropped = set(self._parts) - set(wanted)

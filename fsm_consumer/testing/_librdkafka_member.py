@@ -81,11 +81,12 @@ class _Member:
         self._ownership("assigned", partitions)
 
     def on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
-        self._ownership("revoked", partitions)
         if self.args.revoke_sleep_ms and partitions:
             # a slow cleanup, then the usual last commit of what was handed out
             time.sleep(self.args.revoke_sleep_ms / 1000)
             self.commit(where="on_partitions_revoked")
+        # the partitions stop being this member's when the callback returns: librdkafka releases them then
+        self._ownership("revoked", partitions)
         self._forget(partitions)
 
     def on_lost(self, consumer: Any, partitions: list[Any]) -> None:
@@ -106,6 +107,7 @@ class _Member:
                 "session_timeout_ms": self.args.session_timeout_ms,
                 "max_poll_records": self.batch,
                 "enable_auto_commit": not self.every_poll,
+                "auto_offset_reset": "earliest",
                 "isolation_level": "read_uncommitted",
                 "group_instance_id": self.args.instance_id,
                 "client": "librdkafka",
@@ -142,6 +144,7 @@ class _Member:
                     offsets=[first, last],
                     count=last - first + 1,
                     t_poll_start=started,
+                    max_records=self.batch,
                     **positions,
                 )
             self.position[(topic, partition)] = os_[-1] + 1

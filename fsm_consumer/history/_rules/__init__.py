@@ -5,8 +5,9 @@ so lines of several processes on one machine compare. Where lines have equal tim
 given in decides (``Timeline``: file by file, line by line), and a line's position ``i`` in that order
 is what "between" and "during" are judged by.
 
-Rules that compare consumers (E, D, C) compare the consumers of one group (``started``'s ``group``); a
-consumer without a ``started`` line is compared with those of every group.
+Rules that compare consumers (E, D, M, C) compare the consumers of one group (``started``'s ``group``); a
+consumer without a ``started`` line is compared with those of every group. Who owned what when is one
+model for all of them (``_ownership``); each rule function takes that model when the caller built it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from .._violation import Violation
 from ._commits import broker_backwards, rule_c
 from ._keys import rule_k
 from ._lost import normalize_produced, rule_l
-from ._owners import reused_generation_pairs, rule_e, stale_polls
+from ._owners import rule_e, stale_figures, stale_polls
 from ._positions import rule_d, rule_m
 from ._shared import Lines
 
@@ -36,7 +37,7 @@ __all__ = [
     "Lines",
     "broker_backwards",
     "normalize_produced",
-    "reused_generation_pairs",
+    "stale_figures",
     "stale_polls",
     "rule_c",
     "rule_d",

@@ -1,15 +1,17 @@
-"""Rule C: commits never go backwards, and never ahead of what their consumer had reached."""
+"""Rule C: a commit takes effect only from the partition's owner, never ahead of what that owner handed out in
+its ownership, never backwards, and never as a false success."""
 
 from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .._model import TP, Commit, Position, Timeline, as_timeline, fmt_t, fmt_tp
+from .._model import TP, Commit, NoStart, Position, Timeline, as_timeline, fmt_t, fmt_tp
+from .._ownership import Model
 from .._violation import Violation
-from ._shared import CommitIndex, Lines, dedupe, names
+from ._shared import Lines, dedupe, model_of, names
 
 
 def _moves_back(p: Position, offset: int) -> bool:
@@ -21,65 +23,133 @@ def _moves_back(p: Position, offset: int) -> bool:
     return p.why != "committed" and p.offset is not None and p.offset <= offset
 
 
-class _RangeMax:
-    """Index of the largest key in ``keys[lo:hi]`` (a sparse table)."""
-
-    def __init__(self, keys: Sequence[int]) -> None:
-        self.keys = keys
-        self.table: list[list[int]] = [list(range(len(keys)))]
-        span = 1
-        while 2 * span <= len(keys):
-            prev = self.table[-1]
-            self.table.append(
-                [a if keys[a] >= keys[b] else b for a, b in zip(prev, prev[span:], strict=False)][
-                    : len(keys) - 2 * span + 1
-                ]
-            )
-            span *= 2
-
-    def argmax(self, lo: int, hi: int) -> int:
-        level = (hi - lo).bit_length() - 1
-        a, b = self.table[level][lo], self.table[level][hi - (1 << level)]
-        return a if self.keys[a] >= self.keys[b] else b
-
-
 def rule_c(
     lines: Lines,
     broker_commits: Iterable[Sequence[Any]] | None = None,
     broker_committed: Mapping[TP, int] | None = None,
+    model: Model | None = None,
 ) -> list[Violation]:
-    """C, from the histories (by default):
+    """C, from the histories, always:
 
-    * backwards: an acknowledged commit sent after an acknowledged commit of a larger offset of its
-      partition (by any consumer of the group) was answered, with no ``seek``/``reset`` of that partition by
-      the committing consumer between the larger commit's sending and its own that moved the position to
-      its offset or below (a seek to ``"earliest"`` or to at most it; a reset, not from the committed
-      offset, to at most it);
-    * ahead: every commit (answered or failed) is at most what its consumer had reached when it was sent:
-      the ``to`` of its reads and skips of the partition, the offsets of its seeks and resets of it.
+    * by the owner: every acknowledged commit of a partition was sent while its member owned the partition
+      as its group meant it (``_ownership``): a zombie's commit, or one sent after its member gave the
+      partition up, is a violation whoever else owns it then;
+    * not ahead: every commit (answered or failed) sent within an ownership is at most what its member had
+      reached in that ownership when it was sent: the ``to`` of its reads and skips of the partition, the
+      offsets of its seeks and resets of it, since the ownership began;
+    * not backwards: an acknowledged commit sent after an acknowledged commit of a larger offset of its
+      partition (by any member of the group) was answered, with no ``seek``/``reset`` of that partition by
+      the committing member between the larger commit's sending and its own that moved the position to its
+      offset or below (a seek to ``"earliest"`` or to at most it; a reset, not from the committed offset, to
+      at most it).
 
-    Given ``broker_commits`` (``(topic, partition, offset)`` in the order they took effect), "backwards" is
-    judged from that log instead: an entry below the one before it for its partition is a violation unless
-    the histories hold a seek/reset of that partition that moved a position back to the new offset or below
-    (see ``broker_backwards``; the log has no times: whether it came between is not checked).
-
-    A false success, judged from the broker's word: an acknowledged commit whose offset is not in the
-    broker's commit log for its partition (given ``broker_commits``), or one above what the broker holds in
-    the end (given ``broker_committed``, ``(topic, partition) -> offset`` read back after the run, for a
-    broker without a readable log) with no seek/reset back to that or below in the histories."""
-    tl = as_timeline(lines)
+    With the broker's word, besides: its commit log (``broker_commits``: ``(topic, partition, offset)`` in
+    the order they took effect) never goes down but where the histories show the seek or reset that allowed
+    it, made after the larger commit was sent and before the smaller one (``broker_backwards``); every
+    acknowledged commit is in that log; none is above what the broker holds in the end (``broker_committed``,
+    read back after the run) unless its member sought or reset back after it."""
+    m = model_of(lines, model)
+    tl = m.tl
     out: list[Violation] = []
-    if broker_commits is None:
-        for _, scope in tl.scopes():
-            out.extend(_backwards(scope))
-    else:
+    out.extend(_not_owner(m))
+    out.extend(_ahead(m))
+    for scope in _scopes(tl):
+        out.extend(_backwards(tl, scope))
+    if broker_commits is not None:
         log = [tuple(e) for e in broker_commits]
         out.extend(broker_backwards(tl, log)[0])
         out.extend(_not_in_log(tl, log))
     if broker_committed is not None:
         out.extend(_above_final(tl, broker_committed))
-    out.extend(_ahead(tl))
     return dedupe(out)
+
+
+def _scopes(tl: Timeline) -> list[set[str]]:
+    """The sets of consumers whose commits are compared: each group's (with the consumers without a started
+    line, which could be in any)."""
+    groups = tl.groups()
+    unknown = groups.pop(NoStart.UNKNOWN, set())
+    named = [names for g, names in sorted(groups.items(), key=lambda kv: str(kv[0])) if g is not None]
+    return [n | unknown for n in named] or ([unknown] if unknown else [])
+
+
+def _not_owner(m: Model) -> Iterator[Violation]:
+    tl = m.tl
+    seen: set[tuple[int, TP]] = set()
+    for c in tl.commits:
+        if not c.acked or (c.i, c.tp) in seen or m.owner_at(c.consumer, c.tp, c.sent) is not None:
+            continue
+        seen.add((c.i, c.tp))
+        mine = [o for o in m.of.get((c.consumer, c.tp), ()) if o.start_t <= c.sent]
+        had = mine[-1].ended() if mine else "it had never owned it"
+        others = [
+            o
+            for (name, tp), os_ in m.of.items()
+            if tp == c.tp and name != c.consumer
+            for o in os_
+            if o.holds_t(c.sent) and tl.same_group(name, c.consumer)
+        ]
+        owner = f"; {others[0].consumer} owned it then (from {fmt_t(others[0].start_t)})" if others else ""
+        yield Violation(
+            "C",
+            f"{fmt_tp(c.tp)}: commit of {c.offset} by {c.consumer} (generation {c.generation}) sent at {fmt_t(c.sent)} "
+            f"and acknowledged at {fmt_t(c.t)} while it did not own the partition: {had}{owner}",
+            t=c.sent,
+            consumers=names(c.consumer, *(o.consumer for o in others[:1])),
+            tp=c.tp,
+            offsets=(c.offset, c.offset),
+            details=dict(commit=c),
+        )
+
+
+def _ahead(m: Model) -> Iterator[Violation]:
+    tl = m.tl
+    reached: dict[tuple[str, TP], list[tuple[int, float, int, str]]] = defaultdict(list)  # (i, t, position, what)
+    for r in tl.reads:
+        reached[(r.consumer, r.tp)].append((r.i, r.t, r.end, f"the end of its read at {fmt_t(r.t)}"))
+    for s in tl.skips:
+        reached[(s.consumer, s.tp)].append((s.i, s.t, s.end, f"the end of its skip at {fmt_t(s.t)}"))
+    for p in tl.positions:
+        if p.offset is not None:
+            reached[(p.consumer, p.tp)].append((p.i, p.t, p.offset, f"its {p.kind} at {fmt_t(p.t)}"))
+    index: dict[tuple[str, TP], tuple[list[int], list[float], _RangeMax]] = {}
+    for key, items in reached.items():
+        items.sort()  # by line, so by time too
+        index[key] = ([x[0] for x in items], [x[1] for x in items], _RangeMax([x[2] for x in items]))
+    for c in tl.commits:
+        own = next(
+            (o for o in m.of.get((c.consumer, c.tp), ()) if o.start_t <= c.sent < o.interval.end_t),
+            None,
+        )
+        if own is None:
+            continue  # outside its ownership: rule C's first point, for one that took effect
+        v = own.interval
+        top: tuple[int, str] | None = None
+        if (c.consumer, c.tp) in index:
+            lines, times, best = index[(c.consumer, c.tp)]
+            lo, hi = bisect.bisect_left(lines, v.start_i), bisect.bisect_right(times, c.sent)
+            if lo < hi:
+                item = reached[(c.consumer, c.tp)][best.argmax(lo, hi)]
+                top = (item[2], item[3])
+        if top is not None and c.offset <= top[0]:
+            continue
+        had = (
+            f"what {c.consumer} had reached in its ownership (from {fmt_t(v.start_t)}): {top[0]} ({top[1]})"
+            if top is not None
+            else f"anything {c.consumer} had reached in its ownership (from {fmt_t(v.start_t)}): no read, skip, seek "
+            "or reset before it"
+        )
+        answer = "acknowledged" if c.acked else f"failed: {c.error}"
+        yield Violation(
+            "C",
+            f"{fmt_tp(c.tp)}: commit of {c.offset} by {c.consumer} (generation {c.generation}, {answer}) sent at "
+            f"{fmt_t(c.sent)} is ahead of {had}",
+            t=c.sent,
+            consumers=(c.consumer,),
+            tp=c.tp,
+            offsets=(c.offset, c.offset),
+            details=dict(commit=c, reached=None if top is None else top[0]),
+        )
 
 
 def _false_success(c: Commit, why: str) -> Violation:
@@ -121,15 +191,21 @@ def _above_final(tl: Timeline, final: Mapping[TP, int]) -> list[Violation]:
     return out
 
 
-def _backwards(tl: Timeline) -> list[Violation]:
-    excuses: dict[tuple[str, TP], list[Position]] = defaultdict(list)  # by time
+def _excuses(tl: Timeline, scope: set[str]) -> dict[tuple[str, TP], list[Position]]:
+    """The seeks and resets that may move a position back (not resets from the committed offset), by time."""
+    out: dict[tuple[str, TP], list[Position]] = defaultdict(list)
     for p in sorted(tl.positions, key=lambda p: p.i):
-        if p.kind == "seek" or p.why != "committed":
-            excuses[(p.consumer, p.tp)].append(p)
+        if p.consumer in scope and (p.kind == "seek" or p.why != "committed"):
+            out[(p.consumer, p.tp)].append(p)
+    return out
+
+
+def _backwards(tl: Timeline, scope: set[str]) -> list[Violation]:
+    excuses = _excuses(tl, scope)
     excuse_times = {key: [p.t for p in ps] for key, ps in excuses.items()}
     acked: dict[TP, list[Commit]] = defaultdict(list)
     for c in tl.commits:
-        if c.acked:
+        if c.acked and c.consumer in scope:
             acked[c.tp].append(c)
     out = []
     for tp, commits in sorted(acked.items()):
@@ -176,24 +252,43 @@ def _backwards(tl: Timeline) -> list[Violation]:
     return out
 
 
+class _RangeMax:
+    """Index of the largest key in ``keys[lo:hi]`` (a sparse table)."""
+
+    def __init__(self, keys: Sequence[int]) -> None:
+        self.keys = keys
+        self.table: list[list[int]] = [list(range(len(keys)))]
+        span = 1
+        while 2 * span <= len(keys):
+            prev = self.table[-1]
+            self.table.append(
+                [a if keys[a] >= keys[b] else b for a, b in zip(prev, prev[span:], strict=False)][
+                    : len(keys) - 2 * span + 1
+                ]
+            )
+            span *= 2
+
+    def argmax(self, lo: int, hi: int) -> int:
+        level = (hi - lo).bit_length() - 1
+        a, b = self.table[level][lo], self.table[level][hi - (1 << level)]
+        return a if self.keys[a] >= self.keys[b] else b
+
+
 def broker_backwards(lines: Lines, log: Iterable[Sequence[Any]]) -> tuple[list[Violation], int]:
-    """C's "backwards" over the broker's commit log: the violations, and how many backwards steps a seek or
-    reset in the histories allowed: one to the new offset or below (a seek to ``"earliest"``; a reset not from
-    the committed offset) made when a commit of a larger offset had been acknowledged (by the histories)."""
+    """C's "backwards" over the broker's commit log, a witness beside the histories: every step down of a
+    partition's log (from ``b`` to ``o``) must be explained by the histories, by an acknowledged commit of
+    ``o`` whose member sought or reset that partition back to ``o`` or below (a seek to ``"earliest"``; a
+    reset not from the committed offset) after a commit of ``b`` was sent (any, when no history holds one) and
+    before its own commit of ``o`` was sent. The violations, and how many steps down were so explained."""
     tl = as_timeline(lines)
-    acked: dict[TP, list[Commit]] = defaultdict(list)
+    acked: dict[tuple[TP, int], list[Commit]] = defaultdict(list)
     for c in tl.commits:
         if c.acked:
-            acked[c.tp].append(c)
-    index = {tp: CommitIndex(cs) for tp, cs in acked.items()}
-    movers: dict[TP, list[Position]] = defaultdict(list)
+            acked[(c.tp, c.offset)].append(c)
+    movers: dict[tuple[str, TP], list[Position]] = defaultdict(list)
     for p in tl.positions:
-        # only a seek/reset below an offset already committed then moved a position back (not, say, the
-        # reset to "earliest" of a partition that had no committed offset yet)
-        idx = index.get(p.tp)
-        best = idx.before(p.t) if idx is not None else None
-        if best is not None and (p.offset is None or p.offset < best.offset):
-            movers[p.tp].append(p)
+        if p.kind == "seek" or p.why != "committed":
+            movers[(p.consumer, p.tp)].append(p)
     last: dict[TP, int] = {}
     out = []
     allowed = 0
@@ -203,62 +298,29 @@ def broker_backwards(lines: Lines, log: Iterable[Sequence[Any]]) -> tuple[list[V
         last[tp] = offset
         if before is None or offset >= before:
             continue
-        if any(_moves_back(p, offset) for p in movers.get(tp, ())):
+        larger_sent = [c.sent for c in acked.get((tp, before), ())]
+        since = min(larger_sent) if larger_sent else float("-inf")
+        explained = any(
+            since <= p.t < y.sent and _moves_back(p, offset)
+            for y in acked.get((tp, offset), ())
+            for p in movers.get((y.consumer, tp), ())
+        )
+        if explained:
             allowed += 1
             continue
+        why = (
+            f"no history holds an acknowledged commit of {offset} of it"
+            if not acked.get((tp, offset))
+            else f"no member that committed {offset} had sought or reset {fmt_tp(tp)} back to {offset} or below "
+            f"after a commit of {before} was sent and before its own"
+        )
         out.append(
             Violation(
                 "C",
-                f"{fmt_tp(tp)}: the broker's commit log goes from {before} down to {offset} (entry {entry}), and no "
-                f"history has a seek or reset of {fmt_tp(tp)} back to {offset} or below (the log has no times: any "
-                "such seek or reset would have allowed it)",
+                f"{fmt_tp(tp)}: the broker's commit log goes from {before} down to {offset} (entry {entry}), and {why}",
                 tp=tp,
                 offsets=(offset, before),
                 details=dict(entry=entry, before=before, offset=offset),
             )
         )
     return out, allowed
-
-
-def _ahead(tl: Timeline) -> list[Violation]:
-    reached: dict[tuple[str, TP], list[tuple[float, int, str]]] = defaultdict(list)  # (t, position, what)
-    for r in tl.reads:
-        reached[(r.consumer, r.tp)].append((r.t, r.end, f"the end of its read at {fmt_t(r.t)}"))
-    for s in tl.skips:
-        reached[(s.consumer, s.tp)].append((s.t, s.end, f"the end of its skip at {fmt_t(s.t)}"))
-    for p in tl.positions:
-        if p.offset is not None:
-            reached[(p.consumer, p.tp)].append((p.t, p.offset, f"its {p.kind} at {fmt_t(p.t)}"))
-    highest: dict[tuple[str, TP], tuple[list[float], list[tuple[int, str]]]] = {}
-    for key, items in reached.items():
-        items.sort(key=lambda x: x[0])
-        tops: list[tuple[int, str]] = []
-        for _, position, what in items:
-            tops.append((position, what) if not tops or position > tops[-1][0] else tops[-1])
-        highest[key] = ([x[0] for x in items], tops)
-    out = []
-    for c in tl.commits:
-        times, tops = highest.get((c.consumer, c.tp), ([], []))
-        n = bisect.bisect_right(times, c.sent)
-        top = tops[n - 1] if n else None
-        if top is not None and c.offset <= top[0]:
-            continue
-        had = (
-            f"what {c.consumer} had reached: {top[0]} ({top[1]})"
-            if top is not None
-            else f"anything {c.consumer} had reached: it had no position on it (no read, skip, seek or reset before)"
-        )
-        answer = "acknowledged" if c.acked else f"failed: {c.error}"
-        out.append(
-            Violation(
-                "C",
-                f"{fmt_tp(c.tp)}: commit of {c.offset} by {c.consumer} (generation {c.generation}, {answer}) sent at "
-                f"{fmt_t(c.sent)} is ahead of {had}",
-                t=c.sent,
-                consumers=(c.consumer,),
-                tp=c.tp,
-                offsets=(c.offset, c.offset),
-                details=dict(commit=c, reached=None if top is None else top[0]),
-            )
-        )
-    return out

@@ -71,8 +71,8 @@ def _fmt_ranges(ranges: list[tuple[int, int]]) -> str:
 
 
 def _missing(reads: Sequence[Read], ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The parts of ``ranges`` no read covers."""
-    covered = sorted((r.first, r.last) for r in reads)
+    """The parts of ``ranges`` no read handed out (a read's gaps hold no record: they cover nothing)."""
+    covered = sorted(run for r in reads for run in r.ranges())
     out = []
     for lo, hi in ranges:
         nxt = lo  # the lowest offset of this range not yet known covered
@@ -93,9 +93,9 @@ def _missing(reads: Sequence[Read], ranges: list[tuple[int, int]]) -> list[tuple
 
 def rule_l(lines: Lines, produced: Mapping[Any, Any] | None) -> list[Violation]:
     """L: every offset ``0..count-1`` of each partition produced was handed out (lies in a ``read``'s
-    ``offsets``) by some consumer of each group that read or was assigned the topic; a produced partition
-    of a topic no consumer touched is lost whole. Without ``produced``, nothing (check() reports L as not
-    checked)."""
+    ``offsets`` and not in its ``gaps``) by some consumer of each group that read or was assigned the topic;
+    a produced partition of a topic no consumer touched is lost whole. Without ``produced``, nothing (check()
+    reports L as not checked)."""
     if produced is None:
         return []
     tl = as_timeline(lines)
@@ -106,7 +106,8 @@ def rule_l(lines: Lines, produced: Mapping[Any, Any] | None) -> list[Violation]:
     for r in tl.reads:
         group = group_of[r.consumer]
         touched[group].add(r.tp[0])
-        reads[(group, r.tp)].append(r)
+        if not r.fault():  # a line that does not hold together vouches for no offset (rule M reports it)
+            reads[(group, r.tp)].append(r)
     for v in tl.intervals:
         touched[group_of[v.consumer]].add(v.tp[0])
     out = []

@@ -170,6 +170,7 @@ def test_silent_stretches_faults_and_reads_while_not_owning() -> None:
     # a declares its session expired at 204 and hands out its frozen poll at 205: no longer its partition
     events = frozen([read(A, 205, 1, 0, 10, 14, poll=40)], a_end=204)
     events = [{k: v * 10 if k in ("t", "t_poll_start") else v for k, v in e.items()} for e in events]  # 10x slower
+    events = [dict(e, wall=1_700_000_000.0 + e["t"] / 1000.0) for e in events]  # the wall clock with it
     root = parse(draw_timeline(events))
     (gap,) = [g for g in find(root, "rect", "gap") if g.get("data-consumer") == A]  # 300 .. 2010
     assert "no line from a for 1.71 s" in gap.findtext("s:title", "", NS)
@@ -245,3 +246,20 @@ def test_cli_writes_the_picture_and_exits_2_without_history(tmp_path: Path, caps
         assert captured.err.startswith("fsm-consumer timeline: ")
     assert main(["timeline", str(good), "--width", "10"]) == 2
     assert load(good).files and not (empty / "timeline.svg").exists()
+
+
+def test_what_the_picture_marks_red_the_checker_reports() -> None:
+    """One model for both: the poll under way at the freeze (within its max_records) is rule E's allowance and
+    no red tick; the poll begun after the new owner's assignment is red, and it is what E reports."""
+    allowed, late = (dict(r, max_records=500) for r in STALE)
+    events = frozen([allowed, late])
+    result = check(events)
+    (v,) = result.violations
+    assert v.rule == "E" and v.offsets == (15, 19)
+    root = parse(draw_timeline(events, result=result))
+    (red,) = find(root, "line", "srd")
+    assert "15..19" in red.findtext("s:title", "", NS) and "(rule E)" in red.findtext("s:title", "", NS)
+    assert any("1 read(s) of a poll under way when its consumer's ownership ended" in t for t in texts(root))
+    # a's bar after b was given the partition is hatched: the part of its own view the group no longer meant
+    tails = [t for t in find(root, "rect", "ov") if t.get("data-legit-t1") == "100.0"]
+    assert len(tails) == 2  # in a's band and in the partition's row

@@ -16,7 +16,7 @@ from kafka.protocol.consumer import HeartbeatRequest, JoinGroupRequest, SyncGrou
 from fsm_consumer.assignors import Assignment, encode_assignment
 from fsm_consumer.events import CallbackAckEvent, CallbackEvent
 
-from .test_membership_rounds import T0, T1, answer, join_round, make, sent
+from .test_membership_rounds import T0, T1, answer, answer_join, join_round, make, polled, sent
 
 SESSION = 3000  # make()'s session_timeout_ms
 
@@ -121,22 +121,21 @@ def test_an_eager_first_join_held_past_the_session_keeps_its_membership():
     assert manager.machine.state == "syncing" and manager.member_id == "me"
 
 
-def sync_answered_after(ms: float, heartbeat_ok_at: float | None = None):
+def first_join_answered(delay_ms: int, generation: int):
+    """A member (follower sync delay ``delay_ms``) whose first JoinGroup was answered at once: a follower of
+    ``generation``, nothing owned, syncing."""
+    manager, clock = make(delay_ms)
+    manager.on_subscription_changed(clock.now_ms())
+    answer_join(sent(manager, clock, JoinGroupRequest), clock, generation)
+    return manager, clock
+
+
+def sync_answered_after(ms: float, heartbeat_ok_at: float | None = None, *, tick_first: bool = True):
     """A first join (nothing owned) answered at once; its SyncGroup answered ``ms`` later (a member frozen
     with the answer waiting in its socket); with ``heartbeat_ok_at``, a heartbeat sent that long after the
-    SyncGroup was answered OK before it."""
-    manager, clock = make(0)
-    manager.on_subscription_changed(clock.now_ms())
-    answer(
-        sent(manager, clock, JoinGroupRequest),
-        clock,
-        error_code=0,
-        member_id="me",
-        generation_id=2,
-        protocol_name="cooperative-sticky",
-        leader="other",
-        members=[],
-    )
+    SyncGroup was answered OK before it. ``tick_first``: the loop ticks the machines before it reads the
+    answer (as after a thaw); else the answer is read first (the member froze inside its wait for it)."""
+    manager, clock = first_join_answered(0, 2)
     sync = sent(manager, clock, SyncGroupRequest)
     if heartbeat_ok_at is not None:
         clock.advance(heartbeat_ok_at)
@@ -144,7 +143,8 @@ def sync_answered_after(ms: float, heartbeat_ok_at: float | None = None):
         clock.advance(ms - heartbeat_ok_at)
     else:
         clock.advance(ms)
-    tick(manager, clock)  # the session runs out first: nothing owned, the round goes on
+    if tick_first:
+        tick(manager, clock)
     answer(sync, clock, error_code=0, assignment=encode_assignment(Assignment(partitions=[T0, T1])))
     return manager, clock
 
@@ -152,12 +152,35 @@ def sync_answered_after(ms: float, heartbeat_ok_at: float | None = None):
 def test_a_sync_answer_read_after_the_session_ran_out_is_not_installed():
     """Found by the history checker's timeline: a member frozen while its SyncGroup was in flight woke,
     took the answer (an old generation's) and owned partitions the group had given to another member.
-    Now the membership is dropped and the member rejoins, no callback runs, nothing is owned."""
-    manager, clock = sync_answered_after(2 * SESSION)
-    steps = [(r.source, r.trigger, r.dest) for r in manager.machine.log][-2:]
-    assert steps == [("syncing", "synced", "fenced"), ("fenced", "lost_acked", "joining")]  # lost nothing: rejoins
-    assert manager.owned == frozenset() and manager._subs.assignment() == set()
-    assert manager.session_expiries == 1 and manager.generation == -1 and manager.member_id == ""
+    Now the membership is dropped and the member rejoins, no callback runs, nothing is owned: the answer
+    renews the lease only from its request's sending, whether the loop ticked first (the session ran out:
+    internal, the SyncGroup carries the membership) or read the answer first."""
+    for tick_first in (True, False):
+        manager, clock = sync_answered_after(2 * SESSION, tick_first=tick_first)
+        steps = [(r.source, r.trigger, r.dest) for r in manager.machine.log][-2:]
+        assert steps == [("syncing", "synced", "fenced"), ("fenced", "lost_acked", "joining")]  # rejoins
+        assert manager.owned == frozenset() and manager._subs.assignment() == set()
+        assert manager.session_expiries == 1 and manager.generation == -1 and manager.member_id == ""
+
+
+def syncs(manager, clock) -> list:
+    """The SyncGroup requests the member's poll sends now."""
+    return [o for o in polled(manager, clock)[1] if isinstance(o.request, SyncGroupRequest)]
+
+
+def test_a_member_frozen_before_its_delayed_sync_group_went_out_joins_again():
+    """Found by the history checker (issue 46) on Tansu: a follower holds its SyncGroup back
+    (follower_sync_delay_ms), freezes meanwhile past its session, and on waking sent the SyncGroup of its old
+    generation; Tansu answered it with that generation's assignment, and the member owned partitions the group
+    had given to another in a newer round. The session running out while syncing ends the round: the member
+    joins again, and no SyncGroup of the old generation goes out."""
+    manager, clock = first_join_answered(400, 3)
+    assert manager.machine.state == "syncing" and not syncs(manager, clock)  # held back 400 ms
+    clock.advance(2 * SESSION)  # frozen before the delay ran out
+    manager.machine.tick(clock.now_ms())
+    assert manager.machine.state == "joining" and manager.session_expiries == 1
+    out = [o.request for o in polled(manager, clock)[1]]
+    assert any(isinstance(r, JoinGroupRequest) for r in out) and not any(isinstance(r, SyncGroupRequest) for r in out)
 
 
 def test_a_sync_answered_late_while_heartbeats_were_answered_is_installed():
@@ -251,11 +274,14 @@ def test_the_engine_bounds_an_answer_read_after_a_stall_by_the_pass_before():
     from fsm_consumer.engine._network_thread import NetworkThread
 
     thread = NetworkThread.__new__(NetworkThread)
-    thread._last_read = None
+    thread._last_read, thread._stall_bound = None, None
     assert thread._heard_after(1000.0, 1001.0, 1002.0, 50.0) == 1000.0  # first pass: from its start
     # a pass that ran as asked (waited 500 of 500 ms): the answer arrived within the last moments
     assert thread._heard_after(1010.0, 1011.0, 1511.0, 500.0) == 1511.0 - 200
     # frozen for 10 s inside the wait: it may have arrived any time since the pass before read
     assert thread._heard_after(1520.0, 1521.0, 11_600.0, 500.0) == 1511.0
+    # the pass after it, run as asked, may read what a request queued before the freeze brought back only then
+    assert thread._heard_after(11_601.0, 11_602.0, 11_700.0, 100.0) == 1511.0
+    assert thread._heard_after(11_701.0, 11_702.0, 11_800.0, 100.0) == 11_800.0 - 200  # and then no more
     # frozen between passes (before the wait began)
-    assert thread._heard_after(20_000.0, 20_001.0, 20_002.0, 0.0) == 11_600.0
+    assert thread._heard_after(20_000.0, 20_001.0, 20_002.0, 0.0) == 11_800.0

@@ -86,10 +86,10 @@ def answer(outgoing, clock, **fields):
     outgoing.handler(SimpleNamespace(error=None, response=SimpleNamespace(**fields)), clock.now_ms())
 
 
-def join_round(manager, clock, generation, partitions, delay_ms):
-    """JoinGroup answered (as a follower), SyncGroup after the follower delay, answered with ``partitions``."""
+def answer_join(join, clock, generation: int) -> None:
+    """A JoinGroup answered OK: this member (``me``) a follower of ``generation``."""
     answer(
-        sent(manager, clock, JoinGroupRequest),
+        join,
         clock,
         error_code=0,
         member_id="me",
@@ -98,6 +98,11 @@ def join_round(manager, clock, generation, partitions, delay_ms):
         leader="other",
         members=[],
     )
+
+
+def join_round(manager, clock, generation, partitions, delay_ms):
+    """JoinGroup answered (as a follower), SyncGroup after the follower delay, answered with ``partitions``."""
+    answer_join(sent(manager, clock, JoinGroupRequest), clock, generation)
     joined_at = clock.now_ms()
     if delay_ms:
         _, out = polled(manager, clock)
@@ -136,16 +141,7 @@ def test_after_a_cooperative_revocation_the_follow_up_join_waits_for_the_others_
         assert not any(isinstance(o.request, JoinGroupRequest) for o in polled(manager, clock)[1])
         clock.advance(1)
     join = sent(manager, clock, JoinGroupRequest)  # with delay 0 (Apache Kafka): at once
-    answer(
-        join,
-        clock,
-        error_code=0,
-        member_id="me",
-        generation_id=3,
-        protocol_name="cooperative-sticky",
-        leader="other",
-        members=[],
-    )
+    answer_join(join, clock, 3)
     assert manager.machine.state == "syncing" and manager.generation == 3
 
 

@@ -16,7 +16,8 @@ T = "t"
 
 
 def line(event: str, consumer: str, t: float, **fields: Any) -> dict[str, Any]:
-    common = {"t": t, "consumer": consumer, "client": consumer[0], "member": "", "generation": 1}
+    common = {"t": t, "wall": 1_700_000_000 + t / 1000, "consumer": consumer, "client": consumer[0], "member": ""}
+    common["generation"] = 1
     return {**common, "event": event, **fields}
 
 
@@ -37,6 +38,7 @@ def read(c: str, t: float, first: int, last: int, p: int = 0, poll: float | None
         offsets=[first, last],
         count=last - first + 1,
         t_poll_start=t - 1 if poll is None else poll,
+        max_records=500,
         **{"from": first, "to": last + 1},
     )
 
