@@ -47,11 +47,8 @@ class _Transport:
         return []
 
 
-def test_a_commit_asked_right_after_a_freeze_is_refused_not_sent():
-    membership, clock = make(0)
-    membership.on_subscription_changed(clock.now_ms())
-    join_round(membership, clock, 1, [T0, T1], 0)
-    assert membership.machine.state == "stable"
+def commit_manager(membership) -> CommitManager:
+    """The member's commit manager, wired to it as the consumer wires it."""
     commits = CommitManager(
         membership._config,
         subscription=membership._subs,
@@ -61,6 +58,15 @@ def test_a_commit_asked_right_after_a_freeze_is_refused_not_sent():
         held=HeldErrors(),
     )
     commits.membership = membership
+    return commits
+
+
+def test_a_commit_asked_right_after_a_freeze_is_refused_not_sent():
+    membership, clock = make(0)
+    membership.on_subscription_changed(clock.now_ms())
+    join_round(membership, clock, 1, [T0, T1], 0)
+    assert membership.machine.state == "stable"
+    commits = commit_manager(membership)
 
     clock.advance(2 * 3000)  # frozen past its session (3000 ms) with no heartbeat
     event = CommitEvent(offsets={T0: OffsetAndMetadata(5, "", -1)}, sync=True, deadline_ms=clock.now_ms() + 60_000)
@@ -135,15 +141,7 @@ def test_a_commit_line_is_stamped_when_its_answer_was_read_not_when_it_was_writt
     membership.on_subscription_changed(clock.now_ms())
     join_round(membership, clock, 1, [T0, T1], 0)
     membership.history_file = HistoryWriter(tmp_path / "h.jsonl", "c")
-    commits = CommitManager(
-        membership._config,
-        subscription=membership._subs,
-        coordinator=membership._coordinator,
-        background_events=SimpleNamespace(put=lambda e: None),
-        metrics=Metrics(),
-        held=HeldErrors(),
-    )
-    commits.membership = membership
+    commits = commit_manager(membership)
     event = CommitEvent(offsets={T0: OffsetAndMetadata(5, "", -1)}, sync=True, deadline_ms=clock.now_ms() + 60_000)
     commits.on_commit_event(event, clock.now_ms())
     sent_at = clock.now_ms()
