@@ -111,10 +111,10 @@ class MembershipManager(MemberBase):
         self._subs.set_revoking(self._to_revoke, True)
         self.machine.fire("revocation_prepared")
 
-    def finish_revocation(self) -> None:
+    def release_revoked(self) -> None:
         # a cooperative round that revoked something is followed by another (rejoin_after_assign)
         self._revoked_this_round = bool(self._to_revoke) and self.protocol is RebalanceProtocol.COOPERATIVE
-        super().finish_revocation()
+        super().release_revoked()
 
     def install_assignment(self) -> None:
         self._added = self._new - self.owned

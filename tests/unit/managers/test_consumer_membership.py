@@ -216,7 +216,7 @@ def test_a_new_target_during_a_revocation_is_reconciled_after_the_acknowledgemen
     listener.calls.clear()
     clock.advance(500)
     member.machine.tick(clock.now_ms())
-    answer(heartbeat(member, clock), clock, 2, [0])  # T1 goes
+    answer(heartbeat(member, clock), clock, 2, [0])  # T1 goes: nothing to commit (no position)
     assert member.machine.state == "revoking"  # on_partitions_revoked posted, not yet run
     clock.advance(500)
     member.machine.tick(clock.now_ms())
@@ -237,20 +237,33 @@ def test_a_new_target_during_a_revocation_is_reconciled_after_the_acknowledgemen
     assert listener.calls == [("revoked", [1]), ("assigned", [2])]
 
 
-def test_the_revoked_partitions_are_committed_before_they_are_acknowledged():
-    member, clock = make(Listener())
+def test_the_revoked_partitions_are_committed_then_called_back_then_released():
+    """The Java client's order: the auto-commit of the partitions to give up goes out while they are still the
+    member's, then on_partitions_revoked runs (a commit of its own wins), and only then are they released.
+    Until then every heartbeat lists them, so the coordinator cannot give them to another member while the
+    commit is in flight (a new owner once re-read below a commit that landed after it had started)."""
+    listener = Listener()
+    member, clock = make(listener)
     joined(member, clock, [0, 1])
+    listener.calls.clear()
     member._subs.seek(T1, 42)
     clock.advance(500)
     member.machine.tick(clock.now_ms())
     answer(heartbeat(member, clock), clock, 2, [0])
-    run_callbacks(member, clock)
-    assert member.machine.state == "committing_revoked"
+    assert member.machine.state == "committing_revoked" and member.background.empty()  # no callback yet
     ((positions, done),) = member._commits.sent
-    assert positions == {T1: 42}
-    assert nothing_sent(member, clock) or member.machine.state == "committing_revoked"
+    assert positions == {T1: 42} and member.owned == {T0, T1}
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    beat_ = heartbeat(member, clock)  # the commit held: the heartbeat says nothing has changed
+    assert beat_.request.topic_partitions is None and member.owned == {T0, T1}
+    answer(beat_, clock, 2)
     done(None)
+    assert member.machine.state == "revoking" and member.owned == {T0, T1}
+    run_callbacks(member, clock)
+    assert listener.calls == [("revoked", [1])] and member.owned == {T0}
     assert member.machine.state == "acknowledging"
+    assert owned_in(heartbeat(member, clock).request) == [0]
 
 
 @pytest.mark.parametrize("code", [110, 25])  # FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID
@@ -383,8 +396,21 @@ def test_leaving_with_nothing_owned_sends_the_leave_at_once_and_a_new_subscripti
     member.on_unsubscribe(clock.now_ms())
     assert member.machine.state == "leaving"
     leave = heartbeat(member, clock)
-    answer(leave, clock, -1)  # still subscribed (subscribe() again came first): it joins again
+    member.on_subscription_changed(clock.now_ms())  # subscribe() again came first
+    answer(leave, clock, -1)
     assert member.machine.state == "joining" and heartbeat(member, clock).request.member_epoch == 0
+
+
+def test_unsubscribe_leaves_for_good_while_the_subscription_is_still_set():
+    """The review's case: the application thread clears the subscription only once unsubscribe() completed,
+    and the leave saw it still set and rejoined (unsubscribe() raised after 60 s, the consumer still a member).
+    The intent is recorded on the background thread with the event."""
+    member, clock = make(Listener())
+    member.on_subscription_changed(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 1)
+    member.on_unsubscribe(clock.now_ms())
+    answer(heartbeat(member, clock), clock, -1)
+    assert member.machine.state == "unsubscribed" and member.close_done and nothing_sent(member, clock)
 
 
 def test_leaving_during_a_revocation_finishes_it_then_revokes_the_rest():
@@ -396,25 +422,32 @@ def test_leaving_during_a_revocation_finishes_it_then_revokes_the_rest():
     member.begin_close(autocommit=True)
     assert member.machine.state == "revoking_then_leave"
     run_callbacks(member, clock)  # the revocation's callback, then the leave's for what is left
-    assert ("leave_committing", "revocation_completed", "leaving") in steps(member)
+    assert ("revoking_then_leave", "revoke_acked", "leave_committing") in steps(member)
+    assert ("prepare_leaving", "revoke_acked", "leaving") in steps(member)
     assert listener.calls[-2:] == [("revoked", [1]), ("revoked", [0])]
     answer(heartbeat(member, clock), clock, -1)
     assert member.machine.state == "unsubscribed"
 
 
-@pytest.mark.parametrize("keeps, then", [([0], "prepare_leaving"), ([], "leaving")])
-def test_leaving_while_the_revoked_partitions_commit_is_in_flight_waits_for_it(keeps, then):
-    member, clock = make(Listener())
+@pytest.mark.parametrize("keeps", [[0], []])
+def test_leaving_while_the_revoked_partitions_commit_is_in_flight_waits_for_it(keeps):
+    listener = Listener()
+    member, clock = make(listener)
     joined(member, clock, [0, 1])
+    listener.calls.clear()
     member._subs.seek(T1, 7)
     member._subs.seek(T0, 3)
     beat(member, clock, 2, keeps)
-    run_callbacks(member, clock)
     assert member.machine.state == "committing_revoked"
     member.begin_close(autocommit=True)
     assert member.machine.state == "committing_then_leave"
     member._commits.sent[0][1](None)
-    assert ("committing_then_leave", "revocation_completed", then) in steps(member)
+    # then everything still owned, the reconciliation's partitions too, is committed and revoked at once
+    assert ("committing_then_leave", "revocation_completed", "leave_committing") in steps(member)
+    assert member._commits.sent[1][0] == {T0: 3, T1: 7}
+    member._commits.sent[1][1](None)
+    run_callbacks(member, clock)
+    assert listener.calls == [("revoked", [0, 1])] and member.machine.state == "leaving"
 
 
 def test_leaving_during_an_assignment_finishes_it_then_revokes_everything():
@@ -475,8 +508,12 @@ def test_leaving_when_fenced_or_stale_needs_no_leave_heartbeat():
     joined(member, clock, [0])
     member.machine.fire("poll_timer_expired", clock.now_ms())
     assert member.machine.state == "stale"
-    member.begin_close(autocommit=True)
-    assert member.machine.state == "unsubscribed"
+    listener.calls.clear()
+    member.begin_close(autocommit=True)  # as Java, the listener is told its partitions are lost
+    assert member.machine.state == "lost_then_leave"
+    run_callbacks(member, clock)
+    assert listener.calls == [("lost", [0])] and member.machine.state == "unsubscribed"
+    assert member.owned == frozenset() and nothing_sent(member, clock)
 
 
 # -- the lease: the spec's session timer, as long as the group's session timeout on the broker ---------------
