@@ -17,7 +17,7 @@ from typing import Any
 
 import kafka.errors as ke
 
-from ..policy import Action, Backoffs, broker_lacks, classify
+from ..policy import Action, Backoffs, broker_lacks, classify, public_error
 from ..protocol import ConsumerGroupHeartbeatRequest
 from ._base import FOREVER, Outgoing
 from ._consumer_session import SessionTimeoutLookup
@@ -25,6 +25,7 @@ from ._consumer_session import SessionTimeoutLookup
 log = logging.getLogger("fsm_consumer.membership")
 
 _UNSUPPORTED_VERSION = 35
+_TOPIC_AUTHORIZATION_FAILED = 29
 _LEAVE_EPOCH, _STATIC_LEAVE_EPOCH = -1, -2
 _NO_KIP_848 = (
     "the broker does not support the consumer group protocol (KIP-848: no ConsumerGroupHeartbeat API); use "
@@ -87,9 +88,12 @@ class HeartbeatExchange:
             return FOREVER, []
         self._watch_metadata()
         at_once = mode == "at_once" and self._sent_visit != m.machine.visit
-        if not (at_once or (mode == "interval" and m.heartbeat_due)) or self._in_flight:
+        # the leave goes at once, as Java's close: never behind an ordinary heartbeat in flight (a coordinator
+        # holding one held close() with it) nor a backoff
+        leave = at_once and m.machine.attribute("epoch") == "leave"
+        if not (at_once or (mode == "interval" and m.heartbeat_due)) or (self._in_flight and not leave):
             return FOREVER, []
-        wait = self._backoff.wait("heartbeat", now)
+        wait = 0.0 if leave else self._backoff.wait("heartbeat", now)
         if wait > 0:
             return wait, []
         node = m._coordinator.node
@@ -193,6 +197,8 @@ class HeartbeatExchange:
             # join reset what is in flight, so this one is not counted
             return
         self._in_flight = False
+        if not leaving and m.machine.attribute("epoch") == "leave":
+            return  # an ordinary heartbeat answered after the leave went out: nothing of it matters now
         if pending.error is not None:
             self._failed(pending.error, now, leaving, visit)
             return
@@ -264,6 +270,12 @@ class HeartbeatExchange:
         action = classify(code)
         if code == _UNSUPPORTED_VERSION:  # the API is listed but the consumer protocol is switched off
             m.fail(ke.UnsupportedVersionError(f"group {m._config.group_id!r}: {_NO_KIP_848} ({message})"))
+        elif code == _TOPIC_AUTHORIZATION_FAILED:
+            # as Java: raised once by the next poll(), the member stays in its state and heartbeats on, so that
+            # granting the ACL lets it recover (it was fatal for good: every poll() raised it after the grant)
+            what = f"ConsumerGroupHeartbeat for group {m._config.group_id!r}" + (f" ({message})" if message else "")
+            m.raise_once(public_error(code, what))
+            self._retry(now)
         elif action is Action.FENCED:
             log.info("group %s: heartbeat says epoch %d is fenced: %s", m._config.group_id, m.epoch, name)
             self.full = True

@@ -167,7 +167,12 @@ class ConsumerMembershipManager(MemberBase):
         self._record("assigned", self._added)
 
     def request_assign_callback(self) -> None:
-        self._ask("assign", self._added)
+        # every reconciliation tells the listener what it added, even nothing (Java's assignPartitions does)
+        self._ask("assign", self._added, skip_if_empty=False)
+
+    def target_known(self) -> bool:
+        """The coordinator has sent a target (an empty one too): the first answer's is reconciled."""
+        return self.target is not None
 
     def reconciliation_done(self) -> None:
         self.assignment_epoch = self.target_epoch

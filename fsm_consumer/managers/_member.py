@@ -48,6 +48,7 @@ class MemberBase:
         self._metrics = metrics
         self._held = held
         self._callbacks = RebalanceCallbacks(subscription, background_events, post_app_event)
+        self._background_events = background_events  # an error raised once by the next poll() (ErrorEvent)
         self.owned: frozenset[TopicPartition] = frozenset()
         self._to_revoke: frozenset[TopicPartition] = frozenset()
         self._added: frozenset[TopicPartition] = frozenset()
@@ -239,6 +240,14 @@ class MemberBase:
         """Leaving and a callback did not return in time: the partitions go without it."""
         self._record("abandoned", self.owned)
         self._own(frozenset())
+
+    def raise_once(self, error: BaseException) -> None:
+        """An error the user must see, but that ends nothing (Java's ErrorEvent): the next poll() raises it once
+        and the member goes on in its state (an ACL granted later lets it recover)."""
+        from ..events import ErrorEvent
+
+        log.error("group %s: %s", self._config.group_id, error)
+        self._background_events.put(ErrorEvent(error))
 
     def record_fatal_error(self) -> None:
         log.error("group %s: %s", self._config.group_id, self.fatal)

@@ -126,9 +126,8 @@ class MembershipManager(MemberBase):
                     a.on_assignment(self._synced, self.generation)
 
     def request_assign_callback(self) -> None:
-        # eager: always tell the listener (Java does, even when empty); cooperative: only additions
-        skip = self.protocol is RebalanceProtocol.COOPERATIVE
-        self._ask("assign", self._added, skip_if_empty=skip)
+        # every round tells the listener what it added, even nothing (Java's onJoinComplete does, both protocols)
+        self._ask("assign", self._added, skip_if_empty=False)
 
     def rebalance_done(self) -> None:
         self._count_rebalance()

@@ -234,7 +234,8 @@ def test_a_new_target_during_a_revocation_is_reconciled_after_the_acknowledgemen
     ack2 = heartbeat(member, clock)
     assert owned_in(ack2.request) == [0, 2]
     assert member.machine.state == "stable"
-    assert listener.calls == [("revoked", [1]), ("assigned", [2])]
+    # on_partitions_assigned runs for every reconciliation, with nothing added too (as Java)
+    assert listener.calls == [("revoked", [1]), ("assigned", []), ("assigned", [2])]
 
 
 def test_the_revoked_partitions_are_committed_then_called_back_then_released():
@@ -261,7 +262,7 @@ def test_the_revoked_partitions_are_committed_then_called_back_then_released():
     done(None)
     assert member.machine.state == "revoking" and member.owned == {T0, T1}
     run_callbacks(member, clock)
-    assert listener.calls == [("revoked", [1])] and member.owned == {T0}
+    assert listener.calls == [("revoked", [1]), ("assigned", [])] and member.owned == {T0}
     assert member.machine.state == "acknowledging"
     assert owned_in(heartbeat(member, clock).request) == [0]
 
@@ -591,3 +592,53 @@ def test_a_broker_that_will_not_say_its_session_timeout_is_warned_about_once_and
         member.machine.tick(clock.now_ms())
         answer(heartbeat(member, clock), clock, 1)
     assert member._subs.lease_until == float("inf") and member.machine.state == "stable"
+
+
+def test_the_leave_goes_at_once_even_with_a_heartbeat_in_flight():
+    """Java sends the leave heartbeat at once on close. It waited behind an ordinary heartbeat in flight:
+    close() took 8 s with a heartbeat answer held 8 s, and an unresponsive coordinator never saw the leave."""
+    member, clock = make(Listener())
+    joined(member, clock, [0])
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    held = heartbeat(member, clock)  # an ordinary heartbeat, never answered
+    member.begin_close(autocommit=False)
+    run_callbacks(member, clock)  # on_partitions_revoked of what it owns
+    assert member.machine.state == "leaving"
+    leave = heartbeat(member, clock)
+    assert leave.request.member_epoch == -1
+    answer(held, clock, 1, error_code=27)  # the held one answered late: it changes nothing
+    assert member.machine.state == "leaving" and nothing_sent(member, clock)
+    answer(leave, clock, -1)
+    assert member.machine.state == "unsubscribed" and member.close_done
+
+
+def test_topic_authorization_failed_on_a_heartbeat_is_raised_once_and_the_member_stays():
+    """As Java: TOPIC_AUTHORIZATION_FAILED is raised once by the next poll() and the member keeps its state and
+    heartbeats on; granting the ACL lets it recover. It was fatal for good."""
+    from fsm_consumer.events import ErrorEvent
+
+    member, clock = make(Listener())
+    joined(member, clock, [0])
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 1, error_code=29)
+    assert member.machine.state == "stable" and member.owned == {T0} and member.fatal is None
+    (event,) = [member.background.get_nowait() for _ in range(member.background.qsize())]
+    assert isinstance(event, ErrorEvent) and isinstance(event.error, ke.TopicAuthorizationFailedError)
+    assert "grant this principal READ" in str(event.error)
+    clock.advance(300)  # past the retry backoff
+    again = heartbeat(member, clock)  # heartbeats go on (a full one, after an error)
+    answer(again, clock, 1)
+    assert member.machine.state == "stable" and member.background.empty()
+
+
+def test_a_member_joining_with_nothing_assigned_is_told_so():
+    """As Java: on_partitions_assigned runs when the member joins, with an empty set when the group gives it
+    nothing (it was not called at all)."""
+    listener = Listener()
+    member, clock = make(listener)
+    member.on_subscription_changed(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 1, [])
+    run_callbacks(member, clock)
+    assert listener.calls == [("assigned", [])] and member.machine.state == "acknowledging"
