@@ -642,3 +642,70 @@ def test_a_member_joining_with_nothing_assigned_is_told_so():
     answer(heartbeat(member, clock), clock, 1, [])
     run_callbacks(member, clock)
     assert listener.calls == [("assigned", [])] and member.machine.state == "acknowledging"
+
+
+def test_a_static_member_names_its_instance_in_every_heartbeat():
+    """As Java: the instance id goes in every heartbeat, not only the full ones (the broker otherwise took the
+    member for a dynamic one, and told it UNRELEASED_INSTANCE_ID about itself instead of FENCED_INSTANCE_ID)."""
+    member, clock = make(Listener(), group_instance_id="i1")
+    join = joined(member, clock, [0])
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    beat_ = heartbeat(member, clock).request
+    assert join.request.instance_id == "i1" and beat_.instance_id == "i1" and beat_.topic_partitions is None
+
+
+def test_a_pattern_is_resolved_by_the_client_and_sent_as_names():
+    """As Java resolves a java.util.regex.Pattern: the member matches its pattern against the metadata (Python's
+    semantics and flags, internal topics left out under exclude_internal_topics) and sends the names. Sent as
+    the broker's regex, ".*" handed out __consumer_offsets and an IGNORECASE pattern matched nothing."""
+    import re
+
+    member, clock = make(Listener())
+    member._subs.unsubscribe()
+    member._subs.subscribe(pattern=re.compile("ORDERS-.*", re.IGNORECASE))
+    info = SimpleNamespace(leaders={0: 7}, internal=False, topic_id=str(TOPIC_ID))
+    member._metadata.topics = {
+        "orders-eu": info,
+        "orders-us": info,
+        "payments": info,
+        "__consumer_offsets": SimpleNamespace(leaders={0: 7}, internal=True, topic_id=None),
+    }
+    member.on_subscription_changed(clock.now_ms())
+    join = heartbeat(member, clock).request
+    assert join.subscribed_topic_names == ["orders-eu", "orders-us"] and join.subscribed_topic_regex is None
+    member._subs.unsubscribe()
+    member._subs.subscribe(pattern=".*")
+    assert member.subscribed_topics() == ("orders-eu", "orders-us", "payments")  # never an internal topic
+
+
+@pytest.mark.parametrize("fail", ["load_in_progress", "timed_out"])
+def test_a_loading_coordinator_or_a_heartbeat_timeout_keeps_the_coordinator(fail):
+    """As Java: COORDINATOR_LOAD_IN_PROGRESS is the same coordinator, later, and a heartbeat that timed out keeps
+    it too (only a lost connection finds it again); each made a new FindCoordinator."""
+    from fsm_consumer.transport import RequestTimedOut
+
+    from stand_ins import Coordinator as Strict
+
+    member, clock = make(Listener())
+    joined(member, clock, [0])
+    member._coordinator = Strict(errors_expected=False)
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    beat_ = heartbeat(member, clock)
+    if fail == "load_in_progress":
+        answer(beat_, clock, 1, error_code=14)
+    else:
+        beat_.handler(SimpleNamespace(error=RequestTimedOut("heartbeat timed out"), response=None), clock.now_ms())
+    assert member.machine.state == "stable"
+    clock.advance(300)
+    answer(heartbeat(member, clock), clock, 1)  # retried after the backoff, to the same coordinator
+    assert member.machine.state == "stable"
+
+
+def test_a_full_consumer_group_names_the_consumer_protocols_limit():
+    member, clock = make(Listener())
+    member.on_subscription_changed(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 0, error_code=81)  # GROUP_MAX_SIZE_REACHED
+    assert member.machine.state == "fatal" and "group.consumer.max.size" in str(member.fatal)
+    assert "group.max.size)" not in str(member.fatal)

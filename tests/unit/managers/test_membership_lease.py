@@ -305,7 +305,9 @@ def test_the_poll_interval_runs_while_a_rebalance_callback_waits_to_run():
     manager.on_app_poll(last_poll)
     clock.advance(2000)
     answer(sent(manager, clock, HeartbeatRequest), clock, error_code=27)  # a rebalance: eager revokes first
-    assert manager.machine.state == "revoking_partitions"  # nothing to commit (auto-commit off)  # the callback waits for a poll() that never comes
+    assert (
+        manager.machine.state == "revoking_partitions"
+    )  # nothing to commit (auto-commit off)  # the callback waits for a poll() that never comes
     clock.advance(999)
     tick(manager, clock)
     assert manager.machine.state == "revoking_partitions"
