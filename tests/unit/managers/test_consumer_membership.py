@@ -683,9 +683,9 @@ def test_a_pattern_is_resolved_by_the_client_and_sent_as_names():
 def test_a_loading_coordinator_or_a_heartbeat_timeout_keeps_the_coordinator(fail):
     """As Java: COORDINATOR_LOAD_IN_PROGRESS is the same coordinator, later, and a heartbeat that timed out keeps
     it too (only a lost connection finds it again); each made a new FindCoordinator."""
-    from fsm_consumer.transport import RequestTimedOut
-
     from stand_ins import Coordinator as Strict
+
+    from fsm_consumer.transport import RequestTimedOut
 
     member, clock = make(Listener())
     joined(member, clock, [0])
