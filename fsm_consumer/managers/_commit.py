@@ -467,6 +467,7 @@ class CommitManager:
             sent = commit.sent_at if commit.sent_at else None
             history.write(
                 "commit",
+                t=now,  # when the answer was read: a freeze before this line is written must not delay it
                 member=member_id,
                 generation=generation,
                 error=None if error is None else repr(error),
