@@ -121,3 +121,42 @@ def test_while_a_lease_runs_the_loop_never_waits_long_enough_to_hide_a_freeze():
     assert membership.machine.timers_running
     thread.run_once()
     assert transport.waits == [_STALL_MS]
+
+
+def test_a_commit_line_is_stamped_when_its_answer_was_read_not_when_it_was_written(tmp_path):
+    """A freeze between reading a commit's answer and writing its history line (found in a freeze-rotate
+    long run on Kafka): the line said the commit went out after the freeze, 6 s after the broker had taken
+    it, and the checker blamed a commit that was the owner's. The line carries the answer's time."""
+    import json
+
+    from fsm_consumer.history._writer import HistoryWriter
+
+    membership, clock = make(0)
+    membership.on_subscription_changed(clock.now_ms())
+    join_round(membership, clock, 1, [T0, T1], 0)
+    membership.history_file = HistoryWriter(tmp_path / "h.jsonl", "c")
+    commits = CommitManager(
+        membership._config,
+        subscription=membership._subs,
+        coordinator=membership._coordinator,
+        background_events=SimpleNamespace(put=lambda e: None),
+        metrics=Metrics(),
+        held=HeldErrors(),
+    )
+    commits.membership = membership
+    event = CommitEvent(offsets={T0: OffsetAndMetadata(5, "", -1)}, sync=True, deadline_ms=clock.now_ms() + 60_000)
+    commits.on_commit_event(event, clock.now_ms())
+    sent_at = clock.now_ms()
+    _, out = commits.poll(sent_at)
+    [commit] = [o for o in out if type(o.request).__name__ == "OffsetCommitRequest"]
+    answered_at = clock.advance(20)
+    partition = SimpleNamespace(partition_index=T0.partition, error_code=0)
+    answer = SimpleNamespace(
+        error=None, response=SimpleNamespace(topics=[SimpleNamespace(name=T0.topic, partitions=[partition])])
+    )
+    commit.handler(answer, answered_at)  # the writer's own clock (time.monotonic) is hours past this FakeClock
+    membership.history_file.close()
+    [line] = [json.loads(x) for x in (tmp_path / "h.jsonl").read_text().splitlines() if '"commit"' in x]
+    assert line["t"] == answered_at and line["t"] - line["sent_ago_ms"] == sent_at
+    assert line["error"] is None and line["offsets"] == [["t", 0, 5]]
+    assert event.future.result() is None
