@@ -28,7 +28,7 @@ def test_commits_held_failed_and_lost_while_partitions_move(broker, tmp_path, mo
         6,
         mode,
         tmp_path,
-        duration_s=12,
+        duration_s=16,
         members=3,
         commit_log=broker.commit_log if broker.kind == "kafka" else None,
     )
