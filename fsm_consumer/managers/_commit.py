@@ -465,6 +465,9 @@ class CommitManager:
             # acknowledged after it, so a checker orders commits by sending
             generation, member_id = commit.stamp
             sent = commit.sent_at if commit.sent_at else None
+            # offsets the application gave (not positions), and when it asked: a lower commit it asked for
+            # after a higher one is its own wish; one asked before it that lands after is a reorder
+            extra = {"explicit": True} if commit.event is not None and commit.event.offsets is not None else {}
             history.write(
                 "commit",
                 t=now,  # when the answer was read: a freeze before this line is written must not delay it
@@ -472,6 +475,8 @@ class CommitManager:
                 generation=generation,
                 error=None if error is None else repr(error),
                 sent_ago_ms=None if sent is None else round(now - sent, 3),
+                asked_ago_ms=None if commit.started is None else round(now - commit.started, 3),
                 offsets=[[tp.topic, tp.partition, om.offset] for tp, om in sorted(commit.offsets.items())],
+                **extra,
             )
         commit.on_done(error)

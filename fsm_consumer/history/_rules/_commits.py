@@ -200,6 +200,13 @@ def _excuses(tl: Timeline, scope: set[str]) -> dict[tuple[str, TP], list[Positio
     return out
 
 
+def _wished(y: Commit, x: Commit) -> bool:
+    """Whether ``y``, lower than ``x``, is what its consumer's application asked for after ``x``: offsets it
+    gave itself (``explicit``), asked for after its own ``x`` was (a commit in on_partitions_revoked that
+    goes back, say). A commit of positions, or one asked for before ``x`` and landing after it, is never."""
+    return y.explicit and y.consumer == x.consumer and y.asked is not None and x.asked is not None and y.asked > x.asked
+
+
 def _backwards(tl: Timeline, scope: set[str]) -> list[Violation]:
     excuses = _excuses(tl, scope)
     excuse_times = {key: [p.t for p in ps] for key, ps in excuses.items()}
@@ -230,6 +237,18 @@ def _backwards(tl: Timeline, scope: set[str]) -> list[Violation]:
             if since is not None and x is not None and x.sent < since:
                 x = max(
                     (c for c in commits[lo:n] if c.sent >= since and c.offset > y.offset),
+                    key=lambda c: c.offset,
+                    default=None,
+                )
+            if x is not None and _wished(y, x):
+                # the application's own offsets, asked for after that commit: the highest commit it does not
+                # excuse (another member's, or one of its own asked for later) is judged instead
+                x = max(
+                    (
+                        c
+                        for c in commits[lo:n]
+                        if c.offset > y.offset and (since is None or c.sent >= since) and not _wished(y, c)
+                    ),
                     key=lambda c: c.offset,
                     default=None,
                 )
