@@ -430,6 +430,21 @@ def test_leaving_during_a_revocation_finishes_it_then_revokes_the_rest():
     assert member.machine.state == "unsubscribed"
 
 
+def test_leaving_during_a_revocation_of_everything_leaves_once_it_is_called_back():
+    listener = Listener()
+    member, clock = make(listener)
+    joined(member, clock, [0, 1])
+    beat(member, clock, 2, [])  # the broker takes everything back
+    assert member.machine.state == "revoking"
+    member.begin_close(autocommit=True)
+    assert member.machine.state == "revoking_then_leave"
+    run_callbacks(member, clock)  # the revocation's callback; nothing is left to revoke
+    assert ("revoking_then_leave", "revoke_acked", "leaving") in steps(member)
+    assert listener.calls[-1] == ("revoked", [0, 1]) and ("revoked", [0]) not in listener.calls
+    answer(heartbeat(member, clock), clock, -1)
+    assert member.machine.state == "unsubscribed"
+
+
 @pytest.mark.parametrize("keeps", [[0], []])
 def test_leaving_while_the_revoked_partitions_commit_is_in_flight_waits_for_it(keeps):
     listener = Listener()
