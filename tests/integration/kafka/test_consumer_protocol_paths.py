@@ -269,6 +269,41 @@ def test_an_unsubscribe_that_times_out_before_the_leave_is_answered_unsubscribes
         c.close(timeout_ms=CLOSE_MS)
 
 
+def test_subscribed_again_while_the_leave_is_unanswered_the_member_joins_again(kafka, topic):
+    """unsubscribe() ran out before the leave was answered, then subscribe() again: once the leave is
+    answered the member joins afresh (the intent the background thread holds is the latest one) and is given
+    every partition back."""
+    c, faults, _, listener = member(kafka, f"g-{topic}", topic)
+    try:
+        stable_owning(c, 4)
+        faults.delay("ConsumerGroupHeartbeat", 2000, times=3)
+        with pytest.raises(ke.KafkaTimeoutError, match="unsubscribed all the same"):
+            c.unsubscribe(timeout_ms=500)
+        assert state(c) == "leaving"
+        c.subscribe([topic], listener=listener)
+        stable_owning(c, 4)
+        assert ("leaving", "left", "joining") in steps(c)
+        assert [k for k, _ in listener.calls] == ["assigned", "revoked", "assigned"]
+    finally:
+        c.close(timeout_ms=CLOSE_MS)
+
+
+def test_close_while_everything_owned_is_being_revoked_leaves_after_the_callback(kafka, topic, make_topic):
+    """Subscribed to another topic, the member revokes all it owns; close() while that revocation's callback
+    is awaited runs it, and the leave goes out at once after it: nothing is left to commit or revoke."""
+    c, _, sent, listener = member(kafka, f"g-{topic}", topic)
+    stable_owning(c, 4)
+    c.subscribe([make_topic(partitions=2)], listener=listener)
+    deadline = time.monotonic() + 30
+    while not (state(c) == "revoking" and c._group.membership._callbacks.kind == "revoke"):
+        assert time.monotonic() < deadline, steps(c)[-6:]
+        time.sleep(0.02)  # not polling: the revocation's callback waits for the application
+    log = close_and_check(c, sent, "revoking")
+    assert ("revoking", "leave_requested", "revoking_then_leave") in log
+    assert ("revoking_then_leave", "revoke_acked", "leaving") in log
+    assert listener.calls == [("assigned", [0, 1, 2, 3]), ("revoked", [0, 1, 2, 3])]
+
+
 def test_a_member_owning_nothing_leaves_at_once(kafka, make_topic, others):
     topic = make_topic(partitions=1)
     group = f"g-{topic}"

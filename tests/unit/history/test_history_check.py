@@ -604,6 +604,35 @@ def test_c_a_lower_commit_the_application_asked_for_afterwards_is_its_wish_not_a
     )
 
 
+def test_c_the_next_owner_committing_at_the_previous_owners_wish_does_not_go_back() -> None:
+    """The old owner's revocation commits 20, then its on_partitions_revoked commits 15 (its wish): the
+    group's offset is 15, and the next owner, starting there, commits 15 before it reads. That is no step
+    back from the 20 (seen on Apache Kafka under both protocols); 14 would be, and so is 15 when the wish was
+    sent before the 20 was answered (the broker may have applied them in either order)."""
+
+    def handed_over(wish_sent: float, next_commit: int) -> list[Line]:
+        return [
+            *committing()[:4],
+            asked(commit(A, 30, 1, {0: 20}, sent=wish_sent - 1), at=wish_sent - 2, explicit=False),
+            asked(commit(A, 35, 1, {0: 15}, sent=wish_sent), at=wish_sent - 0.5),
+            owned("revoked", A, 36, 1, 0),
+            started(B, 0),
+            owned("assigned", B, 37, 2, 0),
+            reset(B, 38, 2, 0, 15),
+            asked(commit(B, 45, 2, {0: next_commit}, sent=40), at=39, explicit=False),
+        ]
+
+    assert check(handed_over(31, 15)).ok, check(handed_over(31, 15)).format()
+    (v,) = only(handed_over(31, 14), "C").violations  # below the wish, and below the 20
+    assert "commit of 14 by" in v.message and v.offsets[0] == 14
+    # the wish sent at 29.5, before the 20 was answered at 30: the group's offset may be 20
+    (v,) = only(handed_over(29.5, 15), "C").violations
+    assert f"commit of 15 by {B} (generation 2)" in v.message and "after the commit of 20" in v.message
+    # the broker's log, 20 then 15 then 15: the step down is the old owner's wish, answered after its 20
+    assert check(handed_over(31, 15), broker_commits=[(T, 0, 20), (T, 0, 15), (T, 0, 15)]).ok
+    only(handed_over(29.5, 15), "C", broker_commits=[(T, 0, 20), (T, 0, 15), (T, 0, 15)])
+
+
 def test_c_a_commit_ahead_of_what_its_consumer_had_reached() -> None:
     (v,) = only(committing(commit(A, 42, 1, {0: 25}, sent=40, error="RebalanceInProgressError()")), "C").violations
     assert v.offsets == (25, 25) and "commit of 25 by" in v.message
