@@ -9,7 +9,9 @@ back) and a retried commit overtaking a newer one. Every consumer's history is j
 
 from __future__ import annotations
 
+import json
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -79,5 +81,21 @@ def run(
         result = group.finish(commit_log=commit_log)
     finally:
         group.stop()
-    result.summary["context"].update(bounces=bounces)
+    result.summary["context"].update(
+        members_bounced=bounces, commit_faults=dict(sorted(_faults(Path(out_dir)).items()))
+    )
     return result
+
+
+def _faults(out_dir: Path) -> Counter[str]:
+    """The commit faults the member processes switched on, by kind, from their histories' "commit_fault" lines."""
+    kinds: Counter[str] = Counter()
+    for path in out_dir.glob("m*.jsonl"):
+        for raw in path.read_text().splitlines():
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue  # a line torn by a kill is the checker's business
+            if line.get("event") == "commit_fault":
+                kinds[line.get("kind", "?")] += 1
+    return kinds

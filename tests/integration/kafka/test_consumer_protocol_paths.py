@@ -251,6 +251,14 @@ def test_fenced_while_a_callback_is_awaited_then_close_loses_instead_of_leaving(
     assert listener.calls[-1] == ("lost", [0, 1, 2, 3])
 
 
+def unsubscribe_unanswered(c, faults) -> None:
+    """Owning all 4, unsubscribe(timeout_ms=500) while the leave heartbeat's answer is held back 2 s."""
+    stable_owning(c, 4)
+    faults.delay("ConsumerGroupHeartbeat", 2000, times=3)
+    with pytest.raises(ke.KafkaTimeoutError, match="unsubscribed all the same"):
+        c.unsubscribe(timeout_ms=500)
+
+
 def test_an_unsubscribe_that_times_out_before_the_leave_is_answered_unsubscribes_all_the_same(kafka, topic):
     """unsubscribe(timeout_ms) runs out while the leave heartbeat's answer is held back (2 s): as Java's, the
     consumer is unsubscribed all the same (the call says so, KafkaTimeoutError), and the member, its intent
@@ -258,10 +266,7 @@ def test_an_unsubscribe_that_times_out_before_the_leave_is_answered_unsubscribes
     subscription was still set when the leave completed, and unsubscribe() never returned)."""
     c, faults, _, listener = member(kafka, f"g-{topic}", topic)
     try:
-        stable_owning(c, 4)
-        faults.delay("ConsumerGroupHeartbeat", 2000, times=3)
-        with pytest.raises(ke.KafkaTimeoutError, match="unsubscribed all the same"):
-            c.unsubscribe(timeout_ms=500)
+        unsubscribe_unanswered(c, faults)
         assert listener.calls[-1] == ("revoked", [0, 1, 2, 3]) and c.subscription() is None
         wait_until(lambda: state(c) == "unsubscribed", 15, "the leave answered", lambda: steps(c)[-4:])
         assert ("leaving", "left", "unsubscribed") in steps(c) and c.assignment() == set()
@@ -275,10 +280,7 @@ def test_subscribed_again_while_the_leave_is_unanswered_the_member_joins_again(k
     every partition back."""
     c, faults, _, listener = member(kafka, f"g-{topic}", topic)
     try:
-        stable_owning(c, 4)
-        faults.delay("ConsumerGroupHeartbeat", 2000, times=3)
-        with pytest.raises(ke.KafkaTimeoutError, match="unsubscribed all the same"):
-            c.unsubscribe(timeout_ms=500)
+        unsubscribe_unanswered(c, faults)
         assert state(c) == "leaving"
         c.subscribe([topic], listener=listener)
         stable_owning(c, 4)
