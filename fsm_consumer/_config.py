@@ -92,6 +92,11 @@ def _choice(*options: str) -> _Validator:
     return check
 
 
+def _name(_: object, attr: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str) or not value.strip() or value != value.strip():
+        raise _fail(attr.name, value, "a name, such as 'uniform' or 'range' (Kafka's), or the broker's own assignor")
+
+
 def _bool(_: object, attr: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, bool):
         raise _fail(attr.name, value, "True or False")
@@ -163,7 +168,7 @@ def _api_version(value: Any) -> tuple[int, ...] | None:
 # with group_protocol="consumer" the broker runs the group: these client settings have no meaning (the Java
 # client refuses them the same way); what takes their place
 _CLASSIC_ONLY = {
-    "partition_assignment_strategy": "group_remote_assignor ('uniform' or 'range'; the broker assigns)",
+    "partition_assignment_strategy": "group_remote_assignor ('uniform', 'range', or the broker's own: it assigns)",
     "session_timeout_ms": "the broker's group.consumer.session.timeout.ms",
     "heartbeat_interval_ms": "the broker's group.consumer.heartbeat.interval.ms (sent back in every heartbeat)",
 }
@@ -267,10 +272,10 @@ class ConsumerConfig:
     # the group protocol: "classic" (JoinGroup/SyncGroup, client-side assignors) or "consumer" (KIP-848:
     # ConsumerGroupHeartbeat, the broker assigns); the Java client's group.protocol, classic by default
     group_protocol: str = attrs.field(default="classic", validator=_choice("classic", "consumer"))
-    # the broker-side assignor a consumer-protocol member asks for (group.remote.assignor); None: the broker's
-    group_remote_assignor: str | None = attrs.field(
-        default=None, validator=attrs.validators.optional(_choice("uniform", "range"))
-    )
+    # the broker-side assignor a consumer-protocol member asks for (group.remote.assignor); None: the broker's.
+    # Kafka ships "uniform" and "range"; a broker may be given its own (group.consumer.assignors), so any name
+    # goes, and a name the broker does not know is its UNSUPPORTED_ASSIGNOR, raised from poll()
+    group_remote_assignor: str | None = attrs.field(default=None, validator=attrs.validators.optional(_name))
     # A follower waits this long after its JoinGroup answer before sending SyncGroup. 0 (Kafka's Java
     # client) is right for Apache Kafka, which holds early follower syncs for the leader's. Tansu 0.6
     # answers JoinGroups one by one and fails a follower sync that beats the leader's after about

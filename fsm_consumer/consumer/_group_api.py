@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, overload
 from kafka.future import Future
 from kafka.structs import ConsumerGroupMetadata, MemberState
 
-from ..errors import IllegalStateError
+from ..errors import IllegalStateError, KafkaTimeoutError
 from ..events import CommitEvent, FetchCommittedEvent, SubscriptionChangedEvent, UnsubscribeEvent
 from ..fetch import OffsetAndMetadata, TopicPartition
 from ._arguments import topic_partition
@@ -169,13 +169,24 @@ class GroupApi:
         return set(self._subs.topics) if self._subs.kind == "topics" else None
 
     def unsubscribe(self, timeout_ms: float | None = None) -> None:
-        """Leave the group: on_partitions_revoked runs here, offsets are auto-committed, LeaveGroup is sent."""
+        """Leave the group: offsets are auto-committed, on_partitions_revoked runs here, LeaveGroup is sent. If
+        the leave is not answered within ``timeout_ms`` the consumer is unsubscribed all the same (as Java's)
+        and KafkaTimeoutError says so: the group drops the member when its session runs out."""
         self._ensure_open()
+        timed_out: BaseException | None = None
         if self._subs.kind in ("topics", "pattern") and self._group is not None:
-            self._wait_running_callbacks(UnsubscribeEvent(), timeout_ms, "unsubscribe() (leaving the group)")
+            try:
+                self._wait_running_callbacks(UnsubscribeEvent(), timeout_ms, "unsubscribe() (leaving the group)")
+            except KafkaTimeoutError as exc:
+                timed_out = exc
         self._subs.unsubscribe()
         self._held.release_where(lambda key: held_key(key)[0] in ("partition", "topic"))  # given up with them
         self._collector.drop_partitions(lambda tp: False)
+        if timed_out is not None:
+            raise KafkaTimeoutError(
+                f"{timed_out}; the consumer is unsubscribed all the same, and the group drops this member when its "
+                "session runs out"
+            ) from timed_out
 
     def commit(
         self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None, timeout_ms: float | None = None

@@ -6,6 +6,7 @@ machine and the network thread that runs them (not yet started). The consumer ke
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import attrs
@@ -22,6 +23,8 @@ from ..managers import FetchManager, MetadataManager, OffsetsManager, SelfAssign
 from ..state import HeldErrors, SubscriptionState
 from ..transport._kafka import KafkaTransport
 from ._group import GroupParts
+
+_log = logging.getLogger("fsm_consumer.metadata")
 
 if TYPE_CHECKING:
     from ..transport import Transport
@@ -66,6 +69,7 @@ def wire(config: ConsumerConfig, transport: Transport | None, clock: MonotonicCl
             transport.machine_observer = history.transition  # every connection's machine
     app_queue.bind_waker(transport.wakeup)
     metadata = MetadataManager(config, subs.topics_needed, held, getattr(transport, "node_states", None))
+    metadata.on_recreated = lambda topic, old, new: _recreated(subs, config, topic, old, new)
     offsets = OffsetsManager(config, subs, metadata, bg, held)
     fetch = FetchManager(config, subs, metadata, buffer, held, metrics)
     lifecycle = BackgroundLifecycle()
@@ -129,3 +133,21 @@ def wire(config: ConsumerConfig, transport: Transport | None, clock: MonotonicCl
         thread=thread,
         history=history,
     )
+
+
+def _recreated(subs: SubscriptionState, config: ConsumerConfig, topic: str, old: str, new: str) -> None:
+    """A topic deleted and created again under its name: the positions in the old log mean nothing in the new
+    one (kept, they skipped its first records), so they are reset by the reset policy, said once."""
+    tps = [tp for tp in subs.assignment() if tp.topic == topic]
+    if not tps:
+        return
+    _log.warning(
+        "topic %r was deleted and created again (topic id %s -> %s): the positions of its %d assigned "
+        "partition(s) are reset by auto_offset_reset=%r; offsets committed for the old topic do not apply to it",
+        topic,
+        old,
+        new,
+        len(tps),
+        config.auto_offset_reset,
+    )
+    subs.request_reset(tps, config.auto_offset_reset)

@@ -219,6 +219,8 @@ class Commit:
     sent: float
     error: str | None
     line: Event = field(compare=False, repr=False)
+    asked: float | None = None  # when it was asked for (None: not written)
+    explicit: bool = False  # offsets the application gave, not its positions
 
     @property
     def acked(self) -> bool:
@@ -314,6 +316,9 @@ def commit_lines(i: int, t: float, name: str, generation: int, e: Event) -> list
     if ago is not None:
         ago = num(e, "sent_ago_ms")
     sent = t - ago if ago is not None else t  # not known: as late as it can have been
+    asked_ago = e.get("asked_ago_ms")
+    asked = t - num(e, "asked_ago_ms") if asked_ago is not None else None
+    explicit = e.get("explicit") is True
     member = e.get("member", "")
     out = []
     for entry in offsets:
@@ -334,6 +339,8 @@ def commit_lines(i: int, t: float, name: str, generation: int, e: Event) -> list
                 sent,
                 None if error is None else str(error),
                 e,
+                asked,
+                explicit,
             )
         )
     return out

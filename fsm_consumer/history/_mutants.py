@@ -16,7 +16,7 @@ second member's ownership in a one-member history, is reported as not applicable
 * ``drop-records``: a read's count cut by one (its line no longer holds together), or its last record cut
   where the next read of its ownership follows on (a gap): rule M;
 * ``commit-backwards``: an acknowledged commit lowered below a larger one the group had acknowledged before
-  it was sent, with no seek between (rule C);
+  it was sent, with no seek between, as positions (not offsets the application gave) (rule C);
 * ``rename-member``: one member's file written under another member's name (refused: two processes, one name);
 * ``skew-clock``: one file's ``t`` shifted by seconds, its ``wall`` kept (refused: another clock);
 * ``stretch-stale-poll``: a poll begun after its member's ownership ended, handing out the next records; and,
@@ -240,6 +240,7 @@ def _commit_backwards(s: _Source) -> Iterator[Mutant]:
         for entry in ev[n]["offsets"]:
             if (entry[0], entry[1]) == y.tp:
                 entry[2] = low
+        ev[n].pop("explicit", None)  # the library's own step back, not offsets the application asked for
 
     what = f"{y.consumer}'s commit of {y.offset} of {fmt_tp(y.tp)} lowered to {low}, below {x.consumer}'s {x.offset}"
     yield s.mutant("commit-backwards", what, lower, "C")

@@ -118,8 +118,9 @@ STATE_COLORS: Mapping[str, str] = {
     "syncing": "#ffb74d",
     "assigning_partitions": "#64b5f6",
     "prepare_revocation": "#b39ddb",
+    "committing_revoked": "#d1c4e9",
     "revoking_partitions": "#9575cd",
-    "partitions_revoked": "#d1c4e9",
+    "partitions_revoked": "#d1c4e9",  # the state's name before the commit came first (older histories)
     "stable": "#81c784",
     "fenced": "#e53935",
     "stale": "#ef9a9a",

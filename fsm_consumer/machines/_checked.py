@@ -7,9 +7,9 @@ SPECS = frozenset(
     {
         "a6b5adae46ba25764c7002a3e3c9fbaa7e6fed8b386796a2f174b74ddd240d66",  # background.yaml
         "057019d93a9855bf85755e3f3e936375b53ab8bc75a0b2afdfc51c85f296b946",  # connection.yaml
-        "c1428ca83f00a1b5813e7693e5ee88f668bbeb38129bf375a6b77dd1a347f2aa",  # consumer_membership.yaml
+        "7c8a38b8746e5821312258c8d4ba00c4a0f5f861c9631e2f120007af7d6e46b9",  # consumer_membership.yaml
         "f0d6311e0272790079f0d7695a5d0121414cbc1a7eb5e0fdf9e1af5ce31e9d88",  # fetch.yaml
-        "7242d9123a9a2167283c4817d257baca0aa65e8c0f3b6527d3c0e59cd3704266",  # membership.yaml
+        "9c5e8bd812f7618d3a50801062694dceadc30c4e28c5fcc9ae6bc2ea521e1814",  # membership.yaml
         "871d65c0e71b3ed3c58ebb7a9160bc079f3f30b1903279fdefc3fd780da060b5",  # parallel.yaml
     }
 )

@@ -2,10 +2,19 @@
 
 - ``commit()`` / ``commit_async()`` arrive as CommitEvents; auto-commit runs every
   ``auto_commit_interval_ms`` from here, committing the positions of records poll() already
-  returned. Every error code goes through the error policy: retriable ones (the coordinator
-  loading or moved, a request timed out) are retried after a per-commit backoff, exponential up
-  to ``retry_backoff_max_ms``, until the commit's deadline, and the timeout then names the last
-  error; the user's (ACLs, metadata too large) fail the commit at once, saying how to fix it.
+  returned. Every error code goes through the error policy; the user's (ACLs, metadata too large)
+  fail the commit at once, saying how to fix it. What a retriable one (the coordinator loading or
+  moved, a request timed out) does depends on the commit, as in the Java client: ``commit()`` is
+  retried with the same offsets after a per-commit backoff, exponential up to
+  ``retry_backoff_max_ms``, until its deadline (the timeout then names the last error); a
+  ``commit_async()`` is never retried (its callback gets the retriable error: a newer commit may
+  have gone out since); a periodic auto-commit is not retried either, the next one is brought
+  forward and takes the positions of then; the auto-commit of revoked partitions (and the one of
+  close()) is retried with the positions of each attempt, UNKNOWN_TOPIC_OR_PARTITION ending it (a
+  deleted topic's partitions cannot be committed, and the revocation must not wait for them).
+- Per partition, offsets never go out older after newer: every commit is numbered when accepted,
+  and an attempt leaves out the partitions a newer commit was already sent for (a retried
+  ``commit()`` overtaken by then fails, CommitFailedError, rather than move the offset back).
 - What a commit may do in each membership state is the ``commit`` attribute of
   specs/membership.yaml. As the Java client: a commit asked for while the member is rejoining (or
   answered REBALANCE_IN_PROGRESS, or answered ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID while it
@@ -30,13 +39,25 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
-from kafka.protocol.consumer import OffsetCommitRequest
-
 from ..errors import CommitFailedError, KafkaTimeoutError, RebalanceInProgressError
 from ..events import CallbackEvent, CommitEvent, FetchCommittedEvent
 from ..policy import Action, Backoffs, classify, public_error
 from ..structs import OffsetAndMetadata, TopicPartition
 from ._base import FOREVER, Outgoing, error_of
+from ._commit_entry import (
+    ASYNC,
+    AUTO,
+    FRESH,
+    GENERATION_MOVED,
+    REBALANCE_IN_PROGRESS,
+    SYNC,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    PendingCommit,
+    commit_request,
+    describe,
+    error_name,
+    worst,
+)
 from ._committed import CommittedOffsets
 
 if TYPE_CHECKING:
@@ -46,61 +67,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("fsm_consumer.commit")
 
 _LOADING = 14  # COORDINATOR_LOAD_IN_PROGRESS: the same coordinator, later
-_GENERATION_MOVED = {22, 25, 110}  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH
-_REBALANCE_IN_PROGRESS = 27
 _GROUP_AUTHORIZATION_FAILED = 30
 _TOPIC_AUTHORIZATION_FAILED = 29
 _SENDABLE = frozenset({"open", "revoking", "simple"})  # the membership spec's commit attribute values
 _AUTO = frozenset({"open", "simple"})
-
-
-class _Commit:
-    __slots__ = (
-        "offsets",
-        "deadline",
-        "timeout_ms",
-        "started",
-        "on_done",
-        "retry_at",
-        "sent_at",
-        "in_flight",
-        "auto",
-        "event",
-        "last_error",
-        "stamp",
-    )
-
-    def __init__(
-        self, offsets, on_done, *, stamp, deadline=None, timeout_ms=None, started=None, auto=False, event=None
-    ) -> None:
-        self.stamp = stamp  # (generation, member id) when accepted: sent only under it
-        self.offsets = offsets  # tp -> OffsetAndMetadata
-        self.deadline = deadline  # None: now + timeout_ms at the first poll
-        self.timeout_ms = timeout_ms
-        self.started = started
-        self.on_done = on_done  # (error or None) -> None, on the background thread
-        self.retry_at = 0.0
-        self.sent_at = 0.0
-        self.in_flight = False
-        self.auto = auto
-        self.event = event  # the CommitEvent, if the user asked: its cause says why it waits
-        self.last_error: BaseException | None = None
-
-    def start(self, now: float) -> None:
-        if self.started is None:
-            self.started = now
-        if self.deadline is None:
-            self.deadline = now + self.timeout_ms
-
-
-def _describe(offsets) -> str:
-    tps = sorted(offsets)
-    names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in tps[:5])
-    return names + (f" and {len(tps) - 5} more" if len(tps) > 5 else "")
-
-
-def _name(error: BaseException) -> str:
-    return type(error).__name__
 
 
 class CommitManager:
@@ -113,13 +83,16 @@ class CommitManager:
         self._held = held
         # set in group mode (either protocol's member): generation or epoch, member id
         self.membership: MembershipManager | ConsumerMembershipManager | None = None
-        self._queue: list[_Commit] = []
+        self._queue: list[PendingCommit] = []
         # a failing commit, lookup or partition is retried a few times a second at most (the error policy)
         self._retries = Backoffs(config.retry_backoff_ms, config.retry_backoff_max_ms)  # per commit
         # OffsetFetch: the committed offsets of new partitions, and the user's committed() lookups
         self._committed = CommittedOffsets(config, subscription, coordinator, held, lambda: self.membership)
         self._next_auto = math.inf
         self._last_auto: dict[TopicPartition, int] = {}
+        self._auto_failing = False  # a retriable auto-commit failure was logged and none has succeeded since
+        self._seq = 0  # commits accepted so far
+        self._sent_seq: dict[TopicPartition, int] = {}  # per partition: the newest commit sent for it
         self._closing = False
         self.commits_ok = 0
         self.commits_failed = 0
@@ -144,15 +117,21 @@ class CommitManager:
             self._finish(event, None)
             return
         self._queue.append(
-            _Commit(
+            PendingCommit(
                 offsets,
                 lambda err, ev=event: self._finish(ev, err),
                 deadline=event.deadline_ms,
                 started=now,
                 event=event,
                 stamp=self._stamp(),
+                kind=SYNC if event.sync else ASYNC,
+                seq=self._next_seq(),
             )
         )
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
 
     def _mode(self) -> str:
         """What a commit may do now: the ``commit`` attribute of the membership's state."""
@@ -193,7 +172,7 @@ class CommitManager:
             )
         return m.fatal
 
-    def _moved(self, commit: _Commit) -> BaseException | None:
+    def _moved(self, commit: PendingCommit) -> BaseException | None:
         """Why a queued commit must not go out now: the state refuses commits, or the membership it was
         accepted under has moved on (Java re-checks generationIfStable() on every send)."""
         refused = self._refusal()
@@ -202,7 +181,7 @@ class CommitManager:
         if commit.stamp != self._stamp():
             (gen, member), (now_gen, now_member) = commit.stamp, self._stamp()
             return CommitFailedError(
-                f"commit of {_describe(commit.offsets)} not sent: it was accepted under generation {gen} of "
+                f"commit of {describe(commit.offsets)} not sent: it was accepted under generation {gen} of "
                 f"group {self._config.group_id!r} (member {member or '-'}), and the membership has moved on "
                 f"(generation {now_gen}, member {now_member or '-'}); the partitions may be owned by another "
                 "member now, so their offsets are no longer this member's to commit"
@@ -211,14 +190,14 @@ class CommitManager:
         gone = m.no_longer_owned(commit.offsets) if m is not None and commit.stamp[1] else frozenset()
         if gone:  # the consumer protocol: the epoch moves within a membership, the partitions are checked
             return CommitFailedError(
-                f"commit of {_describe(commit.offsets)} not sent: {_describe(dict.fromkeys(gone))} were revoked "
+                f"commit of {describe(commit.offsets)} not sent: {describe(dict.fromkeys(gone))} were revoked "
                 f"from this member of group {self._config.group_id!r} while the commit waited; another member "
                 "may own them now, so their offsets are no longer this member's to commit"
             )
         return None
 
     def _generation_error(self, code: int) -> BaseException:
-        if code == _REBALANCE_IN_PROGRESS or self._mode() == "rebalancing":
+        if code == REBALANCE_IN_PROGRESS or self._mode() == "rebalancing":
             return RebalanceInProgressError(
                 f"the commit was answered {error_of(code).__name__}: group {self._config.group_id!r} is "
                 "rebalancing; call poll() to complete the rebalance, then commit again"
@@ -239,10 +218,24 @@ class CommitManager:
             event.complete(None)  # async: the callback carries the error
 
     def commit_positions(self, positions: dict[TopicPartition, int], on_done) -> None:
-        """Commit before revocation completes (auto-commit on): bounded by default_api_timeout_ms."""
-        offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in positions.items()}
+        """Commit before revocation completes (auto-commit on): bounded by default_api_timeout_ms, retried
+        with the positions of those partitions at each attempt (as Java's auto-commit before revocation)."""
+        tps = frozenset(positions)
+
+        def now_positions() -> dict[TopicPartition, OffsetAndMetadata]:
+            current = {tp: off for tp, off in self._subs.positions().items() if tp in tps}
+            return {tp: OffsetAndMetadata(off, "", -1) for tp, off in {**positions, **current}.items()}
+
         self._queue.append(
-            _Commit(offsets, on_done, timeout_ms=self._config.default_api_timeout_ms, stamp=self._stamp())
+            PendingCommit(
+                now_positions(),
+                on_done,
+                timeout_ms=self._config.default_api_timeout_ms,
+                stamp=self._stamp(),
+                kind=FRESH,
+                seq=self._next_seq(),
+                refresh=now_positions,
+            )
         )
 
     def on_fetch_committed(self, event: FetchCommittedEvent, now: float) -> None:
@@ -252,7 +245,10 @@ class CommitManager:
         self._closing = True
         self._next_auto = math.inf
         if autocommit and self._config.enable_auto_commit and self._config.group_id and self._may_auto_commit():
-            self._queue_auto_commit()
+            # retried, with the positions of each attempt, until close's deadline (as Java's close)
+            positions = {tp: off for tp, off in self._subs.positions().items() if self._last_auto.get(tp) != off}
+            if positions:
+                self.commit_positions(positions, on_done=lambda err, p=positions: self._auto_done(p, err))
 
     @property
     def close_done(self) -> bool:
@@ -286,21 +282,27 @@ class CommitManager:
             if now < commit.retry_at:
                 wait = min(wait, min(commit.retry_at, commit.deadline) - now)
                 continue
+            if commit.refresh is not None:  # the positions of this attempt
+                commit.offsets = commit.refresh()
             moved = self._moved(commit)
-            if moved is None and commit.auto:
+            if moved is None and commit.kind == AUTO:
                 assigned = self._subs.assignment()
                 commit.offsets = {tp: om for tp, om in commit.offsets.items() if tp in assigned}
                 if not commit.offsets:
                     moved = CommitFailedError("auto-commit not sent: none of its partitions is assigned any more")
+            if moved is None:
+                moved = self._overtaken(commit)
             if moved is not None:
                 self._queue.remove(commit)
                 self._done(commit, moved, now)
                 continue
+            for tp in commit.offsets:
+                self._sent_seq[tp] = commit.seq
             commit.in_flight = True
             commit.sent_at = now
             out.append(
                 Outgoing(
-                    self._commit_request(commit.offsets, commit.stamp),
+                    commit_request(self._config, self.membership, commit.offsets, commit.stamp),
                     node,
                     # mypy cannot type a lambda with default arguments (python/mypy#15459)
                     lambda p, n, c=commit: self._on_commit(p, n, c),  # type: ignore[misc]
@@ -309,6 +311,19 @@ class CommitManager:
             )
         later, asks = self._committed.requests(now, node)
         return min(wait, later), out + asks
+
+    def _overtaken(self, commit: PendingCommit) -> BaseException | None:
+        """Leave out the partitions a newer commit was sent for already (an older offset must never land after
+        a newer one); why the commit is not sent at all, when that is all of them."""
+        kept = {tp: om for tp, om in commit.offsets.items() if self._sent_seq.get(tp, 0) <= commit.seq}
+        if kept:
+            commit.offsets = kept
+            return None
+        return CommitFailedError(
+            f"commit of {describe(commit.offsets)} not sent again: a newer commit of those partitions went out "
+            f"after its last attempt failed{f' ({error_name(commit.last_error)})' if commit.last_error else ''}, and "
+            "an older offset must not land after it"
+        )
 
     def _expire(self, now: float) -> None:
         for commit in list(self._queue):
@@ -322,16 +337,16 @@ class CommitManager:
         why = getattr(self._coordinator, "last_error", None)
         return f"no coordinator for group {self._config.group_id!r}" + (f" ({why})" if why else "")
 
-    def _time_out(self, commit: _Commit, now: float) -> None:
+    def _time_out(self, commit: PendingCommit, now: float) -> None:
         """The deadline passed: a timeout that names what kept failing (chained as its cause)."""
         self._queue.remove(commit)
         what = (
             commit.event.what
             if commit.event is not None and commit.event.what
-            else f"commit of {_describe(commit.offsets)}"
+            else f"commit of {describe(commit.offsets)}"
         )
         last = commit.last_error
-        why = f"last error {_name(last)}" if last is not None else self._no_coordinator()
+        why = f"last error {error_name(last)}" if last is not None else self._no_coordinator()
         error = KafkaTimeoutError(f"{what} timed out after {now - commit.started:.0f} ms: {why}")
         error.__cause__ = last
         self._done(commit, error, now)
@@ -342,21 +357,25 @@ class CommitManager:
             self._queue_auto_commit()
 
     def _queue_auto_commit(self) -> None:
-        positions = {tp: off for tp, off in self._subs.positions().items() if self._last_auto.get(tp) != off}
-        if not positions or any(c.auto and c.in_flight for c in self._queue):
+        """The positions handed out since the last auto-commit, unless one is still pending (no two at once,
+        as Java), leaving out partitions with a commit of the user's pending (the user's offsets win)."""
+        if any(c.kind == AUTO for c in self._queue):
+            return
+        users = {tp for c in self._queue if c.kind in (SYNC, ASYNC) for tp in c.offsets}
+        positions = {
+            tp: off for tp, off in self._subs.positions().items() if self._last_auto.get(tp) != off and tp not in users
+        }
+        if not positions:
             return
         offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in positions.items()}
-        stamp = self._stamp()
-        waiting = next((c for c in self._queue if c.auto), None)
-        if waiting is not None and waiting.stamp == stamp:
-            # one still backing off takes the newer positions (never two queued); partitions that left
-            # the assignment meanwhile are dropped when it is sent
-            waiting.offsets = {**waiting.offsets, **offsets}
-            return
-        if waiting is not None:  # accepted under a membership that has moved on: never sent
-            self._queue.remove(waiting)
-            waiting.on_done(CommitFailedError("auto-commit dropped: the membership moved on since it was taken"))
-        commit = _Commit(offsets, None, timeout_ms=self._config.default_api_timeout_ms, auto=True, stamp=stamp)
+        commit = PendingCommit(
+            offsets,
+            None,
+            timeout_ms=self._config.default_api_timeout_ms,
+            stamp=self._stamp(),
+            kind=AUTO,
+            seq=self._next_seq(),
+        )
         commit.on_done = lambda err, c=commit: self._auto_done({tp: om.offset for tp, om in c.offsets.items()}, err)
         self._queue.append(commit)
 
@@ -368,35 +387,19 @@ class CommitManager:
     def _auto_done(self, positions, error) -> None:
         if error is None:
             self._last_auto.update(positions)
+            self._retries.succeeded(AUTO)
+            if self._auto_failing:
+                self._auto_failing = False
+                log.info("auto-commit succeeds again (%d partitions)", len(positions))
+        elif getattr(error, "retriable", False) and self._auto_failing:
+            log.debug("auto-commit of %d partitions failed again: %s", len(positions), error)
         else:
+            # once per stretch of retriable failures (the next auto-commit is brought forward each time)
+            self._auto_failing = bool(getattr(error, "retriable", False))
             log.warning("auto-commit of %d partitions failed: %s", len(positions), error)
 
     # -- requests and answers ---------------------------------------------------------------------------
-    def _commit_request(self, offsets, stamp: tuple[int, str]) -> OffsetCommitRequest:
-        member_id = stamp[1]
-        # the epoch read now (the consumer protocol's moves on while the membership stays; classic: the stamp's)
-        generation = self.membership.commit_epoch() if self.membership is not None and member_id else stamp[0]
-        instance = self._config.group_instance_id if self.membership is not None else None
-        topics: dict[str, list] = defaultdict(list)
-        for tp, om in offsets.items():
-            topics[tp.topic].append(
-                OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
-                    partition_index=tp.partition,
-                    committed_offset=om.offset,
-                    committed_leader_epoch=getattr(om, "leader_epoch", -1),
-                    committed_metadata=om.metadata or "",
-                )
-            )
-        return OffsetCommitRequest(
-            group_id=self._config.group_id,
-            generation_id_or_member_epoch=generation,
-            member_id=member_id,
-            group_instance_id=instance,
-            retention_time_ms=-1,
-            topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()],
-        )
-
-    def _on_commit(self, pending, now: float, commit: _Commit) -> None:
+    def _on_commit(self, pending, now: float, commit: PendingCommit) -> None:
         commit.in_flight = False
         if pending.error is not None:
             if classify(pending.error) is Action.FATAL:  # TLS/SASL: reconnecting cannot fix it
@@ -418,9 +421,9 @@ class CommitManager:
             self.commit_latency_max_ms = max(self.commit_latency_max_ms, latency)
             self._done(commit, None, now)
             return
-        code = _worst(failed)
+        code = worst(failed)
         action = classify(code)
-        if code in _GENERATION_MOVED or code == _REBALANCE_IN_PROGRESS:
+        if code in GENERATION_MOVED or code == REBALANCE_IN_PROGRESS:
             self._queue.remove(commit)
             self._done(commit, self._generation_error(code), now)
         elif action in (Action.FATAL, Action.RESET, Action.FENCED):  # the user's to fix: never retried
@@ -432,16 +435,25 @@ class CommitManager:
         else:  # RETRY, REDISCOVER, REFRESH_METADATA: the same commit after a backoff
             if action is Action.REDISCOVER and code != _LOADING:
                 self._coordinator.mark_unknown()
-            self._retry(commit, now, error_of(code)(f"OffsetCommit for {_describe(failed[code])}"))
+            self._retry(commit, now, error_of(code)(f"OffsetCommit for {describe(failed[code])}"), code)
 
-    def _retry(self, commit: _Commit, now: float, error: BaseException) -> None:
-        """Backed off per commit (a few tries a second at most); poll() times it out at its deadline."""
+    def _retry(self, commit: PendingCommit, now: float, error: BaseException, code: int | None = None) -> None:
+        """A retriable failure, as the commit's kind says (see the module's docstring): a ``commit()`` (and a
+        revocation's or close's commit, with fresh positions) is backed off per commit (a few tries a second
+        at most) and poll() times it out at its deadline; a ``commit_async()`` and a periodic auto-commit end
+        with the error (the next auto-commit brought forward)."""
         commit.last_error = error
+        if commit.kind in (ASYNC, AUTO) or (commit.kind == FRESH and code == UNKNOWN_TOPIC_OR_PARTITION):
+            self._queue.remove(commit)
+            if commit.kind == AUTO:  # the next one, with the positions of then, after the backoff (doubling)
+                self._next_auto = min(self._next_auto, self._retries.failed(AUTO, now))
+            self._done(commit, error, now)
+            return
         commit.retry_at = self._retries.failed(commit, now)
         if commit.event is not None:
-            commit.event.cause = f"last error {_name(error)}"
+            commit.event.cause = f"last error {error_name(error)}"
 
-    def _done(self, commit: _Commit, error, now: float) -> None:
+    def _done(self, commit: PendingCommit, error, now: float) -> None:
         self._retries.succeeded(commit)
         if error is None:
             self.commits_ok += 1
@@ -453,6 +465,9 @@ class CommitManager:
             # acknowledged after it, so a checker orders commits by sending
             generation, member_id = commit.stamp
             sent = commit.sent_at if commit.sent_at else None
+            # offsets the application gave (not positions), and when it asked: a lower commit it asked for
+            # after a higher one is its own wish; one asked before it that lands after is a reorder
+            extra = {"explicit": True} if commit.event is not None and commit.event.offsets is not None else {}
             history.write(
                 "commit",
                 t=now,  # when the answer was read: a freeze before this line is written must not delay it
@@ -460,17 +475,8 @@ class CommitManager:
                 generation=generation,
                 error=None if error is None else repr(error),
                 sent_ago_ms=None if sent is None else round(now - sent, 3),
+                asked_ago_ms=None if commit.started is None else round(now - commit.started, 3),
                 offsets=[[tp.topic, tp.partition, om.offset] for tp, om in sorted(commit.offsets.items())],
+                **extra,
             )
         commit.on_done(error)
-
-
-def _worst(failed: dict[int, list]) -> int:
-    """The code that decides a commit: a moved generation, then what the user must fix, then the rest."""
-
-    def rank(code: int) -> int:
-        if code in _GENERATION_MOVED or code == _REBALANCE_IN_PROGRESS:
-            return 0
-        return 1 if classify(code) in (Action.FATAL, Action.RESET, Action.FENCED) else 2
-
-    return min(failed, key=rank)

@@ -17,7 +17,7 @@ from typing import Any
 
 import kafka.errors as ke
 
-from ..policy import Action, Backoffs, broker_lacks, classify
+from ..policy import Action, Backoffs, broker_lacks, classify, keeps_coordinator, public_error
 from ..protocol import ConsumerGroupHeartbeatRequest
 from ._base import FOREVER, Outgoing
 from ._consumer_session import SessionTimeoutLookup
@@ -25,6 +25,9 @@ from ._consumer_session import SessionTimeoutLookup
 log = logging.getLogger("fsm_consumer.membership")
 
 _UNSUPPORTED_VERSION = 35
+_TOPIC_AUTHORIZATION_FAILED = 29
+_COORDINATOR_LOAD_IN_PROGRESS = 14
+_GROUP_MAX_SIZE_REACHED = 81
 _LEAVE_EPOCH, _STATIC_LEAVE_EPOCH = -1, -2
 _NO_KIP_848 = (
     "the broker does not support the consumer group protocol (KIP-848: no ConsumerGroupHeartbeat API); use "
@@ -87,9 +90,12 @@ class HeartbeatExchange:
             return FOREVER, []
         self._watch_metadata()
         at_once = mode == "at_once" and self._sent_visit != m.machine.visit
-        if not (at_once or (mode == "interval" and m.heartbeat_due)) or self._in_flight:
+        # the leave goes at once, as Java's close: never behind an ordinary heartbeat in flight (a coordinator
+        # holding one held close() with it) nor a backoff
+        leave = at_once and m.machine.attribute("epoch") == "leave"
+        if not (at_once or (mode == "interval" and m.heartbeat_due)) or (self._in_flight and not leave):
             return FOREVER, []
-        wait = self._backoff.wait("heartbeat", now)
+        wait = 0.0 if leave else self._backoff.wait("heartbeat", now)
         if wait > 0:
             return wait, []
         node = m._coordinator.node
@@ -112,10 +118,11 @@ class HeartbeatExchange:
             m.machine.fire("target_changed")
 
     def _subscription(self) -> tuple[Any, ...]:
-        m = self.m
-        if m._subs.pattern is not None:
-            return ("regex", m._subs.pattern.pattern)
-        return ("names", tuple(sorted(m._subs.topics)))
+        """The topic names the heartbeat subscribes to. A pattern is resolved here, against the metadata of every
+        topic, as the Java client resolves a java.util.regex.Pattern: with Python's semantics and flags, and
+        leaving out internal topics (exclude_internal_topics). Sent as the broker's regex (RE2J) it matched
+        __consumer_offsets under ".*" and ignored flags."""
+        return ("names", self.m.subscribed_topics())
 
     def _heartbeat(self, node: int, now: float) -> Outgoing:
         m = self.m
@@ -135,19 +142,17 @@ class HeartbeatExchange:
             epoch = 0 if epoch_kind == "join" else m.epoch
             full = self.full or epoch == 0
             subscription = self._subscription()
-            fields: dict[str, Any] = {}
+            # a static member names its instance in every heartbeat (as Java): without it the broker took it for
+            # a dynamic one, and a member whose id another instance took ended with UNRELEASED_INSTANCE_ID
+            fields: dict[str, Any] = {"instance_id": config.group_instance_id}
             if full:
                 fields.update(
-                    instance_id=config.group_instance_id,
                     rack_id=config.client_rack or None,
                     rebalance_timeout_ms=config.max_poll_interval_ms,
                     server_assignor=config.group_remote_assignor,
                 )
             if full or subscription != self._sent_subscription:
-                if subscription[0] == "regex":
-                    fields["subscribed_topic_regex"] = subscription[1]
-                else:
-                    fields["subscribed_topic_names"] = list(subscription[1])
+                fields["subscribed_topic_names"] = list(subscription[1])
                 self._sent_subscription = subscription
             if full or m.owned != self._sent_owned:
                 fields["topic_partitions"] = self._owned_by_id()
@@ -193,6 +198,8 @@ class HeartbeatExchange:
             # join reset what is in flight, so this one is not counted
             return
         self._in_flight = False
+        if not leaving and m.machine.attribute("epoch") == "leave":
+            return  # an ordinary heartbeat answered after the leave went out: nothing of it matters now
         if pending.error is not None:
             self._failed(pending.error, now, leaving, visit)
             return
@@ -249,7 +256,8 @@ class HeartbeatExchange:
             return
         log.info("group %s: heartbeat failed: %s", m._config.group_id, error)
         self._retry(now)
-        m._coordinator.mark_unknown()
+        if not keeps_coordinator(error):  # as Java: a timeout keeps the coordinator, a disconnect not
+            m._coordinator.mark_unknown()
 
     def _retry(self, now: float) -> None:
         self.full = True
@@ -264,10 +272,28 @@ class HeartbeatExchange:
         action = classify(code)
         if code == _UNSUPPORTED_VERSION:  # the API is listed but the consumer protocol is switched off
             m.fail(ke.UnsupportedVersionError(f"group {m._config.group_id!r}: {_NO_KIP_848} ({message})"))
+        elif code == _TOPIC_AUTHORIZATION_FAILED:
+            # as Java: raised once by the next poll(), the member stays in its state and heartbeats on, so that
+            # granting the ACL lets it recover (it was fatal for good: every poll() raised it after the grant)
+            what = f"ConsumerGroupHeartbeat for group {m._config.group_id!r}" + (f" ({message})" if message else "")
+            m.raise_once(public_error(code, what))
+            self._retry(now)
         elif action is Action.FENCED:
             log.info("group %s: heartbeat says epoch %d is fenced: %s", m._config.group_id, m.epoch, name)
             self.full = True
             m.machine.fire("fenced_error", now)
+        elif code == _COORDINATOR_LOAD_IN_PROGRESS:
+            # the same coordinator, later (as Java: backoff and retry, no new FindCoordinator)
+            log.info("group %s: heartbeat: the coordinator is loading the group; retried", m._config.group_id)
+            self._retry(now)
+        elif code == _GROUP_MAX_SIZE_REACHED:
+            what = f"ConsumerGroupHeartbeat for group {m._config.group_id!r}"
+            m.fail(
+                ke.for_code(code)(
+                    f"{what} failed: the group is full (the broker's group.consumer.max.size): use another group_id "
+                    f"or raise the broker's limit{f' ({message})' if message else ''}"
+                )
+            )
         elif action is Action.REDISCOVER:
             log.info("group %s: heartbeat: %s, finding the coordinator again", m._config.group_id, name)
             m._coordinator.mark_unknown()

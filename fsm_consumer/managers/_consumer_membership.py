@@ -68,9 +68,9 @@ class ConsumerMembershipManager(MemberBase):
     def no_longer_owned(self, partitions) -> frozenset[TopicPartition]:
         """The epoch moves within a membership and the broker does not check who owns what is committed: a
         commit accepted before a reconciliation must not go out for partitions revoked since (another member
-        may have committed them further). What is being revoked may be committed until its commit is done."""
-        revoking = self._to_revoke if self.machine.state in self._revocation_waits else frozenset()
-        return frozenset(partitions) - self.owned - revoking
+        may have committed them further). What is being revoked stays owned, and committable, until it is
+        released after its callback."""
+        return frozenset(partitions) - self.owned
 
     @property
     def joined_topics(self) -> tuple[str, ...]:
@@ -158,9 +158,8 @@ class ConsumerMembershipManager(MemberBase):
         )
         self.machine.fire("revoke_needed")
 
-    def request_revoke_callback(self) -> None:
+    def pause_revoked(self) -> None:
         self._subs.set_revoking(self._to_revoke, True)  # no records of them are handed out from now on
-        super().request_revoke_callback()
 
     def install_assignment(self) -> None:
         self._added = self._reconciling_to - self.owned
@@ -168,7 +167,12 @@ class ConsumerMembershipManager(MemberBase):
         self._record("assigned", self._added)
 
     def request_assign_callback(self) -> None:
-        self._ask("assign", self._added)
+        # every reconciliation tells the listener what it added, even nothing (Java's assignPartitions does)
+        self._ask("assign", self._added, skip_if_empty=False)
+
+    def target_known(self) -> bool:
+        """The coordinator has sent a target (an empty one too): the first answer's is reconciled."""
+        return self.target is not None
 
     def reconciliation_done(self) -> None:
         self.assignment_epoch = self.target_epoch

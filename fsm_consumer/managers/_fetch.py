@@ -28,6 +28,7 @@ from ._fetch_session import SESSION_ERRORS, FetchPlan, FetchSession, PartitionDa
 from ._log_end import fetched_end
 
 log = logging.getLogger("fsm_consumer.fetch")
+_BEHIND_REFRESH_MS = 1000.0  # at most one Metadata refresh a second for positions past their log end
 
 
 class FetchManager:
@@ -207,6 +208,11 @@ class FetchManager:
                 if p.error_code == 0:
                     self._partitions.succeeded(tp)
                     self._release_topic(tp.topic)
+                    if 0 <= p.high_watermark < offset and now - self._metadata.refreshed_at >= _BEHIND_REFRESH_MS:
+                        # the log ends below the position, no error: Tansu never answers OFFSET_OUT_OF_RANGE
+                        # past the log end, and a topic deleted and created again looks so; Metadata tells
+                        # that by the topic's id (the positions are then reset by policy)
+                        self._metadata.request_update({tp.topic})
                     continue
                 self._on_partition_error(tp, offset, epoch, p.error_code, now)
         # not in the answer (an incremental answer omits partitions with nothing new): fetch again

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import kafka.errors as ke
 
 from ..assignors import Assignment, RebalanceProtocol, decode_assignment
+from ..policy import keeps_coordinator
 from ._base import FOREVER, Outgoing
 from ._group_requests import (
     COORDINATOR_ERRORS,
@@ -328,7 +329,8 @@ class GroupExchange:
             return
         if pending.error is not None:
             m.heartbeat.answered(now, ok=False)
-            m._coordinator.mark_unknown()
+            if not keeps_coordinator(pending.error):  # as Java: a timeout keeps the coordinator
+                m._coordinator.mark_unknown()
             return
         code = pending.response.error_code
         m.heartbeat.answered(now, ok=code == 0)

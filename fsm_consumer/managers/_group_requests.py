@@ -15,7 +15,9 @@ from ..structs import TopicPartition
 if TYPE_CHECKING:
     from ..assignors import Assignor
 
-COORDINATOR_ERRORS = {14, 15, 16}  # load in progress, not available, not coordinator
+# not available, not coordinator: found again; COORDINATOR_LOAD_IN_PROGRESS (14) is the same coordinator, later (as
+# Java, which keeps it)
+COORDINATOR_ERRORS = {15, 16}
 FENCED = {22, 25}  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID
 REBALANCE_IN_PROGRESS = 27
 MEMBER_ID_REQUIRED = 79

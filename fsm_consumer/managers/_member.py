@@ -48,12 +48,14 @@ class MemberBase:
         self._metrics = metrics
         self._held = held
         self._callbacks = RebalanceCallbacks(subscription, background_events, post_app_event)
+        self._background_events = background_events  # an error raised once by the next poll() (ErrorEvent)
         self.owned: frozenset[TopicPartition] = frozenset()
         self._to_revoke: frozenset[TopicPartition] = frozenset()
         self._added: frozenset[TopicPartition] = frozenset()
         self._lost: frozenset[TopicPartition] = frozenset()
         self._commit_on_revoke = True  # False once close(autocommit=False) began
         self._closing = False  # close() began: a completed leave does not rejoin
+        self._unsubscribing = False  # unsubscribe() began, and no subscribe() since: nor does it then
         self._revocation_commit = 0  # identifies the revoked partitions' auto-commit last awaited
         self._last_poll: float | None = None
         self.fatal: BaseException | None = None
@@ -72,11 +74,15 @@ class MemberBase:
     # Every one of these fires a trigger the spec declares as an event: legal (or declared
     # ignorable) in every state, so an intent is never dropped by a state check here.
     def on_subscription_changed(self, now: float) -> None:
+        self._unsubscribing = False  # subscribe() after unsubscribe(): a member again
         self._last_poll = now
         self.machine.restart_timer("poll", now)
         self.machine.fire("join_requested", now)
 
     def on_unsubscribe(self, now: float) -> None:
+        # the intent is recorded here, on this thread: the application thread clears the subscription only
+        # once this leave completed, and a leave that saw it still set rejoined (unsubscribe() never returned)
+        self._unsubscribing = True
         self.machine.fire("leave_requested", now)
 
     def begin_close(self, autocommit: bool) -> None:
@@ -128,26 +134,30 @@ class MemberBase:
     def owns_partitions(self) -> bool:
         return bool(self.owned)
 
+    def keeps_partitions(self) -> bool:
+        """Owns partitions besides those being revoked."""
+        return bool(self.owned - self._to_revoke)
+
     def wants_membership(self) -> bool:
-        """Subscribed again after leaving (unsubscribe() then subscribe()), and not closing."""
-        return not self._closing and self._subs.kind in ("topics", "pattern")
+        """A subscription no close() or unsubscribe() has ended: subscribed again after leaving."""
+        return not self._closing and not self._unsubscribing and self._subs.kind in ("topics", "pattern")
 
     # -- actions named in both specs -----------------------------------------------------------------
     def request_revoke_callback(self) -> None:
         self._ask("revoke", self._to_revoke)
 
-    def request_leave_revoke(self) -> None:
-        """Leaving: every partition still owned is revoked (the callback, then the commit)."""
+    def request_leave_commit(self) -> None:
+        """Leaving: every partition still owned stops fetching and its position is auto-committed (then the
+        callback, then the release)."""
         self._to_revoke = self.owned
         self._subs.set_revoking(self._to_revoke, True)
-        self._ask("revoke", self._to_revoke)
+        self.commit_revoked()
 
-    def finish_revocation(self) -> None:
-        """The revoked partitions leave the assignment and their positions are auto-committed."""
-        revoked = self._to_revoke
-        positions = {tp: off for tp, off in self._subs.positions().items() if tp in revoked}
-        self._own(self.owned - revoked)
-        self._record("revoked", revoked)
+    def commit_revoked(self) -> None:
+        """The partitions to revoke, still this member's, have their positions auto-committed (the Java
+        client's order: commit, callback, release); revocation_completed when the commit is answered, at
+        once when there is nothing to commit."""
+        positions = {tp: off for tp, off in self._subs.positions().items() if tp in self._to_revoke}
         self._revocation_commit += 1
         if positions and self._config.enable_auto_commit and self._commit_on_revoke and self._may_commit():
             sent = self._revocation_commit
@@ -155,13 +165,23 @@ class MemberBase:
         else:
             self.machine.fire("revocation_completed")
 
+    def release_revoked(self) -> None:
+        """on_partitions_revoked returned: the revoked partitions leave the assignment, only now (their
+        positions were committed before the callback): no other member is given them while this one may
+        still commit them."""
+        revoked = self._to_revoke
+        self._own(self.owned - revoked)
+        self._record("revoked", revoked)
+        self._to_revoke = frozenset()
+
     def _may_commit(self) -> bool:
         """A member of a generation (an epoch) may commit what it revokes."""
         return self.generation >= 0
 
     def _revocation_committed(self, sent: int) -> None:
         # awaited where the spec's revocation_completed arrives (after a leave_requested, a new visit of a
-        # twin state); an answer that outlived its wait (the commit timeout fired, a later round began) is dropped
+        # twin state); an answer that outlived its wait (the commit timeout fired, a later round began) is
+        # dropped
         if sent == self._revocation_commit and self.machine.state in self._revocation_waits:
             self._revocation_commit += 1  # answered once
             self.machine.fire("revocation_completed")
@@ -221,9 +241,23 @@ class MemberBase:
         self._record("abandoned", self.owned)
         self._own(frozenset())
 
+    def raise_once(self, error: BaseException) -> None:
+        """An error the user must see, but that ends nothing (Java's ErrorEvent): the next poll() raises it once
+        and the member goes on in its state (an ACL granted later lets it recover)."""
+        from ..events import ErrorEvent
+
+        log.error("group %s: %s", self._config.group_id, error)
+        self._background_events.put(ErrorEvent(error))
+
     def record_fatal_error(self) -> None:
         log.error("group %s: %s", self._config.group_id, self.fatal)
         self._held.hold(("group",), self.fatal)  # raised by every call until close()
+        if self.owned:
+            # as Java: the listener is told the partitions are lost (nothing waits for it: the state is final)
+            self._lost = self.owned
+            self._subs.set_revoking(self._lost, True)
+            self._callbacks.ask("lost", self._lost, skip_if_empty=True)
+            self._forget_lost()
 
     # -- helpers -----------------------------------------------------------------------------------
     def _ask(self, kind: str, partitions, *, skip_if_empty: bool = True, fire: bool = True) -> bool:

@@ -111,10 +111,10 @@ class MembershipManager(MemberBase):
         self._subs.set_revoking(self._to_revoke, True)
         self.machine.fire("revocation_prepared")
 
-    def finish_revocation(self) -> None:
+    def release_revoked(self) -> None:
         # a cooperative round that revoked something is followed by another (rejoin_after_assign)
         self._revoked_this_round = bool(self._to_revoke) and self.protocol is RebalanceProtocol.COOPERATIVE
-        super().finish_revocation()
+        super().release_revoked()
 
     def install_assignment(self) -> None:
         self._added = self._new - self.owned
@@ -126,9 +126,8 @@ class MembershipManager(MemberBase):
                     a.on_assignment(self._synced, self.generation)
 
     def request_assign_callback(self) -> None:
-        # eager: always tell the listener (Java does, even when empty); cooperative: only additions
-        skip = self.protocol is RebalanceProtocol.COOPERATIVE
-        self._ask("assign", self._added, skip_if_empty=skip)
+        # every round tells the listener what it added, even nothing (Java's onJoinComplete does, both protocols)
+        self._ask("assign", self._added, skip_if_empty=False)
 
     def rebalance_done(self) -> None:
         self._count_rebalance()

@@ -66,6 +66,9 @@ class MetadataManager:
         self._in_flight = False
         self._waiters: list[tuple[ApplicationEvent, float]] = []  # (event, requested at) for TopicMetadataEvent
         self.all_topics_wanted = False  # pattern subscriptions need every topic
+        self._ids: dict[str, str] = {}  # topic name -> the id it last had (kept when the topic goes away)
+        # a topic deleted and created again under its name (its id changed): (name, old id, new id)
+        self.on_recreated: Callable[[str, str, str], None] | None = None
 
     @property
     def refreshed_at(self) -> float:
@@ -233,9 +236,17 @@ class MetadataManager:
                     self._held.hold(("topic", t.name), public_error(t.error_code, f"Metadata of topic {t.name!r}"))
                 elif t.error_code == 0:
                     self._held.release(("topic", t.name))
+            topic_id = _topic_id(t)
             self.topics[t.name] = TopicInfo(
-                leaders, epochs, t.error_code, bool(getattr(t, "is_internal", False)), _topic_id(t)
+                leaders, epochs, t.error_code, bool(getattr(t, "is_internal", False)), topic_id
             )
+            if topic_id is not None:
+                before = self._ids.get(t.name)
+                self._ids[t.name] = topic_id
+                if before is not None and before != topic_id:
+                    changed = True
+                    if self.on_recreated is not None:
+                        self.on_recreated(t.name, before, topic_id)
         if self._sent_all:
             returned = {t.name for t in r.topics}
             for gone in set(self.topics) - returned:

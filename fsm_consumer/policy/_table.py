@@ -11,7 +11,7 @@ import enum
 
 import kafka.errors as ke
 
-from ..transport import AuthenticationError, UnsupportedVersion
+from ..transport import AuthenticationError, RequestTimedOut, UnsupportedVersion
 
 
 class Action(enum.Enum):
@@ -87,6 +87,12 @@ def classify(error: int | BaseException) -> Action:
     if getattr(cls, "invalid_metadata", False):
         return Action.REFRESH_METADATA
     return Action.RETRY if getattr(cls, "retriable", False) else Action.FATAL
+
+
+def keeps_coordinator(error: BaseException) -> bool:
+    """A coordinator request that failed below the broker: a timeout keeps the coordinator (as Java: only a lost
+    connection makes it find the coordinator again)."""
+    return isinstance(error, RequestTimedOut)
 
 
 def broker_lacks(error: BaseException) -> bool:

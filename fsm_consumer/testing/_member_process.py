@@ -131,10 +131,21 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--commit",
-        choices=["every-poll", "auto"],
+        choices=["every-poll", "auto", "async"],
         default="every-poll",
         help="every-poll: commit() after each non-empty poll, logged; auto: the library's "
-        "auto-commit (not logged here, only in OUT.lib)",
+        "auto-commit (not logged here, only in OUT.lib); async: commit_async() after each non-empty poll "
+        "with auto-commit on too (the library's history logs both)",
+    )
+    p.add_argument("--auto-commit-interval-ms", type=int, default=None, help="--commit auto/async: the interval")
+    p.add_argument(
+        "--commit-faults",
+        choices=["on", "off"],
+        default="off",
+        help="the consumer's OffsetCommits meet faults, one every 0.8-2 s: an answer held 0.5-3 s, a retriable "
+        "error (COORDINATOR_LOAD_IN_PROGRESS, or COORDINATOR_NOT_AVAILABLE: found again) patched into an answer "
+        "the broker gave after applying the commit; an answer held past request_timeout_ms is lost (the broker applied "
+        "the commit, the consumer timed out)",
     )
     p.add_argument("--strategy", choices=["range", "cooperative-sticky", "consumer"], default="cooperative-sticky")
     p.add_argument("--instance-id", default=None, help="group_instance_id: a static member (default: dynamic)")
@@ -171,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     every_poll = args.commit == "every-poll"
+    commit_async = args.commit == "async"
     config: dict[str, Any] = dict(
         bootstrap_servers=args.bootstrap,
         group_id=args.group,
@@ -195,9 +207,14 @@ def main(argv: list[str] | None = None) -> int:
         config["max_poll_records"] = args.max_poll_records
     if args.max_poll_interval_ms is not None:
         config["max_poll_interval_ms"] = args.max_poll_interval_ms
+    if args.auto_commit_interval_ms is not None:
+        config["auto_commit_interval_ms"] = args.auto_commit_interval_ms
     history.write("started", pid=os.getpid(), config=config, parallel=args.parallel)
     listener = Listener(history, args.revoke_sleep_ms)
-    consumer = Consumer(**config)
+    transport = None
+    if args.commit_faults == "on":
+        transport = _commit_faults(config, history, stop)
+    consumer = Consumer(transport=transport, **config)
     listener.consumer = consumer
     consumer.subscribe([args.topic], listener=listener)
     threading.Thread(target=_follow_leadership, args=(consumer, history, stop), daemon=True).start()
@@ -232,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                     )
             if batch and every_poll:
                 _commit(consumer, history)
+            elif batch and commit_async:
+                consumer.commit_async(callback=lambda offsets, error: _async_done(history, offsets, error))
     finally:
         try:
             # every handed-out record was committed after its poll; a close-time commit would not be logged
@@ -317,6 +336,42 @@ def _commit(consumer: Consumer, history: History, where: str | None = None) -> N
             generation=generation,
             **extra,
         )
+
+
+def _async_done(history: History, offsets: dict, error: BaseException | None) -> None:
+    history.write(
+        "commit_async",
+        offsets=sorted([tp.topic, tp.partition, om.offset] for tp, om in offsets.items()),
+        error=None if error is None else repr(error),
+    )
+
+
+def _commit_faults(config: dict[str, Any], history: History, stop: list[bool]) -> Any:
+    """A FaultyTransport around the consumer's own, and a thread switching one OffsetCommit fault on every
+    0.8-2 s (--commit-faults; every 0.2-0.8 s, hardly an auto-commit got through), each logged as a
+    "commit_fault" line: an answer held 0.5-3 s (past the request timeout it is lost: the broker applied the
+    commit, the consumer times out), or a retriable error patched into an answer the broker gave after
+    applying the commit."""
+    from .._config import ConsumerConfig
+    from ..transport import FaultyTransport, KafkaTransport
+
+    faults = FaultyTransport(KafkaTransport(ConsumerConfig.from_kwargs(**config)))
+    rng = random.Random()
+
+    def inject() -> None:
+        while not stop:
+            time.sleep(rng.uniform(0.8, 2.0))
+            kind = rng.choice(("hold", "loading", "not_available"))
+            if kind == "hold":
+                ms = rng.uniform(500, 3000)
+                faults.delay("OffsetCommit", ms)
+                history.write("commit_fault", kind=kind, ms=round(ms))
+            else:  # COORDINATOR_LOAD_IN_PROGRESS (retried), COORDINATOR_NOT_AVAILABLE (found again, retried)
+                faults.fail("OffsetCommit", 14 if kind == "loading" else 15)
+                history.write("commit_fault", kind=kind)
+
+    threading.Thread(target=inject, daemon=True, name="commit-faults").start()
+    return faults
 
 
 if __name__ == "__main__":

@@ -41,7 +41,10 @@ def rule_c(
       partition (by any member of the group) was answered, with no ``seek``/``reset`` of that partition by
       the committing member between the larger commit's sending and its own that moved the position to its
       offset or below (a seek to ``"earliest"`` or to at most it; a reset, not from the committed offset, to
-      at most it).
+      at most it), and none that its application asked for (``explicit`` offsets, asked after the larger one
+      by the same member); a larger commit the application of its own member brought down afterwards (an
+      explicit commit of at most ``y``'s offset sent after it was answered, answered before ``y`` was sent)
+      no longer counts: the group's offset was that wish.
 
     With the broker's word, besides: its commit log (``broker_commits``: ``(topic, partition, offset)`` in
     the order they took effect) never goes down but where the histories show the seek or reset that allowed
@@ -200,6 +203,26 @@ def _excuses(tl: Timeline, scope: set[str]) -> dict[tuple[str, TP], list[Positio
     return out
 
 
+def _wished(y: Commit, x: Commit) -> bool:
+    """Whether ``y``, lower than ``x``, is what its consumer's application asked for after ``x``: offsets it
+    gave itself (``explicit``), asked for after its own ``x`` was (a commit in on_partitions_revoked that
+    goes back, say). A commit of positions, or one asked for before ``x`` and landing after it, is never."""
+    return y.explicit and y.consumer == x.consumer and y.asked is not None and x.asked is not None and y.asked > x.asked
+
+
+def _judged(c: Commit, y: Commit, since: float | None, wishes: Sequence[Commit]) -> bool:
+    """Whether ``c`` is a larger commit ``y`` is judged against: sent since the seek that allowed ``y`` (if
+    any), not one ``y`` itself is the application's wish to go below, and not brought down by such a wish of
+    ``c``'s own consumer to ``y``'s offset or below, sent after ``c`` was answered (so applied after it) and
+    answered before ``y`` was sent: the group's offset was then that wish, and ``y`` does not move it back."""
+    return (
+        c.offset > y.offset
+        and (since is None or c.sent >= since)
+        and not _wished(y, c)
+        and not any(c.t < w.sent and w.t < y.sent and w.offset <= y.offset and _wished(w, c) for w in wishes)
+    )
+
+
 def _backwards(tl: Timeline, scope: set[str]) -> list[Violation]:
     excuses = _excuses(tl, scope)
     excuse_times = {key: [p.t for p in ps] for key, ps in excuses.items()}
@@ -212,6 +235,7 @@ def _backwards(tl: Timeline, scope: set[str]) -> list[Violation]:
         commits.sort(key=lambda c: (c.t, c.i))
         times = [c.t for c in commits]
         best = _RangeMax([c.offset for c in commits])
+        wishes = [c for c in commits if c.explicit]  # the application's own offsets: few
         for y in commits:
             n = bisect.bisect_left(times, y.sent)  # commits[:n] were answered before y was sent
             if n == 0:
@@ -227,11 +251,9 @@ def _backwards(tl: Timeline, scope: set[str]) -> list[Violation]:
             x: Commit | None = commits[best.argmax(lo, n)]
             if x is not None and x.offset <= y.offset:
                 continue
-            if since is not None and x is not None and x.sent < since:
+            if x is not None and not _judged(x, y, since, wishes):
                 x = max(
-                    (c for c in commits[lo:n] if c.sent >= since and c.offset > y.offset),
-                    key=lambda c: c.offset,
-                    default=None,
+                    (c for c in commits[lo:n] if _judged(c, y, since, wishes)), key=lambda c: c.offset, default=None
                 )
             if x is None:
                 continue
@@ -279,7 +301,8 @@ def broker_backwards(lines: Lines, log: Iterable[Sequence[Any]]) -> tuple[list[V
     partition's log (from ``b`` to ``o``) must be explained by the histories, by an acknowledged commit of
     ``o`` whose member sought or reset that partition back to ``o`` or below (a seek to ``"earliest"``; a
     reset not from the committed offset) after a commit of ``b`` was sent (any, when no history holds one) and
-    before its own commit of ``o`` was sent. The violations, and how many steps down were so explained."""
+    before its own commit of ``o`` was sent, or whose application gave ``o`` itself after that member's own
+    commit of ``b`` was answered. The violations, and how many steps down were so explained."""
     tl = as_timeline(lines)
     acked: dict[tuple[TP, int], list[Commit]] = defaultdict(list)
     for c in tl.commits:
@@ -304,6 +327,8 @@ def broker_backwards(lines: Lines, log: Iterable[Sequence[Any]]) -> tuple[list[V
             since <= p.t < y.sent and _moves_back(p, offset)
             for y in acked.get((tp, offset), ())
             for p in movers.get((y.consumer, tp), ())
+        ) or any(  # the application's own lower offsets, asked for after its member's commit of b was answered
+            x.t < y.sent and _wished(y, x) for y in acked.get((tp, offset), ()) for x in acked.get((tp, before), ())
         )
         if explained:
             allowed += 1

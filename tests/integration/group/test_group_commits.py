@@ -6,6 +6,7 @@ import pytest
 from group_harness import FAST, wait_until
 
 from fsm_consumer import CommitFailedError, Consumer, OffsetAndMetadata, TopicPartition
+from fsm_consumer.managers._commit_entry import commit_request
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +36,8 @@ def test_commit_and_committed_with_metadata(broker, make_topic, produce):
         c.commit()  # the position: 4
         assert c.committed(tp) == 4
         c.commit({tp: OffsetAndMetadata(7, "worker-3", -1)})  # per-partition metadata strings travel...
-        sent = c._group.commits._commit_request({tp: OffsetAndMetadata(7, "worker-3", -1)}, (-1, ""))
+        commits = c._group.commits
+        sent = commit_request(commits._config, commits.membership, {tp: OffsetAndMetadata(7, "worker-3", -1)}, (-1, ""))
         assert sent.topics[0].partitions[0].committed_metadata == "worker-3"
         # ...Apache Kafka stores them; Tansu 0.6 does not (confluent-kafka reads back None there too)
         stored = c.committed(tp, metadata=True)

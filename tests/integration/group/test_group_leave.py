@@ -88,14 +88,16 @@ def test_close_in_revoking_partitions(broker, make_topic, members):
     c, _, sent, listener = _member(broker.bootstrap_servers, group, topic, "range")
     _poll_until_stable(c)
     members(broker.bootstrap_servers, group, topic, "other", partition_assignment_strategy=["range"])
+    # the revoked partitions' auto-commit goes first (the Java client's order), then the callback waits
     wait_until(lambda: _state(c) == "revoking_partitions", 20, "the revocation callback to be awaited")
     _close_and_check(c, sent, listener, "revoking_partitions")
     assert listener.calls[-1] == ("revoked", [0, 1])
 
 
 def test_close_while_the_revoked_partitions_commit_is_in_flight(broker, make_topic, members, produce):
-    """partitions_revoked -> committing_then_leave: close() waits for the auto-commit of what was revoked
-    (its answer held back 1.5 s), then leaves; the commit is not dropped for the leave."""
+    """committing_revoked -> committing_then_leave: close() waits for the auto-commit of what is being revoked
+    (its answer held back 1.5 s; sent before on_partitions_revoked, the partitions still owned), then commits
+    and revokes what is left and leaves; the commit is not dropped for the leave."""
     topic = make_topic(partitions=2)
     group = f"g-{topic}"
     produce(topic, 20)
@@ -109,14 +111,14 @@ def test_close_while_the_revoked_partitions_commit_is_in_flight(broker, make_top
     faults.delay("OffsetCommit", 1500)
     members(broker.bootstrap_servers, group, topic, "other", partition_assignment_strategy=["range"])
     deadline = time.monotonic() + 20
-    while _state(c) != "partitions_revoked" and time.monotonic() < deadline:
-        c.poll(timeout_ms=10)  # on_partitions_revoked runs here, then the commit goes out and is held
-    commits = sent["OffsetCommit"]
-    log = _close_and_check(c, sent, listener, "partitions_revoked")
-    assert sent["OffsetCommit"] == commits  # close() waited for it, sent no other
+    while _state(c) != "committing_revoked" and time.monotonic() < deadline:
+        c.poll(timeout_ms=10)  # the commit goes out and is held; on_partitions_revoked waits for it
+    assert listener.calls[-1][0] == "assigned"  # no callback before the commit is answered
+    log = _close_and_check(c, sent, listener, "committing_revoked")
     steps = [(r.source, r.trigger, r.dest) for r in c._group.membership.machine.log]
-    at = steps.index(("partitions_revoked", "leave_requested", "committing_then_leave"))
-    assert steps[at + 1] == ("committing_then_leave", "revocation_completed", "leaving"), log
+    at = steps.index(("committing_revoked", "leave_requested", "committing_then_leave"))
+    assert steps[at + 1] == ("committing_then_leave", "revocation_completed", "leave_committing"), log
+    assert listener.calls[-1] == ("revoked", [0, 1])  # once, after the commits
     check = Consumer(bootstrap_servers=broker.bootstrap_servers, group_id=group, enable_auto_commit=False)
     try:
         committed = {tp.partition: check.committed(tp) for tp in (TopicPartition(topic, 0), TopicPartition(topic, 1))}
@@ -184,6 +186,6 @@ def test_fenced_while_leaving_loses_the_partitions_and_still_closes(broker, make
     started = time.monotonic()
     c.close(timeout_ms=CLOSE_MS)
     log = [(r.source, r.trigger, r.dest) for r in c._group.membership.machine.log]
-    assert ("leave_revoking", "fenced_error", "leave_lost") in log, log
+    assert ("leave_revoking", "fenced_error", "leave_lost") in log, log  # after leave_committing's commit
     assert c._group.membership.machine.state == "unjoined" and sent["LeaveGroup"] == leaves, log
     assert time.monotonic() - started < CLOSE_MS / 2000

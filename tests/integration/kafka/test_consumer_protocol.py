@@ -247,7 +247,8 @@ def test_a_member_frozen_past_the_rebalance_timeout_loses_its_partitions_and_the
     finally:
         stop_all([frozen, other])
     assert lost and {tp.partition for tp in lost[0][1]} == set(range(PARTITIONS)), lost
-    assert "poll_resumed" in triggers and ("revocation_timed_out" in triggers or "fenced_error" in triggers), triggers
+    # out by its own poll timer (it runs while a callback is awaited, as Java's), or by the broker's fencing
+    assert "poll_resumed" in triggers and ("poll_timer_expired" in triggers or "fenced_error" in triggers), triggers
     assert out_at >= 0
     # one reader at a time, from what each member handed out: after the pause the frozen member hands out a
     # partition only once it is its own again, after the newcomer's last record of it
@@ -262,32 +263,67 @@ def test_a_member_frozen_past_the_rebalance_timeout_loses_its_partitions_and_the
         assert offset is None or offset <= highest[p] + 1, (p, offset, highest[p])
 
 
-def test_a_pattern_subscription_is_matched_by_the_broker(kafka):
-    """subscribe(pattern=...) goes out as SubscribedTopicRegex: the broker matches it (RE2/J) and assigns
-    the partitions of every matching topic, a topic created later included."""
+def test_a_pattern_subscription_is_resolved_on_the_client(kafka):
+    """subscribe(pattern=...) is matched here, with Python's semantics and flags, as Java matches a
+    java.util.regex.Pattern, and goes out as SubscribedTopicNames (never as the broker's RE2J regex): every
+    matching topic is assigned, a topic created later included; an IGNORECASE pattern matches by its flags;
+    ``.*`` leaves out the internal topics (exclude_internal_topics). The review saw the text sent as the
+    broker's regex: 288 records of __consumer_offsets handed out for ``.*`` and the flags dropped."""
+    import re
+
     stem = f"kip848re{uuid.uuid4().hex[:6]}"
     kafka.create_topic(f"{stem}-a", partitions=2)
     kafka.create_topic(f"{stem}-b", partitions=2)
     kafka.create_topic(f"other-{stem}", partitions=2)  # not matched: the pattern is anchored at both ends
-    c = Consumer(
-        bootstrap_servers=kafka.bootstrap_servers,
-        group_id=f"g-{stem}",
-        group_protocol="consumer",
-        metadata_max_age_ms=1000,
-    )
+    kafka.create_topic(f"{stem.upper()}-UP", partitions=1)  # matched only by the flag
+    heartbeats: list = []
+
+    def member(pattern, group: str):
+        from fsm_consumer._config import ConsumerConfig
+        from fsm_consumer.transport import KafkaTransport
+
+        settings = dict(
+            bootstrap_servers=kafka.bootstrap_servers,
+            group_id=group,
+            group_protocol="consumer",
+            metadata_max_age_ms=1000,
+        )
+        transport = KafkaTransport(ConsumerConfig.from_kwargs(**settings))
+        real_send = transport.send
+
+        def send(request, *args, **kw):
+            if type(request).__name__ == "ConsumerGroupHeartbeatRequest":
+                heartbeats.append(request)
+            return real_send(request, *args, **kw)
+
+        transport.send = send
+        c = Consumer(transport=transport, **settings)
+        c.subscribe(pattern=pattern)
+        return c
+
+    def owned(c) -> set[tuple[str, int]]:
+        c.poll(timeout_ms=50)
+        return {(tp.topic, tp.partition) for tp in c.assignment()}
+
+    c = member(re.compile(f"{stem}-[a-z]+", re.IGNORECASE), f"g-{stem}")
     try:
-        c.subscribe(pattern=f"{stem}-.*")
-
-        def owned() -> set[tuple[str, int]]:
-            c.poll(timeout_ms=50)
-            return {(tp.topic, tp.partition) for tp in c.assignment()}
-
-        wait_until(lambda: owned() == {(f"{stem}-{t}", p) for t in "ab" for p in (0, 1)}, 30, "both topics")
+        every = {(f"{stem}-{t}", p) for t in "ab" for p in (0, 1)} | {(f"{stem.upper()}-UP", 0)}
+        wait_until(lambda: owned(c) == every, 30, "both topics and the upper-case one")
         kafka.create_topic(f"{stem}-c", partitions=1)
-        wait_until(lambda: (f"{stem}-c", 0) in owned(), 30, "the topic created later")
-        assert not any(t.startswith("other-") for t, _ in owned())
+        wait_until(lambda: (f"{stem}-c", 0) in owned(c), 30, "the topic created later")
+        assert not any(t.startswith("other-") for t, _ in owned(c))
+        assert heartbeats and all(h.subscribed_topic_regex is None for h in heartbeats)
+        assert any(f"{stem.upper()}-UP" in (h.subscribed_topic_names or []) for h in heartbeats)
     finally:
         c.close()
+    everything = member(".*", f"g-all-{stem}")
+    try:
+        wait_until(lambda: (f"{stem}-a", 0) in owned(everything), 30, "every topic")
+        got = [r for _ in range(20) for recs in everything.poll(timeout_ms=50).values() for r in recs]
+        assert not any(t.startswith("__") for t, _ in owned(everything)), sorted(owned(everything))
+        assert not any(r.topic.startswith("__") for r in got)
+    finally:
+        everything.close()
 
 
 def test_a_parallel_consumer_on_the_consumer_protocol_hands_each_record_to_one_member(kafka):

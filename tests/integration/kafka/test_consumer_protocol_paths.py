@@ -121,7 +121,7 @@ def test_close_while_on_partitions_assigned_is_awaited(kafka, topic):
     # the awaited callback ran inside close(), then everything owned was revoked, then the leave heartbeat
     assert listener.calls == [("assigned", [0, 1, 2, 3]), ("revoked", [0, 1, 2, 3])]
     assert ("assigning", "leave_requested", "assigning_then_leave") in log
-    assert ("assigning_then_leave", "assign_acked", "prepare_leaving") in log
+    assert ("assigning_then_leave", "assign_acked", "leave_committing") in log
     assert ("leaving", "left", "unsubscribed") in log
 
 
@@ -136,7 +136,8 @@ def test_close_while_a_revocation_is_awaited_then_revokes_the_rest(kafka, topic,
         time.sleep(0.02)  # not polling: the broker's new target waits for this member's callback
     log = close_and_check(c, sent, "revoking")
     assert ("revoking", "leave_requested", "revoking_then_leave") in log
-    assert ("leave_committing", "revocation_completed", "prepare_leaving") in log  # the rest, revoked next
+    assert ("revoking_then_leave", "revoke_acked", "leave_committing") in log  # the rest, committed and revoked next
+    assert ("leave_committing", "revocation_completed", "prepare_leaving") in log
     assert [k for k, _ in listener.calls] == ["assigned", "revoked", "revoked"]
     assert sorted(listener.calls[1][1] + listener.calls[2][1]) == [0, 1, 2, 3]
 
@@ -150,16 +151,20 @@ def test_close_while_the_revoked_partitions_commit_is_in_flight(kafka, topic, ot
     faults.delay("OffsetCommit", 1500)
     others.append(Member(kafka.bootstrap_servers, group, topic, "other", group_protocol="consumer"))
     poll_until(c, lambda: state(c) == "committing_revoked", 30, "the revoked partitions' commit")
+    assert [k for k, _ in listener.calls] == ["assigned"]  # committed before on_partitions_revoked
     log = close_and_check(c, sent, "committing_revoked")
     assert ("committing_revoked", "leave_requested", "committing_then_leave") in log
-    assert ("committing_then_leave", "revocation_completed", "prepare_leaving") in log  # it still owned two
+    assert ("committing_then_leave", "revocation_completed", "leave_committing") in log  # all it owns, at once
+    assert [k for k, _ in listener.calls] == ["assigned", "revoked"] and listener.calls[-1][1] == [0, 1, 2, 3]
 
 
 def test_an_assignment_callback_that_outlives_the_rebalance_timeout_makes_the_member_stale(kafka, topic):
     c, _, _, listener = member(kafka, f"g-{topic}", topic, max_poll_interval_ms=1500)
     listener.hold["assigned"] = 2.5  # longer than the rebalance timeout (max_poll_interval_ms)
     try:
-        poll_until(c, lambda: ("assigning", "assignment_timed_out", "stale") in steps(c), 30, "stale")
+        # the poll timer runs while the callback is awaited (as Java's): it runs out before the assignment's
+        # own timeout, both max_poll_interval_ms, the poll's having started earlier
+        poll_until(c, lambda: ("assigning", "poll_timer_expired", "stale") in steps(c), 30, "stale")
         poll_until(c, lambda: state(c) == "stable" and c.assignment(), 30, "rejoined after losing them")
         assert [k for k, _ in listener.calls][:2] == ["assigned", "lost"]
     finally:
@@ -186,7 +191,8 @@ def test_a_member_that_stops_polling_leaves_and_a_close_then_sends_nothing_more(
     time.sleep(0.5)  # its leave heartbeat goes out meanwhile
     heartbeats = sent["ConsumerGroupHeartbeat"]
     log = close_and_check(c, sent, "stale")
-    assert ("stable", "poll_timer_expired", "stale") in log and ("stale", "leave_requested", "unsubscribed") in log
+    assert ("stable", "poll_timer_expired", "stale") in log and ("stale", "leave_requested", "lost_then_leave") in log
+    assert listener.calls[-1] == ("lost", [0, 1, 2, 3])  # as Java: the listener is told on close
     assert sent["ConsumerGroupHeartbeat"] == heartbeats  # its leave went out when it went stale
 
 
@@ -245,20 +251,59 @@ def test_fenced_while_a_callback_is_awaited_then_close_loses_instead_of_leaving(
     assert listener.calls[-1] == ("lost", [0, 1, 2, 3])
 
 
-def test_an_unsubscribe_that_times_out_before_the_leave_is_answered_keeps_the_member_subscribed(kafka, topic):
-    """unsubscribe(timeout_ms) runs out while the leave heartbeat's answer is held back (2 s): the call raises,
-    the subscription stands, and once the leave is answered the member joins again (leaving -> joining)."""
+def unsubscribe_unanswered(c, faults) -> None:
+    """Owning all 4, unsubscribe(timeout_ms=500) while the leave heartbeat's answer is held back 2 s."""
+    stable_owning(c, 4)
+    faults.delay("ConsumerGroupHeartbeat", 2000, times=3)
+    with pytest.raises(ke.KafkaTimeoutError, match="unsubscribed all the same"):
+        c.unsubscribe(timeout_ms=500)
+
+
+def test_an_unsubscribe_that_times_out_before_the_leave_is_answered_unsubscribes_all_the_same(kafka, topic):
+    """unsubscribe(timeout_ms) runs out while the leave heartbeat's answer is held back (2 s): as Java's, the
+    consumer is unsubscribed all the same (the call says so, KafkaTimeoutError), and the member, its intent
+    recorded on the background thread, does not join again once the leave is answered (it once did: the
+    subscription was still set when the leave completed, and unsubscribe() never returned)."""
     c, faults, _, listener = member(kafka, f"g-{topic}", topic)
     try:
-        stable_owning(c, 4)
-        faults.delay("ConsumerGroupHeartbeat", 2000, times=3)
-        with pytest.raises(ke.KafkaTimeoutError):
-            c.unsubscribe(timeout_ms=500)
-        assert listener.calls[-1] == ("revoked", [0, 1, 2, 3])
-        poll_until(c, lambda: ("leaving", "left", "joining") in steps(c), 15, "the leave answered, then a join")
-        poll_until(c, lambda: state(c) == "stable" and len(c.assignment()) == 4, 30, "joined again")
+        unsubscribe_unanswered(c, faults)
+        assert listener.calls[-1] == ("revoked", [0, 1, 2, 3]) and c.subscription() is None
+        wait_until(lambda: state(c) == "unsubscribed", 15, "the leave answered", lambda: steps(c)[-4:])
+        assert ("leaving", "left", "unsubscribed") in steps(c) and c.assignment() == set()
     finally:
         c.close(timeout_ms=CLOSE_MS)
+
+
+def test_subscribed_again_while_the_leave_is_unanswered_the_member_joins_again(kafka, topic):
+    """unsubscribe() ran out before the leave was answered, then subscribe() again: once the leave is
+    answered the member joins afresh (the intent the background thread holds is the latest one) and is given
+    every partition back."""
+    c, faults, _, listener = member(kafka, f"g-{topic}", topic)
+    try:
+        unsubscribe_unanswered(c, faults)
+        assert state(c) == "leaving"
+        c.subscribe([topic], listener=listener)
+        stable_owning(c, 4)
+        assert ("leaving", "left", "joining") in steps(c)
+        assert [k for k, _ in listener.calls] == ["assigned", "revoked", "assigned"]
+    finally:
+        c.close(timeout_ms=CLOSE_MS)
+
+
+def test_close_while_everything_owned_is_being_revoked_leaves_after_the_callback(kafka, topic, make_topic):
+    """Subscribed to another topic, the member revokes all it owns; close() while that revocation's callback
+    is awaited runs it, and the leave goes out at once after it: nothing is left to commit or revoke."""
+    c, _, sent, listener = member(kafka, f"g-{topic}", topic)
+    stable_owning(c, 4)
+    c.subscribe([make_topic(partitions=2)], listener=listener)
+    deadline = time.monotonic() + 30
+    while not (state(c) == "revoking" and c._group.membership._callbacks.kind == "revoke"):
+        assert time.monotonic() < deadline, steps(c)[-6:]
+        time.sleep(0.02)  # not polling: the revocation's callback waits for the application
+    log = close_and_check(c, sent, "revoking")
+    assert ("revoking", "leave_requested", "revoking_then_leave") in log
+    assert ("revoking_then_leave", "revoke_acked", "leaving") in log
+    assert listener.calls == [("assigned", [0, 1, 2, 3]), ("revoked", [0, 1, 2, 3])]
 
 
 def test_a_member_owning_nothing_leaves_at_once(kafka, make_topic, others):
@@ -269,7 +314,8 @@ def test_a_member_owning_nothing_leaves_at_once(kafka, make_topic, others):
     c, _, sent, listener = member(kafka, group, topic)
     poll_until(c, lambda: state(c) == "stable", 30, "stable, owning nothing")
     log = close_and_check(c, sent, "stable")
-    assert ("stable", "leave_requested", "leaving") in log and listener.calls == []
+    # on_partitions_assigned is called with nothing, as Java calls it (the review's point 10)
+    assert ("stable", "leave_requested", "leaving") in log and listener.calls == [("assigned", [])]
 
 
 def test_a_new_target_during_a_reconciliation_is_reconciled_after_it(kafka, make_topic, others):

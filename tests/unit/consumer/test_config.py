@@ -132,13 +132,16 @@ def test_the_consumer_protocol_refuses_the_settings_the_broker_now_owns(key, val
     assert caught.value.key == key
 
 
-def test_the_remote_assignor_needs_the_consumer_protocol_and_is_one_the_broker_offers():
+def test_the_remote_assignor_needs_the_consumer_protocol_and_may_be_the_brokers_own():
     config = ConsumerConfig.from_kwargs(group_id="g", group_protocol="consumer", group_remote_assignor="range")
     assert (config.group_protocol, config.group_remote_assignor) == ("consumer", "range")
     assert ConsumerConfig.from_kwargs(group_id="g").group_protocol == "classic"  # the Java client's default
     with pytest.raises(ConfigError, match="needs group_protocol='consumer'"):
         ConsumerConfig.from_kwargs(group_id="g", group_remote_assignor="range")
+    # a broker may be given its own assignors (group.consumer.assignors): the broker says if it knows the name
+    custom = ConsumerConfig.from_kwargs(group_id="g", group_protocol="consumer", group_remote_assignor="rack-aware")
+    assert custom.group_remote_assignor == "rack-aware"
     with pytest.raises(ConfigError, match="group_remote_assignor"):
-        ConsumerConfig.from_kwargs(group_id="g", group_protocol="consumer", group_remote_assignor="sticky")
+        ConsumerConfig.from_kwargs(group_id="g", group_protocol="consumer", group_remote_assignor=" ")
     with pytest.raises(ConfigError, match="group_protocol"):
         ConsumerConfig.from_kwargs(group_id="g", group_protocol="next")

@@ -240,3 +240,27 @@ def test_a_seek_while_a_fetch_is_being_sent_leaves_the_partition_fetchable():
     rig.answer(first)
     assert rig.values() == [] and rig.collector.stale_fetches == 1  # the old epoch's data dropped
     assert rig.send()[1] == {T0: 500}
+
+
+def test_a_position_past_the_log_end_asks_metadata_whether_the_topic_was_created_again():
+    """Tansu answers a fetch past the log end with nothing and no error (never OFFSET_OUT_OF_RANGE): a topic
+    deleted and created again under its name looked like a log with nothing new, for ever. Such an answer asks
+    Metadata for the topic (its id tells a new topic; the positions are then reset by policy), once a second."""
+    rig = Rig(ahead=False, log_end=10)
+    asked = []
+    rig.manager._metadata = SimpleNamespace(
+        leader=lambda tp: 1,
+        leader_epoch=lambda tp: -1,
+        refreshed_at=0.0,
+        request_update=lambda topics=None: asked.append(set(topics or ())),
+    )
+    rig.subs.seek(T0, 30)  # the old topic's position; the new log ends at 10
+    rig.answer(rig.send(), empty={T0})
+    assert asked == [{"t"}]
+    rig.manager._metadata.refreshed_at = 900.0  # refreshed 100 ms before the next answer
+    rig.answer(rig.send(), empty={T0})
+    assert asked == [{"t"}]  # not again within the second
+    rig.subs.seek(T0, 10)  # at the log end: nothing new, nothing to ask
+    rig.manager._metadata.refreshed_at = 0.0
+    rig.answer(rig.send(), empty={T0})
+    assert asked == [{"t"}]

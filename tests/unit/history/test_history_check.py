@@ -567,6 +567,72 @@ def test_c_a_commit_backwards_after_a_seek_passes() -> None:
     only([*committing()[:4], seek(A, 22, 1, 0, 20), *committing()[4:], commit(A, 42, 1, {0: 15}, sent=40)], "C")
 
 
+def asked(line_: Line, at: float, explicit: bool = True) -> Line:
+    """A commit line that says when it was asked for, and whether the application gave its offsets."""
+    out = {**line_, "asked_ago_ms": line_["t"] - at}
+    if explicit:
+        out["explicit"] = True
+    return out
+
+
+def test_c_a_lower_commit_the_application_asked_for_afterwards_is_its_wish_not_a_step_back() -> None:
+    """Issue 47 point 4: the application commits 30 in on_partitions_revoked after the revocation's commit of 40
+    (going back on purpose). The checker judges a consumer's own commits by the order they were asked for:
+    offsets the application gave, asked for after the higher one, are its wish; positions, or a commit asked for
+    before the higher one and landing after it (the retried commit of point 2), are a step back."""
+    higher = asked(commit(A, 30, 1, {0: 20}, sent=25), at=24, explicit=False)
+    base = [*committing()[:4], higher]
+    assert check([*base, asked(commit(A, 42, 1, {0: 15}, sent=40), at=39)]).ok
+    # positions, not the application's offsets: the library's own step back
+    only([*base, asked(commit(A, 42, 1, {0: 15}, sent=40), at=39, explicit=False)], "C")
+    # asked for before the higher one, landing after it: a reorder
+    only([*base, asked(commit(A, 42, 1, {0: 15}, sent=40), at=23)], "C")
+    # not said when it was asked: judged as before
+    only([*base, commit(A, 42, 1, {0: 15}, sent=40)], "C")
+    # another member's higher commit is never excused by this one's wish
+    other = [
+        started(B, 0),
+        owned("assigned", B, 26, 2, 0),
+        reset(B, 27, 2, 0, 20),
+        read(B, 28, 2, 0, 20, 24),
+        asked(commit(B, 29, 2, {0: 25}, sent=28.5), at=28, explicit=False),
+    ]
+    history = [*committing()[:2], owned("revoked", A, 25.5, 1, 0), *committing()[2:4], higher, *other]
+    found = check([*history, asked(commit(A, 42, 1, {0: 15}, sent=40), at=39)]).violations
+    assert any(
+        f"commit of 15 by {A} (generation 1) sent at 40.0 ms after the commit of 25 by {B}" in v.message for v in found
+    )
+
+
+def test_c_the_next_owner_committing_at_the_previous_owners_wish_does_not_go_back() -> None:
+    """The old owner's revocation commits 20, then its on_partitions_revoked commits 15 (its wish): the
+    group's offset is 15, and the next owner, starting there, commits 15 before it reads. That is no step
+    back from the 20 (seen on Apache Kafka under both protocols); 14 would be, and so is 15 when the wish was
+    sent before the 20 was answered (the broker may have applied them in either order)."""
+
+    def handed_over(wish_sent: float, next_commit: int) -> list[Line]:
+        return [
+            *committing()[:4],
+            asked(commit(A, 30, 1, {0: 20}, sent=wish_sent - 1), at=wish_sent - 2, explicit=False),
+            asked(commit(A, 35, 1, {0: 15}, sent=wish_sent), at=wish_sent - 0.5),
+            owned("revoked", A, 36, 1, 0),
+            started(B, 0),
+            owned("assigned", B, 37, 2, 0),
+            reset(B, 38, 2, 0, 15),
+            asked(commit(B, 45, 2, {0: next_commit}, sent=40), at=39, explicit=False),
+        ]
+
+    assert check(handed_over(31, 15)).ok, check(handed_over(31, 15)).format()
+    (v,) = only(handed_over(31, 14), "C").violations  # below the wish, and below the 20
+    assert "commit of 14 by" in v.message and v.offsets[0] == 14
+    # the wish sent at 29.5, before the 20 was answered at 30: the group's offset may be 20
+    (v,) = only(handed_over(29.5, 15), "C").violations
+    assert f"commit of 15 by {B} (generation 2)" in v.message and "after the commit of 20" in v.message
+    # the broker's log, 20 then 15 then 15: the step down is the old owner's wish, answered after its 20
+    assert check(handed_over(31, 15), broker_commits=[(T, 0, 20), (T, 0, 15), (T, 0, 15)]).ok
+    only(handed_over(29.5, 15), "C", broker_commits=[(T, 0, 20), (T, 0, 15), (T, 0, 15)])
+
+
 def test_c_a_commit_ahead_of_what_its_consumer_had_reached() -> None:
     (v,) = only(committing(commit(A, 42, 1, {0: 25}, sent=40, error="RebalanceInProgressError()")), "C").violations
     assert v.offsets == (25, 25) and "commit of 25 by" in v.message

@@ -169,12 +169,12 @@ def test_membership_eager_rebalance():
     d.flags.update(eager_protocol=True)
     m.fire("rejoin_needed")
     assert m.state == "prepare_revocation"
-    m.fire("revocation_prepared")
+    m.fire("revocation_prepared")  # the Java client's order: commit, callback, release
+    assert m.state == "committing_revoked" and d.calls[-1] == "commit_revoked"
+    m.fire("revocation_completed")
     assert m.state == "revoking_partitions" and d.calls[-1] == "request_revoke_callback"
     m.fire("revoke_acked")
-    assert m.state == "partitions_revoked"
-    m.fire("revocation_completed")  # revoked_before_join still set
-    assert m.state == "joining"
+    assert m.state == "joining" and "release_revoked" in d.calls[-3:]
 
 
 def test_membership_cooperative_two_rounds():
@@ -189,8 +189,8 @@ def test_membership_cooperative_two_rounds():
     assert m.state == "prepare_revocation"
     d.flags.clear()
     m.fire("revocation_prepared")
-    m.fire("revoke_acked")
     m.fire("revocation_completed")
+    m.fire("revoke_acked")
     assert m.state == "assigning_partitions"
     d.flags.update(rejoin_after_assign=True)
     m.fire("assign_acked")
@@ -205,6 +205,7 @@ def test_membership_revocation_timeout_leaves_then_loses_and_rejoins():
     d.flags.update(eager_protocol=True)
     m.fire("rejoin_needed")
     m.fire("revocation_prepared")
+    m.fire("revocation_completed")
     clock.advance(4999)
     m.tick(clock.now_ms())
     assert m.state == "revoking_partitions"
@@ -224,13 +225,12 @@ def test_membership_leave_with_partitions_revokes_first():
     for trig in ["join_requested", "joined", "synced", "assign_acked"]:
         m.fire(trig)
     d.flags.update(owns_partitions=True)
-    m.fire("leave_requested")
-    assert m.state == "leave_revoking" and d.calls[-1] == "request_leave_revoke"
-    m.fire("revoke_acked")
-    assert m.state == "leave_committing" and d.calls[-1] == "finish_revocation"
-    d.flags.update(owns_partitions=False)
+    m.fire("leave_requested")  # commit, then the callback, then the release, then the leave
+    assert m.state == "leave_committing" and d.calls[-1] == "request_leave_commit"
     m.fire("revocation_completed")
-    assert m.state == "leaving" and d.calls[-1] == "send_leave_group"
+    assert m.state == "leave_revoking" and d.calls[-1] == "request_revoke_callback"
+    m.fire("revoke_acked")
+    assert m.state == "leaving" and d.calls[-2:] == ["release_revoked", "send_leave_group"]
     m.fire("left")
     assert m.state == "unjoined"
 
@@ -240,7 +240,7 @@ def test_membership_leave_with_partitions_revokes_first():
     [
         ("revoking_partitions", "revoke_acked"),
         ("assigning_partitions", "assign_acked"),
-        ("partitions_revoked", "revocation_completed"),
+        ("committing_revoked", "revocation_completed"),
         ("fenced", "lost_acked"),
     ],
 )
@@ -255,16 +255,16 @@ def test_membership_leave_during_a_callback_is_never_lost(waiting, ack):
             "assign_acked",
             "rejoin_needed",
             "revocation_prepared",
+            "revocation_completed",
         ],
         "assigning_partitions": ["join_requested", "joined", "synced"],
-        "partitions_revoked": [
+        "committing_revoked": [
             "join_requested",
             "joined",
             "synced",
             "assign_acked",
             "rejoin_needed",
             "revocation_prepared",
-            "revoke_acked",
         ],
         "fenced": ["join_requested", "fenced_error"],
     }
@@ -279,9 +279,11 @@ def test_membership_leave_during_a_callback_is_never_lost(waiting, ack):
     m.fire("join_requested")
     assert m.state.endswith("_then_leave")
     m.fire(ack)
-    if waiting == "revoking_partitions":  # the rebalance's revoked partitions are committed first
-        assert m.state == "leave_committing" and d.calls[-1] == "finish_revocation"
+    if waiting == "committing_revoked":  # the rebalance's commit done: everything owned committed, revoked
+        assert m.state == "leave_committing" and d.calls[-1] == "request_leave_commit"
         m.fire("revocation_completed")
+        assert m.state == "leave_revoking"
+        m.fire("revoke_acked")
     assert m.state == "leaving" and d.calls[-1] == "send_leave_group"
 
 

@@ -13,7 +13,7 @@ from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse, O
 
 from fsm_consumer._config import ConsumerConfig
 from fsm_consumer._metrics import Metrics
-from fsm_consumer.errors import KafkaTimeoutError
+from fsm_consumer.errors import CommitFailedError, KafkaTimeoutError
 from fsm_consumer.events import CommitEvent, FetchCommittedEvent
 from fsm_consumer.fetch import OffsetAndMetadata, TopicPartition
 from fsm_consumer.managers import CommitManager
@@ -245,17 +245,27 @@ def test_a_commit_without_a_coordinator_times_out_naming_why():
         event.future.result()
 
 
-def test_auto_commits_in_a_storm_are_never_queued_twice():
+def test_auto_commits_in_a_storm_are_never_queued_twice_nor_sent_again_with_old_positions():
+    """As Java: a failed auto-commit is not retried; the next one is brought forward (backing off, doubling)
+    and takes the positions of then, so an old position never goes out after a newer one."""
     rig = Rig(enable_auto_commit=True, auto_commit_interval_ms=500)
     rig.subs.assign([T0])
     rig.subs.seek(T0, 7)
     rig.commits.start_auto_commit(0.0)
     rig.run(10_000.0, commit_answer(14))
-    assert sum(c.auto for c in rig.commits._queue) == 1
-    assert rig.count(OffsetCommitRequest) <= 20
-    rig.subs.seek(T0, 9)  # newer positions join the commit that is still backing off
+    assert sum(c.kind == "auto" for c in rig.commits._queue) <= 1
+    assert 5 <= rig.count(OffsetCommitRequest) <= 10_000 / 500 + 1  # one an interval at most
+    rig.subs.seek(T0, 9)  # the next auto-commit takes the newer position
     rig.run(12_000.0, commit_answer(0))
     assert rig.commits._queue == [] and rig.commits._last_auto == {T0: 9}
+    sent = [
+        p.committed_offset
+        for _, r in rig.sent
+        if isinstance(r, OffsetCommitRequest)
+        for t in r.topics
+        for p in t.partitions
+    ]
+    assert sent == sorted(sent) and sent[-1] == 9  # never back from 9 to 7
 
 
 # -- OffsetFetch of starting positions ---------------------------------------------------------------------
@@ -436,3 +446,109 @@ def test_a_committed_lookup_told_its_epoch_is_stale_or_fenced_is_retried_not_fai
     rig.run(2_000.0, answer if code == 113 else fetch_answer(0, offset=17))
     assert event.future.result() == {T0: OffsetAndMetadata(17, "", -1)}
     assert seen[0] == ("member-1", 3) and rig.versions[-1] == ((9, 9) if code == 113 else (0, 7))
+
+
+# -- per partition, never an older offset after a newer one ---------------------------------------------------
+
+
+def offsets_sent(rig: Rig) -> list[int]:
+    return [
+        p.committed_offset
+        for _, r in rig.sent
+        if isinstance(r, OffsetCommitRequest)
+        for t in r.topics
+        for p in t.partitions
+    ]
+
+
+def scripted(*codes: int):
+    """Answer the OffsetCommits with these codes in turn, then 0."""
+    left = list(codes)
+
+    def answer(request):
+        return commit_answer(left.pop(0) if left else 0)(request)
+
+    return answer
+
+
+def async_commit(rig: Rig, offset: int, results: list) -> CommitEvent:
+    event = CommitEvent(
+        offsets={T0: OffsetAndMetadata(offset, "", -1)},
+        sync=False,
+        callback=lambda offsets, error: results.append((offsets[T0].offset, error)),
+    )
+    rig.commits.on_commit_event(event, rig.now)
+    return event
+
+
+def test_an_async_commit_is_never_retried_so_a_newer_one_is_never_overtaken():
+    """The review's case: commit_async(5) answered COORDINATOR_LOAD_IN_PROGRESS, then commit_async(10). Sent
+    5, 10, 5 before, and the broker ended at 5. As Java: the async commit is not retried, its callback gets
+    the retriable error."""
+    rig, results = Rig(), []
+    async_commit(rig, 5, results)
+    rig.run(10.0, scripted(14))
+    async_commit(rig, 10, results)
+    rig.run(3_000.0, scripted())
+    assert offsets_sent(rig) == [5, 10]
+    (five, five_error), (ten, ten_error) = (e.args for e in rig.commits._bg)
+    assert five[T0].offset == 5 and isinstance(five_error, ke.CoordinatorLoadInProgressError)
+    assert five_error.retriable and ten[T0].offset == 10 and ten_error is None
+
+
+def test_a_retried_commit_leaves_out_partitions_a_newer_commit_was_sent_for():
+    rig = Rig()
+    older = rig.commit(offsets={T0: OffsetAndMetadata(5, "", -1), T1: OffsetAndMetadata(3, "", -1)})
+    rig.run(1.0, scripted(14))  # T0 and T1 at 5 and 3: retriable, backing off
+    newer = rig.commit(offsets={T0: OffsetAndMetadata(9, "", -1)})
+    rig.run(5_000.0, scripted())
+    assert older.future.done and older.future.result() is None and newer.future.result() is None
+    sent = [
+        (t.name, p.partition_index, p.committed_offset)
+        for _, r in rig.sent
+        if isinstance(r, OffsetCommitRequest)
+        for t in r.topics
+        for p in t.partitions
+    ]
+    assert sent == [("t", 0, 5), ("t", 1, 3), ("t", 0, 9), ("t", 1, 3)]  # the retry: T1 only
+    # all of it overtaken: not sent again, and not a success either
+    rig = Rig()
+    older = rig.commit(offsets={T0: OffsetAndMetadata(5, "", -1)})
+    rig.run(1.0, scripted(14))
+    rig.commit(offsets={T0: OffsetAndMetadata(9, "", -1)})
+    rig.run(5_000.0, scripted())
+    assert offsets_sent(rig) == [5, 9]
+    with pytest.raises(CommitFailedError, match="a newer commit of those partitions went out"):
+        older.future.result()
+
+
+def test_a_revocation_commit_is_retried_with_the_positions_of_each_attempt_and_ends_on_a_deleted_topic():
+    rig = Rig(enable_auto_commit=True)
+    rig.subs.assign([T0, T1])
+    rig.subs.seek(T0, 5)
+    rig.subs.seek(T1, 2)
+    done: list = []
+    rig.commits.commit_positions({T0: 5, T1: 2}, on_done=done.append)
+    rig.run(1.0, scripted(14))
+    rig.subs.seek(T0, 8)  # handed out meanwhile (before the partitions stopped fetching)
+    rig.run(3_000.0, scripted())
+    assert offsets_sent(rig) == [5, 2, 8, 2] and done == [None]
+    # a partition of a deleted topic: final, the revocation goes on (it once waited 60 s)
+    rig = Rig(enable_auto_commit=True)
+    rig.subs.assign([T0])
+    rig.subs.seek(T0, 5)
+    rig.commits.commit_positions({T0: 5}, on_done=done.append)
+    rig.run(3_000.0, scripted(3, 3, 3))
+    assert rig.count(OffsetCommitRequest) == 1 and isinstance(done[-1], ke.UnknownTopicOrPartitionError)
+
+
+def test_an_auto_commit_leaves_out_a_partition_the_user_is_committing():
+    rig = Rig(enable_auto_commit=True, auto_commit_interval_ms=100)
+    rig.subs.assign([T0, T1])
+    rig.subs.seek(T0, 7)
+    rig.subs.seek(T1, 4)
+    rig.commit(offsets={T0: OffsetAndMetadata(3, "", -1)})  # the user's own, older: it must win
+    rig.commits.start_auto_commit(-100.0)
+    wait, out = rig.commits.poll(0.0)
+    sent = sorted((p.partition_index, p.committed_offset) for o in out for t in o.request.topics for p in t.partitions)
+    assert sent == [(0, 3), (1, 4)]  # the user's T0 at 3; the auto-commit's T1 only

@@ -110,7 +110,7 @@ def test_commit_asked_while_rejoining_is_refused_as_retriable(state):
     assert commits.poll(0.0)[1] == []  # nothing was sent
 
 
-@pytest.mark.parametrize("state", ["stable", "revoking_partitions", "assigning_partitions", "partitions_revoked"])
+@pytest.mark.parametrize("state", ["stable", "revoking_partitions", "assigning_partitions", "committing_revoked"])
 def test_commit_in_a_settled_state_or_inside_a_callback_is_sent(state):
     commits = make(state)
     event = commit(commits)

@@ -216,7 +216,7 @@ def test_a_new_target_during_a_revocation_is_reconciled_after_the_acknowledgemen
     listener.calls.clear()
     clock.advance(500)
     member.machine.tick(clock.now_ms())
-    answer(heartbeat(member, clock), clock, 2, [0])  # T1 goes
+    answer(heartbeat(member, clock), clock, 2, [0])  # T1 goes: nothing to commit (no position)
     assert member.machine.state == "revoking"  # on_partitions_revoked posted, not yet run
     clock.advance(500)
     member.machine.tick(clock.now_ms())
@@ -234,23 +234,37 @@ def test_a_new_target_during_a_revocation_is_reconciled_after_the_acknowledgemen
     ack2 = heartbeat(member, clock)
     assert owned_in(ack2.request) == [0, 2]
     assert member.machine.state == "stable"
-    assert listener.calls == [("revoked", [1]), ("assigned", [2])]
+    # on_partitions_assigned runs for every reconciliation, with nothing added too (as Java)
+    assert listener.calls == [("revoked", [1]), ("assigned", []), ("assigned", [2])]
 
 
-def test_the_revoked_partitions_are_committed_before_they_are_acknowledged():
-    member, clock = make(Listener())
+def test_the_revoked_partitions_are_committed_then_called_back_then_released():
+    """The Java client's order: the auto-commit of the partitions to give up goes out while they are still the
+    member's, then on_partitions_revoked runs (a commit of its own wins), and only then are they released.
+    Until then every heartbeat lists them, so the coordinator cannot give them to another member while the
+    commit is in flight (a new owner once re-read below a commit that landed after it had started)."""
+    listener = Listener()
+    member, clock = make(listener)
     joined(member, clock, [0, 1])
+    listener.calls.clear()
     member._subs.seek(T1, 42)
     clock.advance(500)
     member.machine.tick(clock.now_ms())
     answer(heartbeat(member, clock), clock, 2, [0])
-    run_callbacks(member, clock)
-    assert member.machine.state == "committing_revoked"
+    assert member.machine.state == "committing_revoked" and member.background.empty()  # no callback yet
     ((positions, done),) = member._commits.sent
-    assert positions == {T1: 42}
-    assert nothing_sent(member, clock) or member.machine.state == "committing_revoked"
+    assert positions == {T1: 42} and member.owned == {T0, T1}
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    beat_ = heartbeat(member, clock)  # the commit held: the heartbeat says nothing has changed
+    assert beat_.request.topic_partitions is None and member.owned == {T0, T1}
+    answer(beat_, clock, 2)
     done(None)
+    assert member.machine.state == "revoking" and member.owned == {T0, T1}
+    run_callbacks(member, clock)
+    assert listener.calls == [("revoked", [1]), ("assigned", [])] and member.owned == {T0}
     assert member.machine.state == "acknowledging"
+    assert owned_in(heartbeat(member, clock).request) == [0]
 
 
 @pytest.mark.parametrize("code", [110, 25])  # FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID
@@ -383,8 +397,21 @@ def test_leaving_with_nothing_owned_sends_the_leave_at_once_and_a_new_subscripti
     member.on_unsubscribe(clock.now_ms())
     assert member.machine.state == "leaving"
     leave = heartbeat(member, clock)
-    answer(leave, clock, -1)  # still subscribed (subscribe() again came first): it joins again
+    member.on_subscription_changed(clock.now_ms())  # subscribe() again came first
+    answer(leave, clock, -1)
     assert member.machine.state == "joining" and heartbeat(member, clock).request.member_epoch == 0
+
+
+def test_unsubscribe_leaves_for_good_while_the_subscription_is_still_set():
+    """The review's case: the application thread clears the subscription only once unsubscribe() completed,
+    and the leave saw it still set and rejoined (unsubscribe() raised after 60 s, the consumer still a member).
+    The intent is recorded on the background thread with the event."""
+    member, clock = make(Listener())
+    member.on_subscription_changed(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 1)
+    member.on_unsubscribe(clock.now_ms())
+    answer(heartbeat(member, clock), clock, -1)
+    assert member.machine.state == "unsubscribed" and member.close_done and nothing_sent(member, clock)
 
 
 def test_leaving_during_a_revocation_finishes_it_then_revokes_the_rest():
@@ -396,25 +423,47 @@ def test_leaving_during_a_revocation_finishes_it_then_revokes_the_rest():
     member.begin_close(autocommit=True)
     assert member.machine.state == "revoking_then_leave"
     run_callbacks(member, clock)  # the revocation's callback, then the leave's for what is left
-    assert ("leave_committing", "revocation_completed", "leaving") in steps(member)
+    assert ("revoking_then_leave", "revoke_acked", "leave_committing") in steps(member)
+    assert ("prepare_leaving", "revoke_acked", "leaving") in steps(member)
     assert listener.calls[-2:] == [("revoked", [1]), ("revoked", [0])]
     answer(heartbeat(member, clock), clock, -1)
     assert member.machine.state == "unsubscribed"
 
 
-@pytest.mark.parametrize("keeps, then", [([0], "prepare_leaving"), ([], "leaving")])
-def test_leaving_while_the_revoked_partitions_commit_is_in_flight_waits_for_it(keeps, then):
-    member, clock = make(Listener())
+def test_leaving_during_a_revocation_of_everything_leaves_once_it_is_called_back():
+    listener = Listener()
+    member, clock = make(listener)
     joined(member, clock, [0, 1])
+    beat(member, clock, 2, [])  # the broker takes everything back
+    assert member.machine.state == "revoking"
+    member.begin_close(autocommit=True)
+    assert member.machine.state == "revoking_then_leave"
+    run_callbacks(member, clock)  # the revocation's callback; nothing is left to revoke
+    assert ("revoking_then_leave", "revoke_acked", "leaving") in steps(member)
+    assert listener.calls[-1] == ("revoked", [0, 1]) and ("revoked", [0]) not in listener.calls
+    answer(heartbeat(member, clock), clock, -1)
+    assert member.machine.state == "unsubscribed"
+
+
+@pytest.mark.parametrize("keeps", [[0], []])
+def test_leaving_while_the_revoked_partitions_commit_is_in_flight_waits_for_it(keeps):
+    listener = Listener()
+    member, clock = make(listener)
+    joined(member, clock, [0, 1])
+    listener.calls.clear()
     member._subs.seek(T1, 7)
     member._subs.seek(T0, 3)
     beat(member, clock, 2, keeps)
-    run_callbacks(member, clock)
     assert member.machine.state == "committing_revoked"
     member.begin_close(autocommit=True)
     assert member.machine.state == "committing_then_leave"
     member._commits.sent[0][1](None)
-    assert ("committing_then_leave", "revocation_completed", then) in steps(member)
+    # then everything still owned, the reconciliation's partitions too, is committed and revoked at once
+    assert ("committing_then_leave", "revocation_completed", "leave_committing") in steps(member)
+    assert member._commits.sent[1][0] == {T0: 3, T1: 7}
+    member._commits.sent[1][1](None)
+    run_callbacks(member, clock)
+    assert listener.calls == [("revoked", [0, 1])] and member.machine.state == "leaving"
 
 
 def test_leaving_during_an_assignment_finishes_it_then_revokes_everything():
@@ -475,8 +524,12 @@ def test_leaving_when_fenced_or_stale_needs_no_leave_heartbeat():
     joined(member, clock, [0])
     member.machine.fire("poll_timer_expired", clock.now_ms())
     assert member.machine.state == "stale"
-    member.begin_close(autocommit=True)
-    assert member.machine.state == "unsubscribed"
+    listener.calls.clear()
+    member.begin_close(autocommit=True)  # as Java, the listener is told its partitions are lost
+    assert member.machine.state == "lost_then_leave"
+    run_callbacks(member, clock)
+    assert listener.calls == [("lost", [0])] and member.machine.state == "unsubscribed"
+    assert member.owned == frozenset() and nothing_sent(member, clock)
 
 
 # -- the lease: the spec's session timer, as long as the group's session timeout on the broker ---------------
@@ -554,3 +607,120 @@ def test_a_broker_that_will_not_say_its_session_timeout_is_warned_about_once_and
         member.machine.tick(clock.now_ms())
         answer(heartbeat(member, clock), clock, 1)
     assert member._subs.lease_until == float("inf") and member.machine.state == "stable"
+
+
+def test_the_leave_goes_at_once_even_with_a_heartbeat_in_flight():
+    """Java sends the leave heartbeat at once on close. It waited behind an ordinary heartbeat in flight:
+    close() took 8 s with a heartbeat answer held 8 s, and an unresponsive coordinator never saw the leave."""
+    member, clock = make(Listener())
+    joined(member, clock, [0])
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    held = heartbeat(member, clock)  # an ordinary heartbeat, never answered
+    member.begin_close(autocommit=False)
+    run_callbacks(member, clock)  # on_partitions_revoked of what it owns
+    assert member.machine.state == "leaving"
+    leave = heartbeat(member, clock)
+    assert leave.request.member_epoch == -1
+    answer(held, clock, 1, error_code=27)  # the held one answered late: it changes nothing
+    assert member.machine.state == "leaving" and nothing_sent(member, clock)
+    answer(leave, clock, -1)
+    assert member.machine.state == "unsubscribed" and member.close_done
+
+
+def test_topic_authorization_failed_on_a_heartbeat_is_raised_once_and_the_member_stays():
+    """As Java: TOPIC_AUTHORIZATION_FAILED is raised once by the next poll() and the member keeps its state and
+    heartbeats on; granting the ACL lets it recover. It was fatal for good."""
+    from fsm_consumer.events import ErrorEvent
+
+    member, clock = make(Listener())
+    joined(member, clock, [0])
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 1, error_code=29)
+    assert member.machine.state == "stable" and member.owned == {T0} and member.fatal is None
+    (event,) = [member.background.get_nowait() for _ in range(member.background.qsize())]
+    assert isinstance(event, ErrorEvent) and isinstance(event.error, ke.TopicAuthorizationFailedError)
+    assert "grant this principal READ" in str(event.error)
+    clock.advance(300)  # past the retry backoff
+    again = heartbeat(member, clock)  # heartbeats go on (a full one, after an error)
+    answer(again, clock, 1)
+    assert member.machine.state == "stable" and member.background.empty()
+
+
+def test_a_member_joining_with_nothing_assigned_is_told_so():
+    """As Java: on_partitions_assigned runs when the member joins, with an empty set when the group gives it
+    nothing (it was not called at all)."""
+    listener = Listener()
+    member, clock = make(listener)
+    member.on_subscription_changed(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 1, [])
+    run_callbacks(member, clock)
+    assert listener.calls == [("assigned", [])] and member.machine.state == "acknowledging"
+
+
+def test_a_static_member_names_its_instance_in_every_heartbeat():
+    """As Java: the instance id goes in every heartbeat, not only the full ones (the broker otherwise took the
+    member for a dynamic one, and told it UNRELEASED_INSTANCE_ID about itself instead of FENCED_INSTANCE_ID)."""
+    member, clock = make(Listener(), group_instance_id="i1")
+    join = joined(member, clock, [0])
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    beat_ = heartbeat(member, clock).request
+    assert join.request.instance_id == "i1" and beat_.instance_id == "i1" and beat_.topic_partitions is None
+
+
+def test_a_pattern_is_resolved_by_the_client_and_sent_as_names():
+    """As Java resolves a java.util.regex.Pattern: the member matches its pattern against the metadata (Python's
+    semantics and flags, internal topics left out under exclude_internal_topics) and sends the names. Sent as
+    the broker's regex, ".*" handed out __consumer_offsets and an IGNORECASE pattern matched nothing."""
+    import re
+
+    member, clock = make(Listener())
+    member._subs.unsubscribe()
+    member._subs.subscribe(pattern=re.compile("ORDERS-.*", re.IGNORECASE))
+    info = SimpleNamespace(leaders={0: 7}, internal=False, topic_id=str(TOPIC_ID))
+    member._metadata.topics = {
+        "orders-eu": info,
+        "orders-us": info,
+        "payments": info,
+        "__consumer_offsets": SimpleNamespace(leaders={0: 7}, internal=True, topic_id=None),
+    }
+    member.on_subscription_changed(clock.now_ms())
+    join = heartbeat(member, clock).request
+    assert join.subscribed_topic_names == ["orders-eu", "orders-us"] and join.subscribed_topic_regex is None
+    member._subs.unsubscribe()
+    member._subs.subscribe(pattern=".*")
+    assert member.subscribed_topics() == ("orders-eu", "orders-us", "payments")  # never an internal topic
+
+
+@pytest.mark.parametrize("fail", ["load_in_progress", "timed_out"])
+def test_a_loading_coordinator_or_a_heartbeat_timeout_keeps_the_coordinator(fail):
+    """As Java: COORDINATOR_LOAD_IN_PROGRESS is the same coordinator, later, and a heartbeat that timed out keeps
+    it too (only a lost connection finds it again); each made a new FindCoordinator."""
+    from stand_ins import Coordinator as Strict
+
+    from fsm_consumer.transport import RequestTimedOut
+
+    member, clock = make(Listener())
+    joined(member, clock, [0])
+    member._coordinator = Strict(errors_expected=False)
+    clock.advance(500)
+    member.machine.tick(clock.now_ms())
+    beat_ = heartbeat(member, clock)
+    if fail == "load_in_progress":
+        answer(beat_, clock, 1, error_code=14)
+    else:
+        beat_.handler(SimpleNamespace(error=RequestTimedOut("heartbeat timed out"), response=None), clock.now_ms())
+    assert member.machine.state == "stable"
+    clock.advance(300)
+    answer(heartbeat(member, clock), clock, 1)  # retried after the backoff, to the same coordinator
+    assert member.machine.state == "stable"
+
+
+def test_a_full_consumer_group_names_the_consumer_protocols_limit():
+    member, clock = make(Listener())
+    member.on_subscription_changed(clock.now_ms())
+    answer(heartbeat(member, clock), clock, 0, error_code=81)  # GROUP_MAX_SIZE_REACHED
+    assert member.machine.state == "fatal" and "group.consumer.max.size" in str(member.fatal)
+    assert "group.max.size)" not in str(member.fatal)

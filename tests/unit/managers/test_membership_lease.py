@@ -285,3 +285,47 @@ def test_the_engine_bounds_an_answer_read_after_a_stall_by_the_pass_before():
     assert thread._heard_after(11_701.0, 11_702.0, 11_800.0, 100.0) == 11_800.0 - 200  # and then no more
     # frozen between passes (before the wait began)
     assert thread._heard_after(20_000.0, 20_001.0, 20_002.0, 0.0) == 11_800.0
+
+
+def test_the_poll_interval_runs_while_a_rebalance_callback_waits_to_run():
+    """As Java: max_poll_interval_ms is counted from the last poll() in every state but leaving. It was not
+    while a callback was awaited (its own timeout, counted from when it was asked, governed): with a 3 s
+    interval a member left 4.99 s after its last poll."""
+    manager, clock = make(0, max_poll_interval_ms=3000, partition_assignment_strategy=["range"])
+    posted = []
+    manager._callbacks._bg = SimpleNamespace(put=posted.append)
+    manager._subs.listener = SimpleNamespace(
+        on_partitions_assigned=lambda tps: None, on_partitions_revoked=lambda tps: None
+    )
+    manager.on_subscription_changed(clock.now_ms())
+    join_round(manager, clock, 1, [T0], 0)
+    manager.on_callback_ack(CallbackAckEvent(future=None, token=manager._callbacks._token), clock.now_ms())
+    assert manager.machine.state == "stable"
+    last_poll = clock.now_ms()
+    manager.on_app_poll(last_poll)
+    clock.advance(2000)
+    answer(sent(manager, clock, HeartbeatRequest), clock, error_code=27)  # a rebalance: eager revokes first
+    assert (
+        manager.machine.state == "revoking_partitions"
+    )  # nothing to commit (auto-commit off)  # the callback waits for a poll() that never comes
+    clock.advance(999)
+    tick(manager, clock)
+    assert manager.machine.state == "revoking_partitions"
+    clock.advance(1)
+    tick(manager, clock)
+    assert manager.machine.state == "stale" and clock.now_ms() - last_poll == 3000
+
+
+def test_a_member_that_goes_fatal_tells_the_listener_its_partitions_are_lost():
+    """As Java (transitionToFatal): the assignment is released and on_partitions_lost runs (nothing waits for
+    it: fatal is final); before, the partitions stayed assigned and the listener was never told."""
+    manager, clock = stable_member()
+    posted = []
+    manager._callbacks._bg = SimpleNamespace(put=posted.append)
+    lost = []
+    manager._subs.listener = SimpleNamespace(on_partitions_lost=lost.append)
+    clock.advance(300)
+    answer(sent(manager, clock, HeartbeatRequest), clock, error_code=82)  # FENCED_INSTANCE_ID
+    assert manager.machine.state == "fatal" and manager.owned == frozenset()
+    (event,) = [e for e in posted if isinstance(e, CallbackEvent)]
+    assert event.fn == lost.append and event.args == ({T0, T1},)

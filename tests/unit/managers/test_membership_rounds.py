@@ -234,14 +234,14 @@ def revoked_with_commit_held():
     manager._subs.seek(T0, 4)
     manager._subs.seek(T1, 2)
     m.fire("rejoin_needed")
-    assert m.state == "partitions_revoked" and len(commits.done) == 1
+    assert m.state == "committing_revoked" and len(commits.done) == 1  # committed before the callback
     return manager, commits.done[0]
 
 
-@pytest.mark.parametrize("leave, then", [(False, "joining"), (True, "leaving")])
+@pytest.mark.parametrize("leave, then", [(False, "revoking_partitions"), (True, "leave_committing")])
 def test_the_revoked_partitions_commit_ends_the_wait_also_after_a_leave_request(leave, then):
-    """partitions_revoked -> committing_then_leave enters a new state: the commit sent on entering
-    partitions_revoked is still the one awaited (it was once dropped as stale, and close() sat out the timeout)."""
+    """committing_revoked -> committing_then_leave enters a new state: the commit sent on entering
+    committing_revoked is still the one awaited (it was once dropped as stale, and close() sat out the timeout)."""
     manager, answered = revoked_with_commit_held()
     if leave:
         manager.machine.fire("leave_requested")

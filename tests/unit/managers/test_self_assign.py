@@ -79,13 +79,14 @@ def test_nothing_after_unsubscribe_and_nothing_redone_without_changes():
 # -- issue 23: a Metadata answer with an error is not "the topic is gone" -------------------------------------
 
 
-def _metadata_answer(topic_error: int, partitions: int):
+def _metadata_answer(topic_error: int, partitions: int, topic_id=None):
     from kafka.protocol.metadata import MetadataResponse
 
     P = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
     topic = MetadataResponse.MetadataResponseTopic(
         error_code=topic_error,
         name="a",
+        topic_id=topic_id,
         is_internal=False,
         partitions=[
             P(
@@ -143,3 +144,37 @@ def test_a_partition_whose_topic_briefly_went_away_resumes_at_its_position():
     manager.poll(2.0)
     assert subs.positions()[t0] == 40  # not reset to the policy past the records in between
     assert subs.needing_reset() == {TopicPartition("a", 1): "earliest"}
+
+
+def test_a_topic_deleted_and_created_again_resets_its_positions_by_policy(caplog):
+    """The review's case: a topic deleted and created again under its name, and the member fetched the new log
+    from the old position (its first records never handed out). Java reads it the same way; here the topic id
+    behind the name changed, so the positions are reset by auto_offset_reset, with a warning saying why."""
+    import logging
+    import uuid
+
+    from fsm_consumer.consumer._wiring import _recreated
+    from fsm_consumer.managers import MetadataManager
+
+    config = ConsumerConfig.from_kwargs(bootstrap_servers="127.0.0.1:1", auto_offset_reset="earliest")
+    subs = SubscriptionState("earliest")
+    subs.subscribe(["a"], None)
+    meta = MetadataManager(config, lambda: {"a"})
+    meta.on_recreated = lambda topic, old, new: _recreated(subs, config, topic, old, new)
+    manager = SelfAssignManager(config, subs, meta)
+    first, second = uuid.uuid4(), uuid.uuid4()
+    meta.poll(0.0)
+    meta.on_response(_metadata_answer(0, 2, first), 0.0)
+    manager.poll(0.0)
+    t0 = TopicPartition("a", 0)
+    subs.seek(t0, 40)
+    meta._need = True
+    meta.poll(1.0)
+    meta.on_response(_metadata_answer(0, 2, first), 1.0)  # the same topic: nothing happens
+    assert subs.positions()[t0] == 40
+    meta._need = True
+    meta.poll(2.0)
+    with caplog.at_level(logging.WARNING, logger="fsm_consumer.metadata"):
+        meta.on_response(_metadata_answer(0, 2, second), 2.0)  # deleted and created again
+    assert t0 not in subs.positions() and subs.state(t0).reset_strategy == "earliest"
+    assert "was deleted and created again" in caplog.text and "reset by auto_offset_reset='earliest'" in caplog.text
