@@ -82,8 +82,9 @@ class HeaderViews(NamedTuple):
 class PartitionColumns:
     """One partition's decoded records, rows ``start:stop`` of its arrays: offsets and timestamps (int64,
     -1 no timestamp), keys and values (``Views``, or binary Arrow arrays where the compiled module is not
-    built or declined), headers (``HeaderViews``, or ``[(row, pairs)]``) and the offset ranges of LogAppendTime batches
-    ``[(first, last)]``. Slices share everything."""
+    built or declined), headers (``HeaderViews``, or ``[(row, pairs)]``) and the rows of LogAppendTime batches
+    ``[(first, stop)]`` (indices into the arrays, marked by row: offsets need not rise in data a CRC
+    passes). Slices share everything."""
 
     __slots__ = ("offsets", "timestamps", "keys", "values", "headers", "log_append", "start", "stop")
 
@@ -162,14 +163,14 @@ def _joined(arrays: list[np.ndarray]) -> np.ndarray:
 
 
 def _timestamp_types(cols: list[PartitionColumns], offsets: np.ndarray) -> pa.Array:
-    """0 (create time) or 1 (log append time) per row, from each partition's LogAppendTime offset ranges."""
+    """0 (create time) or 1 (log append time) per row, from each partition's LogAppendTime rows."""
     types = np.zeros(len(offsets), dtype=np.int32)
     base = 0
     for c in cols:
-        if c.log_append:
-            mine = offsets[base : base + c.num_rows]
-            for lo, hi in c.log_append:
-                types[base + np.searchsorted(mine, lo, "left") : base + np.searchsorted(mine, hi, "right")] = 1
+        for first, stop in c.log_append:  # rows of the arrays: those of this slice
+            lo, hi = max(first, c.start), min(stop, c.stop)
+            if hi > lo:
+                types[base + lo - c.start : base + hi - c.start] = 1
         base += c.num_rows
     return _arrow.array(types)
 

@@ -20,28 +20,56 @@
    it the hand-over would cost more than the loop) */
 #define RELEASE_MIN_RECORDS 64
 
+/* An integer argument as int64: 0 read, 1 outside int64 (the caller declines: the exact loop's to judge,
+   Python's integers have no limit), -1 an exception (not an integer). */
+static int int64_arg(PyObject *o, int64_t *out) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow) return 1;
+    if (v == -1 && PyErr_Occurred()) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Reads the integer arguments args[i] for each index in `which` (-1 ends it) into out: 0, 1 or -1 as int64_arg. */
+static int int64_args(PyObject *const *args, const int *which, int64_t *out) {
+    for (; *which >= 0; which++, out++) {
+        int got = int64_arg(args[*which], out);
+        if (got) return got;
+    }
+    return 0;
+}
+
 static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     /* buf, count, base_offset, base_timestamp, log_append_time|None, min_offset, topic, partition, leader_epoch, out, record_type */
     if (nargs != 11) { PyErr_SetString(PyExc_TypeError, "11 arguments"); return NULL; }
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    const unsigned char *b = view.buf; Py_ssize_t n = view.len;
-    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
-    int64_t base_offset = PyLong_AsLongLong(args[2]), base_ts = PyLong_AsLongLong(args[3]);
-    int lat = args[4] != Py_None; int64_t lat_ts = lat ? PyLong_AsLongLong(args[4]) : 0;
-    int64_t min_offset = PyLong_AsLongLong(args[5]);
     PyObject *topic = args[6], *partition = args[7], *epoch = args[8], *out = args[9];
+    if (!PyList_Check(out) || !PyType_Check(args[10]) || !PyType_IsSubtype((PyTypeObject *)args[10], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "out: a list, record_type: a tuple type");
+        return NULL;
+    }
     PyTypeObject *type = (PyTypeObject *)args[10];
-    if (PyErr_Occurred()) { PyBuffer_Release(&view); return NULL; }
+    int lat = args[4] != Py_None;
+    int64_t v[5] = {0, 0, 0, 0, 0};  /* count, base_offset, base_ts, min_offset, lat_ts */
+    static const int plain[] = {1, 2, 3, 5, -1}, stamped[] = {1, 2, 3, 5, 4, -1};
+    int read = int64_args(args, lat ? stamped : plain, v);
+    if (read < 0) return NULL;
+    if (read > 0) Py_RETURN_NOTIMPLEMENTED;
+    int64_t count = v[0], base_offset = v[1], base_ts = v[2], min_offset = v[3], lat_ts = v[4];
     /* varints of at most 8 bytes stay below 2**55: with bases below 2**62 no sum overflows int64 */
     const int64_t limit = (int64_t)1 << 62;
     if (base_offset >= limit || base_offset <= -limit || base_ts >= limit || base_ts <= -limit || lat_ts >= limit
-        || lat_ts <= -limit) {
+        || lat_ts <= -limit || count < 0)
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *b = view.buf; Py_ssize_t n = view.len;
+    if (count > n / MIN_RECORD_SIZE) {  /* more records than the bytes can hold: the loop words it */
         PyBuffer_Release(&view);
         Py_RETURN_NOTIMPLEMENTED;
     }
-    int got = append_records(b, n, count, base_offset, base_ts, lat, lat_ts, min_offset, topic, partition, epoch, out,
-                             type);
+    int got = append_records(b, n, (Py_ssize_t)count, base_offset, base_ts, lat, lat_ts, min_offset, topic, partition,
+                             epoch, out, type);
     PyBuffer_Release(&view);
     if (got < 0) return NULL;
     if (got > 0) Py_RETURN_NOTIMPLEMENTED;
@@ -59,21 +87,23 @@ static PyObject *scan_fields(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (nargs != 9) { PyErr_SetString(PyExc_TypeError, "payload, count, start, base offset, base timestamp, 4 bytearrays"); return NULL; }
     for (int k = 5; k < 9; k++)
         if (!PyByteArray_Check(args[k])) { PyErr_SetString(PyExc_TypeError, "starts, offsets, timestamps, spans: bytearrays"); return NULL; }
-    Py_ssize_t count = PyLong_AsSsize_t(args[1]), start = PyLong_AsSsize_t(args[2]);
-    int64_t base_offset = PyLong_AsLongLong(args[3]), base_ts = PyLong_AsLongLong(args[4]);
-    if (PyErr_Occurred()) {  /* a base beyond int64 is the exact loop's to word */
-        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return NULL;
-        PyErr_Clear();
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    /* varints of at most 8 bytes stay below 2**55: with bases below 2**62 no sum overflows int64 */
+    int64_t v[4];  /* count, start, base offset, base timestamp */
+    static const int which[] = {1, 2, 3, 4, -1};
+    int read = int64_args(args, which, v);
+    if (read < 0) return NULL;
+    if (read > 0) Py_RETURN_NOTIMPLEMENTED;  /* beyond int64: the exact loop's to word */
+    int64_t count = v[0], start = v[1], base_offset = v[2], base_ts = v[3];
+    /* varints of at most 8 bytes stay below 2**55: with bases below 2**62 no sum overflows int64; positions
+       plus a start below 2**62 neither */
     const int64_t limit = (int64_t)1 << 62;
-    if (count < 0 || base_offset >= limit || base_offset <= -limit || base_ts >= limit || base_ts <= -limit)
+    if (count < 0 || start < 0 || start >= limit || base_offset >= limit || base_offset <= -limit ||
+        base_ts >= limit || base_ts <= -limit)
         Py_RETURN_NOTIMPLEMENTED;
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     const unsigned char *b = view.buf; Py_ssize_t n = view.len;
-    if (count > n) {  /* a record takes at least its length's byte: a corrupt count, left to the exact loop */
+    /* more records than the bytes hold: corrupt, the exact loop words it; nothing sized from the claim */
+    if (count > n / MIN_RECORD_SIZE || chain_records(b, n, (Py_ssize_t)count) < 0) {
         PyBuffer_Release(&view);
         Py_RETURN_NOTIMPLEMENTED;
     }
@@ -98,7 +128,7 @@ static PyObject *scan_fields(PyObject *self, PyObject *const *args, Py_ssize_t n
        records takes tens of microseconds, the network thread's pass from one Fetch answer to the next
        request waited for it) */
     PyThreadState *released = count >= RELEASE_MIN_RECORDS ? PyEval_SaveThread() : NULL;
-    int declined = scan_records(b, n, count, start, base_offset, base_ts, st, of, ts, sp, NULL) < 0;
+    int declined = scan_records(b, n, (Py_ssize_t)count, (Py_ssize_t)start, base_offset, base_ts, st, of, ts, sp, NULL) < 0;
     if (released) PyEval_RestoreThread(released);
     if (declined) goto decline;
     PyBuffer_Release(&view);
@@ -142,8 +172,8 @@ static void release_buffers(Py_buffer *bufs, Py_ssize_t n) {
    (4 native int64 per record: key start, key end, value start, value end, positions in the parts joined;
    part k starts at starts[k]) are given, as the buffers of an Arrow binary_view array whose data buffers
    are the parts: (validity bitmap or None when nothing is null, the 16-byte views, null count). Nothing is
-   copied but values of up to 12 bytes, which a view holds. Null is an empty span after 0x01 (the one-byte
-   -1 length). NotImplemented when a span lies outside its part or a part is beyond int32 offsets. */
+   copied but values of up to 12 bytes, which a view holds. A null's span ends one before it starts (its
+   length, -1). NotImplemented when a span lies outside its part or a part is beyond int32 offsets. */
 static PyObject *views(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) { PyErr_SetString(PyExc_TypeError, "parts, starts, spans, field"); return NULL; }
     Py_ssize_t field = PyLong_AsSsize_t(args[3]);
@@ -162,8 +192,8 @@ static PyObject *views(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     PyObject *out = NULL, *validity = NULL, *result = NULL;
     int64_t nulls = 0;
     if (stv.len != nparts * (Py_ssize_t)sizeof(int64_t) || (n && !nparts)) goto decline;
-    for (Py_ssize_t k = 0; k < nparts; k++)
-        if (parts[k].len > INT32_MAX) goto decline;
+    for (Py_ssize_t k = 0; k < nparts; k++)  /* parts in order, from 0 up: no position below overflows */
+        if (parts[k].len > INT32_MAX || starts[k] < 0 || (k && starts[k] < starts[k - 1])) goto decline;
     out = PyBytes_FromStringAndSize(NULL, 16 * n);
     /* a bitmap for the nulls is made up front (an eighth of a byte per record), so that the loop allocates
        nothing: dropped when nothing is null */
@@ -180,15 +210,17 @@ static PyObject *views(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     Py_ssize_t k = 0;
     for (Py_ssize_t i = 0; i < n; i++, v += 16) {
         int64_t a = sp[4 * i + field], b = sp[4 * i + field + 1];
-        while (k + 1 < nparts && starts[k + 1] < a) k++;  /* the part holding a's length byte, a - 1 */
-        int64_t local = a - starts[k], len = b - a;
-        if (local < 1 || len < 0 || local + len > parts[k].len) { bad = 1; break; }
-        const unsigned char *d = (const unsigned char *)parts[k].buf;
-        if (len == 0 && d[local - 1] == 1) {
+        if (b == a - 1 && a > INT64_MIN) {  /* null */
             bits[i >> 3] &= (unsigned char)~(1 << (i & 7));
             nulls++;
             continue;
         }
+        while (k + 1 < nparts && starts[k + 1] <= a) k++;  /* the part holding a */
+        /* spans and starts are ours, but a bad one must not read outside a part: no subtraction overflows */
+        if (a < starts[k] || b < a || b - a > INT32_MAX) { bad = 1; break; }  /* starts[k] >= 0: no overflow */
+        int64_t local = a - starts[k], len = b - a;
+        if (local > parts[k].len || len > parts[k].len - local) { bad = 1; break; }
+        const unsigned char *d = (const unsigned char *)parts[k].buf;
         int32_t l32 = (int32_t)len, k32 = (int32_t)k, o32 = (int32_t)local;
         memcpy(v, &l32, 4);
         if (len <= 12) {
@@ -230,7 +262,7 @@ static inline int present(const piece_t *p, Py_ssize_t i) {
     return (((const unsigned char *)p->validity.buf)[bit >> 3] >> (bit & 7)) & 1;
 }
 
-/* the bytes of element i of a piece (present or not: a null's are empty) */
+/* the bytes of element i of a piece (present or not: a null's are empty), once checked by element_fits */
 static inline const unsigned char *element(const piece_t *p, Py_ssize_t i, int32_t *len) {
     if (p->kind == 1) {
         const int32_t *off = (const int32_t *)p->a.buf + p->offset + i;
@@ -243,6 +275,25 @@ static inline const unsigned char *element(const piece_t *p, Py_ssize_t i, int32
     int32_t k, o;
     memcpy(&k, v + 8, 4); memcpy(&o, v + 12, 4);
     return (const unsigned char *)p->parts[k].buf + o;
+}
+
+/* Whether element i of a piece lies inside its buffer (*len its length): every index and bound read from the
+   piece is checked before it is used, in integers, so a bad array is refused, never read out of bounds.
+   These arrays are ours, but a bad one must not crash. */
+static int element_fits(const piece_t *p, Py_ssize_t i, int32_t *len) {
+    if (p->kind == 1) {
+        const int32_t *off = (const int32_t *)p->a.buf + p->offset + i;
+        if (off[0] < 0 || off[1] < off[0] || off[1] > p->b.len) return 0;
+        *len = off[1] - off[0];
+        return 1;
+    }
+    const unsigned char *v = (const unsigned char *)p->a.buf + 16 * (p->offset + i);
+    memcpy(len, v, 4);
+    if (*len < 0) return 0;
+    if (*len <= 12) return 1;  /* inline */
+    int32_t k, o;
+    memcpy(&k, v + 8, 4); memcpy(&o, v + 12, 4);
+    return k >= 0 && k < p->nparts && o >= 0 && o <= p->parts[k].len && *len <= p->parts[k].len - o;
 }
 
 static PyObject *to_binary(PyObject *self, PyObject *arg) {
@@ -269,8 +320,9 @@ static PyObject *to_binary(PyObject *self, PyObject *arg) {
         } else if (!(p->parts = get_buffers(b, &p->nparts))) {
             goto done;
         }
-        Py_ssize_t width = p->kind == 1 ? 4 : 16;  /* the buffer a holds offset + length (+ 1) entries */
-        if (p->offset < 0 || p->length < 0 || (p->offset + p->length + (p->kind == 1)) * width > p->a.len ||
+        /* the buffer a holds offset + length (+ 1) entries: compared by division, no product overflows */
+        Py_ssize_t width = p->kind == 1 ? 4 : 16, entries = p->a.len / width, extra = p->kind == 1;
+        if (p->offset < 0 || p->length < 0 || p->offset > entries || p->length > entries - p->offset - extra ||
             (p->has_validity && (p->offset + p->length + 7) / 8 > p->validity.len)) {
             PyErr_SetString(PyExc_ValueError, "a piece's buffers are shorter than its offset and length");
             goto done;
@@ -278,20 +330,7 @@ static PyObject *to_binary(PyObject *self, PyObject *arg) {
         for (Py_ssize_t i = 0; i < p->length; i++) {
             if (!present(p, i)) { nulls++; continue; }
             int32_t len;
-            const unsigned char *src = element(p, i, &len);
-            /* every view must lie inside its buffer: these arrays are ours, but a bad one must not crash */
-            const Py_buffer *in = &p->b;
-            if (p->kind == 0 && len > 12) {
-                int32_t k;
-                memcpy(&k, (const unsigned char *)p->a.buf + 16 * (p->offset + i) + 8, 4);
-                if (k < 0 || k >= p->nparts) { PyErr_SetString(PyExc_ValueError, "a view names no buffer"); goto done; }
-                in = &p->parts[k];
-            }
-            if (len < 0 || (!(p->kind == 0 && len <= 12) &&
-                            (src < (const unsigned char *)in->buf || src + len > (const unsigned char *)in->buf + in->len))) {
-                PyErr_SetString(PyExc_ValueError, "an element lies outside its buffer");
-                goto done;
-            }
+            if (!element_fits(p, i, &len)) { PyErr_SetString(PyExc_ValueError, "an element lies outside its buffer"); goto done; }
             total += len;
         }
         n += p->length;

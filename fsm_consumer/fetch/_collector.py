@@ -92,6 +92,8 @@ class FetchCollector:
         self._metrics = metrics
         self._isolation = config.isolation_level
         self._check_crcs = config.check_crcs
+        # a compressed batch decompresses to at most the largest answer the consumer accepts
+        self._max_batch_bytes = config.receive_buffer_max
         self._key_des = config.key_deserializer
         self._value_des = config.value_deserializer
         self._current: _Draining | None = None
@@ -352,6 +354,7 @@ class FetchCollector:
                 isolation_level=self._isolation,
                 aborted_transactions=fetch.aborted_transactions,
                 check_crcs=self._check_crcs,
+                max_batch_bytes=self._max_batch_bytes,
             )
         # The young-generation collections that thousands of new record tuples trigger would traverse
         # them again and again while they are built, for nothing: decoding makes no reference cycles.
@@ -371,6 +374,7 @@ class FetchCollector:
                 check_crcs=self._check_crcs,
                 key_deserializer=self._key_des,
                 value_deserializer=self._value_des,
+                max_batch_bytes=self._max_batch_bytes,
             )
         finally:
             if collecting:

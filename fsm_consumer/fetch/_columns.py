@@ -27,9 +27,9 @@ per record:
   "skeleton" array over the data whose element ``4i`` is key ``i`` and ``4i + 2``
   value ``i`` (the odd elements are the bytes between them); one ``take`` per
   column gathers them into a contiguous ``binary`` array;
-* null is told from empty without a flag: a null key or value has start == end
-  and its length varint, the byte before it, is ``0x01`` (zigzag -1); an empty
-  one has ``0x00`` there.
+* a null key or value is said by its span, never read from the bytes: its end
+  is one before its start (its length, -1, however the varint wrote it); an
+  empty one has start == end.
 
 Records of a batch that began before the fetch offset are dropped from the spans
 before any column is made (no Arrow filter: its compute kernels cost the process
@@ -53,6 +53,7 @@ from crc32c import crc32c
 
 from . import _arrow, _vector
 from ._assemble import PARTITION_SCHEMA, SCHEMA, HeaderViews, PartitionColumns, Views, assemble
+from ._compression import DEFAULT_LIMIT
 from ._errors import RecordError
 from ._positions import _add_records, _Columns, columns_of, decode_exact
 from ._walk import READ_UNCOMMITTED, read_committed, walk
@@ -101,6 +102,7 @@ class _Starts:
         "log_append",
         "headers",
         "declined",
+        "log_append_rows",
     )
 
     def __init__(self) -> None:
@@ -118,6 +120,7 @@ class _Starts:
         self.log_append: list[tuple[int, int]] = []  # (first record, batch max timestamp)
         self.headers: list[tuple[int, tuple]] = []  # filled by parse
         self.declined = False  # an extreme base: the exact loop decodes the fetch
+        self.log_append_rows: list[tuple[int, int]] = []  # legacy messages' (none here: they go to the exact loop)
 
     def records(self) -> int:
         return len(self.coffsets) // 8 + len(self.starts)
@@ -196,11 +199,19 @@ def decode_partition_columns(
     isolation_level: str = READ_UNCOMMITTED,
     aborted_transactions: Iterable[Any] | None = None,
     check_crcs: bool = True,
+    max_batch_bytes: int = DEFAULT_LIMIT,
 ) -> DecodedColumns:
-    """``decode_partition`` to columns: the same records, ``next_offset``, ``bytes``, ``error``."""
+    """``decode_partition`` to columns: the same records, ``next_offset``, ``bytes``, ``error``.
+
+    Memory goes with the records present: a count or length the bytes cannot hold fails the partition
+    (both scans bound a batch's records by its bytes), and a MemoryError in a fast path hands the fetch to
+    the exact walk, which fails the batch it could not decode, as any other fault."""
     committed = read_committed(isolation_level)
     if _walk_columns is not None and records is not None and not (committed and aborted_transactions):
-        walked_columns = _walked_columns(records, fetch_offset, committed, check_crcs)
+        try:
+            walked_columns = _walked_columns(records, fetch_offset, committed, check_crcs)
+        except MemoryError:
+            walked_columns = None
         if walked_columns is not None:
             return walked_columns
     out = _Starts()
@@ -219,14 +230,21 @@ def decode_partition_columns(
         out.mark,
         out.truncate,
         views=True,
+        max_batch_bytes=max_batch_bytes,
     )
     if walked.error is None and not out.declined:
         if not out.records():
             return DecodedColumns(EMPTY_PARTITION, *walked)
-        columns = _fast_columns(out, check_crcs)
+        try:
+            columns = _fast_columns(out, check_crcs)
+        except MemoryError:
+            columns = None
         if columns is not None:
             return DecodedColumns(columns, *walked)
-    cols, walked = decode_exact(topic, partition, records, fetch_offset, committed, aborted_transactions, check_crcs)
+    del out  # the fast path's arrays, before the exact walk makes its own
+    cols, walked = decode_exact(
+        topic, partition, records, fetch_offset, committed, aborted_transactions, check_crcs, max_batch_bytes
+    )
     if not len(cols):
         return DecodedColumns(EMPTY_PARTITION, *walked)
     return DecodedColumns(build(cols, *columns_of(cols)), *walked)
@@ -236,7 +254,7 @@ class _Walked:
     """What ``build`` reads of a compiled walk: its headers, nothing left to apply (it dropped the records
     below the fetch offset and gave LogAppendTime batches their time)."""
 
-    log_append = filters = ()
+    log_append = filters = log_append_rows = ()
 
     def __init__(self, headers: HeaderViews | list) -> None:
         self.headers = headers
@@ -322,22 +340,24 @@ def build(
     the compiled module is built: nothing copied until ``assemble`` copies the rows it hands out; else
     binary arrays gathered by Arrow."""
     n = len(offsets)
+    # LogAppendTime rows [first, stop), marked by row, not by offset: offsets need not rise in data a CRC passes
+    log_append = list(cols.log_append_rows)  # legacy messages': their records have the time already
     for first, ts in cols.log_append:  # to the end of that batch: its records are contiguous
-        timestamps[first : _batch_end(cols, first, n)] = ts
-    log_append = [
-        (int(offsets[first]), int(offsets[stop - 1]))
-        for first, _ in cols.log_append
-        if (stop := _batch_end(cols, first, n)) > first
-    ]
+        stop = _batch_end(cols, first, n)
+        timestamps[first:stop] = ts
+        log_append.append((first, stop))
     headers = cols.headers
     if cols.filters:  # records of a batch that began before the fetch offset: dropped before any column
         keep = _kept(cols, offsets)
         if not keep.all():
-            index = np.cumsum(keep) - 1  # a kept record's row
+            before = np.concatenate(([0], np.cumsum(keep)))  # rows kept before each record
+            index = before[1:] - 1  # a kept record's row
             offsets, timestamps = offsets[keep], timestamps[keep]
             spans = np.ascontiguousarray(spans.reshape(-1, 4)[keep]).ravel()
             headers = [(int(index[i]), pairs) for i, pairs in headers if keep[i]]
+            log_append = [(int(before[first]), int(before[stop])) for first, stop in log_append]
             n = len(offsets)
+    log_append = [(first, stop) for first, stop in log_append if stop > first]
     pair = None
     if _views is not None:
         parts, starts = ((data,), _ZERO_START) if data is not None else _parts(cols)
@@ -393,15 +413,16 @@ def _as_views(parts: Sequence, starts: np.ndarray, spans: np.ndarray, field: int
 
 def _gather(data: bytes | memoryview, spans: np.ndarray, field: int, n: int) -> pa.Array:
     """The keys (field 0) or values (field 2) of the n records in ``data`` as a binary array, by Arrow; null
-    where the span is empty after 0x01 (the one-byte length -1)."""
+    where the span ends one before it starts (its length, -1)."""
     import pyarrow.compute as pc  # here, not at import: its kernels' set-up costs the process 8-44 MB
 
-    raw = np.frombuffer(data, dtype=np.uint8)
     index = np.arange(field, 4 * n, 4, dtype=np.int64)
-    start = spans[index]
-    null = (start == spans[index + 1]) & (raw[start - 1] == 1)
+    null = spans[index + 1] < spans[index]
     if null.all():  # every one null, or none left
         return pa.nulls(n, pa.binary())
+    if (spans[1::2] < spans[0::2]).any():  # the skeleton's offsets must not fall: nulls made empty
+        spans = spans.copy()
+        np.maximum(spans[1::2], spans[0::2], out=spans[1::2])
     skeleton = pa.Array.from_buffers(pa.large_binary(), 4 * n - 1, [None, pa.py_buffer(spans), pa.py_buffer(data)])
     taken = pc.take(skeleton, _arrow.array(index, mask=null))
     return taken.cast(pa.binary())
@@ -414,5 +435,4 @@ def from_records(records: Sequence) -> PartitionColumns:
     if not len(cols):
         return EMPTY_PARTITION
     columns = build(cols, *columns_of(cols))
-    columns.log_append = [(r[3], r[3]) for r in records if r[5] == 1]
     return columns

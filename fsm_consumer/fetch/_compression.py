@@ -17,6 +17,16 @@ producers write:
 * zstd: cramjam (about 12 us fixed cost per call, its context set-up).
 
 Every failure raises ``ValueError`` with a short reason.
+
+Bounded: bytes from the network decide how far a payload expands (a zstd batch
+of 594 bytes holds 16 MiB of zeros), so no payload is decompressed past
+``limit`` bytes (the consumer passes ``receive_buffer_max``, the largest answer
+it accepts): beyond it, ``ValueError`` says so and names the setting. gzip,
+zstd and linked-block lz4 are decompressed into a buffer that cannot grow
+(first one sized for ordinary ratios, then, where that was too small, again
+into one 4 times larger, up to ``limit`` bytes);
+snappy and lz4 blocks say their sizes, which are checked before anything is
+decompressed.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from __future__ import annotations
 import struct
 
 import cramjam
+import numpy as np
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
@@ -36,17 +47,34 @@ _U32_LE = struct.Struct("<I")
 _I32_BE = struct.Struct(">i")
 
 
-def decompress(codec: int, data) -> bytes:
-    """Decompress a batch payload (bytes or memoryview) written with ``codec``."""
+#: the default bound on a payload decompressed (the consumer's default receive_buffer_max)
+DEFAULT_LIMIT = 100 * 1024 * 1024
+_FIRST_RATIO = 16  # the first buffer's size over the compressed size: ordinary batches fit it
+_FIRST_MIN = 1 << 16
+_GROWTH = 4
+_TOO_SMALL = "failed to write whole buffer"  # cramjam's word for an output buffer that filled up
+
+
+class TooLarge(ValueError):
+    """A payload decompresses past the limit (the walk makes it a RecordTooLargeError)."""
+
+
+def decompress(codec: int, data, limit: int = DEFAULT_LIMIT) -> bytes:
+    """Decompress a batch payload (bytes or memoryview) written with ``codec``: at most ``limit`` bytes."""
     try:
         if codec == LZ4:
-            return _lz4(data)
+            return _lz4(data, limit)
         if codec == ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
+            return _bounded(cramjam.zstd.decompress_into, data, limit)
         if codec == SNAPPY:
-            return _snappy(data)
+            return _snappy(data, limit)
         if codec == GZIP:
-            return bytes(cramjam.gzip.decompress(data))
+            return _bounded(cramjam.gzip.decompress_into, data, limit)
+    except TooLarge:
+        raise TooLarge(
+            f"decompresses ({NAMES[codec]}) past {limit} bytes, the most a batch may hold here: raise "
+            "receive_buffer_max to read it"
+        ) from None
     except cramjam.DecompressionError as exc:
         raise ValueError(f"{NAMES[codec]} decompression failed: {exc}") from None
     except struct.error:
@@ -54,26 +82,56 @@ def decompress(codec: int, data) -> bytes:
     raise ValueError(f"unknown compression type {codec}")
 
 
-def _snappy(data) -> bytes:
+def _bounded(decompress_into, data, limit: int) -> bytes:
+    """``data`` decompressed by ``decompress_into`` into a buffer that cannot grow: TooLarge past ``limit``.
+    A buffer too small is dropped for one _GROWTH times larger (up to ``limit``) and the payload decompressed
+    again: the work stays within a few times the output, the buffer within _GROWTH times it."""
+    size = min(limit, max(_FIRST_MIN, _FIRST_RATIO * len(data)))
+    while True:
+        out = np.empty(size, dtype=np.uint8)  # not written first: only the pages the output reaches are touched
+        try:
+            n = decompress_into(data, out)
+        except cramjam.DecompressionError as exc:
+            if str(exc) != _TOO_SMALL:
+                raise
+            if size >= limit:
+                raise TooLarge from None
+            size = min(limit, _GROWTH * size)
+            del out  # before the larger one is made
+            continue
+        return out[:n].tobytes()
+
+
+def _snappy_raw(data, room: int) -> bytes:
+    """A raw snappy block, whose header says its size: checked before it is decompressed."""
+    if cramjam.snappy.decompress_raw_len(data) > room:
+        raise TooLarge
+    return bytes(cramjam.snappy.decompress_raw(data))
+
+
+def _snappy(data, limit: int) -> bytes:
     if bytes(data[:8]) != _XERIAL_MAGIC:
-        return bytes(cramjam.snappy.decompress_raw(data))
+        return _snappy_raw(data, limit)
     view = memoryview(data)
     parts = []
+    total = 0
     pos, end = _XERIAL_HEADER_SIZE, len(view)
     while pos < end:
         (size,) = _I32_BE.unpack_from(view, pos)
         pos += 4
         if size < 0 or pos + size > end:
             raise ValueError("snappy: xerial block overruns the payload")
-        parts.append(bytes(cramjam.snappy.decompress_raw(view[pos : pos + size])))
+        parts.append(_snappy_raw(view[pos : pos + size], limit - total))
+        total += len(parts[-1])
         pos += size
     return b"".join(parts)
 
 
-def _lz4(data) -> bytes:
+def _lz4(data, limit: int) -> bytes:
     view = memoryview(data)
     end = len(view)
     parts: list[bytes] = []
+    total = 0
     pos = 0
     while pos < end:  # normally one frame; concatenated frames are legal
         if bytes(view[pos : pos + 4]) != _LZ4_MAGIC:
@@ -84,7 +142,7 @@ def _lz4(data) -> bytes:
         if not flg & 0x20:
             # Linked blocks need the previous block as dictionary: let cramjam's
             # frame decoder do it (slow, but no Kafka client writes these).
-            return b"".join(parts) + bytes(cramjam.lz4.decompress(view[pos:]))
+            return b"".join(parts) + _bounded(cramjam.lz4.decompress_into, view[pos:], max(limit - total, 0))
         block_max = _LZ4_BLOCK_MAX.get((bd >> 4) & 7)
         if block_max is None:
             raise ValueError("lz4: bad block maximum size")
@@ -107,6 +165,9 @@ def _lz4(data) -> bytes:
                     out = bytearray(block_max)
                 n = cramjam.lz4.decompress_block_into(view[pos : pos + size], out)
                 parts.append(bytes(memoryview(out)[:n]))
+            total += len(parts[-1])
+            if total > limit:  # a block is at most block_max (4 MiB): never far past it
+                raise TooLarge
             pos += size + (4 if has_block_crc else 0)
         pos += 4 if flg & 0x04 else 0  # content checksum
         if pos > end:

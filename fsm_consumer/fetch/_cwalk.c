@@ -9,7 +9,7 @@
    past each batch's minimum offset (the fetch offset, then the end of the batches before) to three
    bytearrays as native int64: offset, timestamp (LogAppendTime: the batch's max timestamp), and the key
    and value spans as positions in `records` (4 per record). It returns (next_offset, bytes walked, leader
-   epoch, records scanned, LogAppendTime ranges [(first offset, last offset)], the headers' spans (None when no
+   epoch, records scanned, LogAppendTime rows [(first, stop)], the headers' spans (None when no
    record has any, see header_spans)), what the Python walk and scan give for the same data. Anything else
    returns NotImplemented with the bytearrays as they were: a legacy or compressed batch, a control batch
    under read_committed, a bad CRC, length, record or header (a key not UTF-8), headers on a record below the
@@ -92,9 +92,12 @@ static int walk_headers(const unsigned char *b, Py_ssize_t size, int64_t fetch_o
             if (value == (unsigned long)-1 && PyErr_Occurred()) goto error;
             if (value != want) goto decline;
         }
-        /* a record takes at least a byte: a larger count is corrupt (and would size the columns) */
-        if (count < 0 || count > end - pos - HEADER_SIZE || base >= limit || base <= -limit || base_ts >= limit ||
+        /* a record takes at least MIN_RECORD_SIZE bytes: a larger count is corrupt (and would size the columns) */
+        if (count < 0 || count > (end - pos - HEADER_SIZE) / MIN_RECORD_SIZE || base >= limit || base <= -limit || base_ts >= limit ||
             base_ts <= -limit)
+            goto decline;
+        /* the columns are sized from the counts: only once the records are seen to be there */
+        if (!(attributes & (CONTROL_MASK | CODEC_MASK)) && chain_records(b + pos + HEADER_SIZE, end - pos - HEADER_SIZE, count) < 0)
             goto decline;
         int64_t last = base + last_delta;
         if (attributes & CONTROL_MASK) {
@@ -130,8 +133,7 @@ error:
    offset dropped, LogAppendTime applied, offsets checked where CRCs are not; kept records are written
    from `of`, `ts`, `sp` and `hd` (where their headers lie, read afterwards with the lock) on. Returns how
    many were kept, -1 to decline (also for a dropped record with headers: the Python walk checks those).
-   `ranges` gets each LogAppendTime batch's (first, last) offset before any is dropped, as the Python path
-   gives them. */
+   `ranges` gets each LogAppendTime batch's kept rows (first, stop), as the Python path gives them. */
 static Py_ssize_t scan_batches(const unsigned char *b, const batch_t *batches, Py_ssize_t n, int check_crcs,
                                int64_t *of, int64_t *ts, int64_t *sp, int64_t *hd, int64_t *ranges,
                                Py_ssize_t *nranges) {
@@ -142,11 +144,6 @@ static Py_ssize_t scan_batches(const unsigned char *b, const batch_t *batches, P
         if (scan_records(b + t->payload, t->end - t->payload, t->count, t->payload, t->base_offset, t->base_ts,
                          NULL, of + k, ts + k, sp + 4 * k, hd + 2 * k) < 0)
             return -1;
-        if (t->log_append) {
-            ranges[2 * *nranges] = of[k];
-            ranges[2 * *nranges + 1] = of[k + t->count - 1];
-            ++*nranges;
-        }
         Py_ssize_t kept = 0;
         int64_t previous = 0;
         for (Py_ssize_t i = 0; i < t->count; i++) {
@@ -168,6 +165,11 @@ static Py_ssize_t scan_batches(const unsigned char *b, const batch_t *batches, P
             }
             if (t->log_append) ts[k + kept] = t->max_ts;
             kept++;
+        }
+        if (t->log_append && kept) {  /* marked by row: offsets need not rise in data a CRC passes */
+            ranges[2 * *nranges] = k;
+            ranges[2 * *nranges + 1] = k + kept;
+            ++*nranges;
         }
         k += kept;
     }
@@ -206,9 +208,9 @@ static int begin_walk(PyObject *const *args, walk_t *w) {
 /* The headers of the kept rows (heads: where each row's lie, or -1 for none) as spans in the records, for
    poll_batch()'s header column without a Python object per header: *out is None when no row has any, else
    (first, spans): row r's headers are entries first[r]:first[r + 1] (native int64, rows + 1) of spans (4 native
-   int64 per header: key start, key end, value start, value end; a null value is an empty span after the
-   one-byte -1, as views reads it). Read as read_headers reads them: 1 declined (a bad count or length, a -1
-   length written in more than a byte, bytes left, a key that is not UTF-8: the Python walk words it), 0 done,
+   int64 per header: key start, key end, value start, value end; a null value's end is its start - 1, as
+   views reads it). Read as read_headers reads them: 1 declined (a bad count or length, bytes left, a key
+   that is not UTF-8: the Python walk words it), 0 done,
    -1 an exception. A key's UTF-8 is judged by Python's decoder, once for each run of the same key bytes. */
 static int header_spans(const unsigned char *b, const int64_t *heads, Py_ssize_t kept, PyObject **out) {
     Py_ssize_t total = 0, cap = 0, r;
@@ -227,7 +229,8 @@ static int header_spans(const unsigned char *b, const int64_t *heads, Py_ssize_t
         if (heads[2 * r] < 0) continue;
         Py_ssize_t pos = (Py_ssize_t)heads[2 * r], end = (Py_ssize_t)heads[2 * r + 1];
         int64_t count;
-        if (rd_varint(b, end, &pos, &count) < 0 || count < 0 || count > end - pos) goto done;
+        /* a header takes at least 2 bytes (its two lengths): a larger count is corrupt */
+        if (rd_varint(b, end, &pos, &count) < 0 || count < 0 || count > (end - pos) / 2) goto done;
         if (total + count > cap) {
             Py_ssize_t grown_cap = 2 * cap > total + count ? 2 * cap : total + count + 16;
             int64_t *grown = PyMem_Realloc(spans, (size_t)grown_cap * 4 * sizeof(int64_t));
@@ -239,9 +242,7 @@ static int header_spans(const unsigned char *b, const int64_t *heads, Py_ssize_t
             if (rd_varint(b, end, &pos, &klen) < 0 || klen < 0 || klen > end - pos) goto done;
             Py_ssize_t kpos = pos;
             pos += klen;
-            Py_ssize_t lpos = pos;
-            if (rd_varint(b, end, &pos, &vlen) < 0 || vlen < -1 || vlen > end - pos || (vlen == -1 && pos - lpos != 1))
-                goto done;
+            if (rd_varint(b, end, &pos, &vlen) < 0 || vlen < -1 || vlen > end - pos) goto done;
             Py_ssize_t vpos = pos;
             if (vlen > 0) pos += vlen;
             if (klen != last_len || memcmp(last_key, b + kpos, (size_t)klen) != 0) {
@@ -255,7 +256,7 @@ static int header_spans(const unsigned char *b, const int64_t *heads, Py_ssize_t
                 last_key = b + kpos; last_len = klen;
             }
             int64_t *sp = spans + 4 * total;
-            sp[0] = kpos; sp[1] = kpos + klen; sp[2] = vpos; sp[3] = vpos + (vlen > 0 ? vlen : 0);
+            sp[0] = kpos; sp[1] = kpos + klen; sp[2] = vpos; sp[3] = vpos + vlen;  /* vlen -1: null */
         }
         if (pos != end) goto done;
     }

@@ -19,6 +19,7 @@ from crc32c import crc32c
 
 from ..structs import ConsumerRecord
 from . import _decode_legacy
+from ._compression import DEFAULT_LIMIT
 from ._decode_v2 import best_decode_records as decode_records
 from ._decode_v2 import decode_records as _loop
 from ._errors import DeserializationError, RecordError
@@ -65,6 +66,7 @@ def decode_partition(
     check_crcs: bool = True,
     key_deserializer: Any = None,
     value_deserializer: Any = None,
+    max_batch_bytes: int = DEFAULT_LIMIT,
 ) -> DecodedPartition:
     """Decode the ``records`` of a fetch response partition fetched from ``fetch_offset``.
 
@@ -73,6 +75,7 @@ def decode_partition(
     Deserializers are kafka-python ``Deserializer`` objects
     (``deserialize(topic, headers, data)``) or plain callables taking the
     bytes; both are called for null keys and values too, like Java does.
+    A compressed batch decompressing past ``max_batch_bytes`` is a ``RecordTooLargeError``.
     """
     committed = read_committed(isolation_level)
     key_fn = _deserializer(key_deserializer)
@@ -121,6 +124,7 @@ def decode_partition(
         # the compiled decoder copies out what it keeps: it reads the fetched data in place; the loop's
         # slices must be bytes, so it gets each batch copied
         views=decode_records is not _loop,
+        max_batch_bytes=max_batch_bytes,
     )
     return DecodedPartition(out, *walked)
 

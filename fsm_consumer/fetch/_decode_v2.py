@@ -23,7 +23,7 @@ buffer); the caller turns either into a ``CorruptRecordError``.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..structs import ConsumerRecord
@@ -43,6 +43,15 @@ CONTROL_MASK = 0x20
 
 CONTROL_ABORT = 0
 
+# The fewest bytes a record's length can claim: attributes, timestamp delta, offset delta, key length, value
+# length and header count, a byte each. With the length's own byte a record takes at least MIN_RECORD_SIZE
+# bytes, so a batch of n bytes holds at most n // MIN_RECORD_SIZE records: a larger count is corrupt.
+MIN_RECORD_LENGTH = 6
+MIN_RECORD_SIZE = MIN_RECORD_LENGTH + 1
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
 
 def varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """Zigzag varint at ``pos`` (any length up to 64 bits): (value, next position)."""
@@ -53,6 +62,8 @@ def varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
+            if result >> 64:  # a tenth byte's bits past the 64th: Java's reader drops them, so none is kept
+                raise ValueError("varint wider than 64 bits")
             return (result >> 1) ^ -(result & 1), pos
         shift += 7
         if shift > 63:
@@ -89,9 +100,12 @@ def decode_records(
     ``log_append_time`` is the batch max timestamp when the batch has
     LogAppendTime (it then stamps every record), else None.
     """
+    if count > len(buf) // MIN_RECORD_SIZE:  # corrupt at once: no record is decoded for a claim this large
+        raise ValueError(f"{count} records cannot fit in {len(buf)} bytes")
     mark = len(out)
     append = out.append
     pos = 0
+    wide = False  # a delta of three bytes or more: it may take a record's offset or timestamp past int64
     for _ in range(count):
         u = buf[pos]
         if u < 0x80:
@@ -117,6 +131,7 @@ def decode_records(
             else:
                 timestamp, pos = _varint(buf, pos + 1)
                 timestamp += base_timestamp
+                wide = True
         u = buf[pos]
         if u < 0x80:
             offset = base_offset + _zz[u]
@@ -129,6 +144,7 @@ def decode_records(
             else:
                 offset, pos = _varint(buf, pos)
                 offset += base_offset
+                wide = True
         u = buf[pos]
         if u == 1:  # -1: null key, the common case
             pos += 1
@@ -140,10 +156,13 @@ def decode_records(
                 pos += 1
             else:
                 key_size, pos = _varint(buf, pos)
-            if key_size < 0:
+            if key_size >= 0:
+                key = buf[pos : pos + key_size]
+                pos += key_size
+            elif key_size == -1:  # in more than one byte: still null, as Java's consumer reads it
+                key = None
+            else:
                 raise ValueError(f"negative key length {key_size} at offset {offset}")
-            key = buf[pos : pos + key_size]
-            pos += key_size
         u = buf[pos]
         if u < 0x80:
             value_size = _zz[u]
@@ -216,10 +235,28 @@ def decode_records(
     if pos != len(buf):
         raise ValueError(f"{len(buf) - pos} bytes left after the batch's {count} records")
     # Rare cases, fixed after the loop to keep them out of it.
+    if wide or not _SAFE < base_offset < -_SAFE or not _SAFE < base_timestamp < -_SAFE:
+        # near the int64 limits even a delta of one or two bytes may pass them
+        check_int64(((r[3], r[4]) for r in out[mark:]), log_append_time is None)
     if log_append_time is not None:
         out[mark:] = [_new(_record, r[:4] + (log_append_time, 1) + r[6:]) for r in out[mark:]]
     if base_offset < min_offset:
         out[mark:] = [r for r in out[mark:] if r[3] >= min_offset]
+
+
+# Below this far from the int64 limits a base plus a one- or two-byte delta (under 2**13) stays inside
+_SAFE = INT64_MIN + (1 << 14)
+
+
+def check_int64(records: Iterable[tuple[int, int]], timestamps: bool) -> None:
+    """ValueError at the first of a batch's records (offset, timestamp) with an offset (or, with
+    ``timestamps``, a timestamp: not with LogAppendTime, which replaces them) outside int64; checked after the
+    batch's records are read, the same in every decoder, so all find the same fault first."""
+    for offset, timestamp in records:
+        if not INT64_MIN <= offset <= INT64_MAX:
+            raise ValueError(f"record offset {offset} is outside int64")
+        if timestamps and not INT64_MIN <= timestamp <= INT64_MAX:
+            raise ValueError(f"record timestamp {timestamp} is outside int64")
 
 
 def _headers(buf: bytes, pos: int) -> tuple[tuple, int, int]:

@@ -57,9 +57,9 @@ class CorruptRecordError(RecordError, _ke.CorruptRecordError):  # type: ignore[m
 
 # kafka-python ships no type information (as above)
 class RecordTooLargeError(RecordError, _KafkaPythonRecordTooLargeError):  # type: ignore[misc]
-    """The fetch returned bytes but not one complete batch: the batch at ``offset``
-    is larger than the partition fetch size (Java's RecordTooLargeException;
-    ``kafka.consumer.fetcher.RecordTooLargeError``)."""
+    """The batch at ``offset`` is larger than the consumer reads: the fetch returned bytes but not one
+    complete batch (larger than the partition fetch size), or its payload decompresses past
+    ``receive_buffer_max`` (Java's RecordTooLargeException; ``kafka.consumer.fetcher.RecordTooLargeError``)."""
 
 
 class DeserializationError(RecordError):

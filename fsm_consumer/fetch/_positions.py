@@ -6,8 +6,8 @@ and the start and end of key and value inside the batch's payload. It is the
 definition the fast path (``_vector``) is checked against: ``_columns`` runs it
 whenever the fast path declines a fetch, so errors are found and worded here.
 Legacy (magic v0/v1) batches and ``from_records`` go through ``_add_records``,
-which lays bytes out the same way (a marker byte, 0x01 for null, before each
-key and value).
+which lays keys and values out end to end. A null key or value is said by its
+span, which ends one before it starts (its length, -1), never by the bytes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from . import _decode_legacy
-from ._decode_v2 import _headers, varint
+from ._compression import DEFAULT_LIMIT
+from ._decode_v2 import MIN_RECORD_SIZE, _headers, check_int64, varint
 from ._walk import Walked, walk
 
 _FIELDS = 6  # ints per record in _Columns.ints
@@ -33,7 +34,7 @@ class _Columns:
     ``_columns.build`` reads (the fast path's ``_Starts`` has them too).
     """
 
-    __slots__ = ("ints", "headers", "payloads", "size", "bases", "filters", "log_append")
+    __slots__ = ("ints", "headers", "payloads", "size", "bases", "filters", "log_append", "log_append_rows")
 
     def __init__(self) -> None:
         # per record: offset, timestamp, key start, key end, value start, value end (the
@@ -46,6 +47,8 @@ class _Columns:
         self.bases: list[tuple[int, int]] = []  # (first record, payload start) per payload
         self.filters: list[tuple[int, int]] = []  # (first record, min offset): batches starting before it
         self.log_append: list[tuple[int, int]] = []  # (first record, batch max timestamp)
+        # rows [first, stop) of legacy messages with LogAppendTime (their records carry the time already)
+        self.log_append_rows: list[tuple[int, int]] = []
 
     def __len__(self) -> int:
         return len(self.ints) // _FIELDS
@@ -59,12 +62,14 @@ class _Columns:
             len(self.bases),
             len(self.filters),
             len(self.log_append),
+            len(self.log_append_rows),
         )
 
     def truncate(self, mark: tuple) -> None:
-        n, p, size, h, b, f, la = mark
+        n, p, size, h, b, f, la, lr = mark
         del self.ints[_FIELDS * n :]
         del self.payloads[p:], self.headers[h:], self.bases[b:], self.filters[f:], self.log_append[la:]
+        del self.log_append_rows[lr:]
         self.size = size
 
     def add_payload(self, payload: bytes, first: int | None = None) -> None:
@@ -82,6 +87,7 @@ def decode_exact(
     committed: bool,
     aborted_transactions: Iterable[Any] | None,
     check_crcs: bool,
+    max_batch_bytes: int = DEFAULT_LIMIT,
 ) -> tuple[_Columns, Walked]:
     """Walk the partition's batches with the per-record loop: the positions, and where the walk ended."""
     cols = _Columns()
@@ -106,6 +112,7 @@ def decode_exact(
         legacy,
         cols.mark,
         cols.truncate,
+        max_batch_bytes=max_batch_bytes,
     )
     return cols, walked
 
@@ -138,7 +145,7 @@ def _batch_v2(
     """The v2 batch callback of ``walk``: decode_records' signature, to columns."""
     first = len(cols)
     cols.add_payload(payload)
-    _records_v2(payload, count, base_offset, base_timestamp, cols)
+    _records_v2(payload, count, base_offset, base_timestamp, log_append_time, cols)
     if log_append_time is not None:
         cols.log_append.append((first, log_append_time))
     if base_offset < min_offset:
@@ -155,10 +162,19 @@ def _check_offsets(cols: _Columns, mark: tuple, base_offset: int, last_offset: i
 
 
 def _records_v2(
-    buf: bytes, count: int, base_offset: int, base_timestamp: int, cols: _Columns, *, _varint=varint
+    buf: bytes,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    log_append_time: int | None,
+    cols: _Columns,
+    *,
+    _varint=varint,
 ) -> None:
     """decode_records' checks, appending positions instead of building records. Not a hot path (the
     fast path in _vector serves valid data), so plain varint calls."""
+    if count > len(buf) // MIN_RECORD_SIZE:  # as decode_records: corrupt at once
+        raise ValueError(f"{count} records cannot fit in {len(buf)} bytes")
     ints: list[int] = []
     index = len(cols)
     pos = 0
@@ -169,23 +185,19 @@ def _records_v2(
         timestamp += base_timestamp
         offset, pos = _varint(buf, pos)
         offset += base_offset
-        if buf[pos] == 1:  # null key: an empty span after 0x01
-            pos += 1
-            key_start = pos
-        else:
-            size, pos = _varint(buf, pos)
-            if size < 0:
-                raise ValueError(f"negative key length {size} at offset {offset}")
-            key_start = pos
-            pos += size
-        key_end = pos
+        # a null's span ends one before it starts (its length, -1, in any encoding)
         size, pos = _varint(buf, pos)
-        value_start = pos
-        if size >= 0:
-            pos += size
-        elif size != -1:
+        if size < -1:
+            raise ValueError(f"negative key length {size} at offset {offset}")
+        key_start = pos
+        key_end = pos + size
+        pos += max(size, 0)
+        size, pos = _varint(buf, pos)
+        if size < -1:
             raise ValueError(f"negative value length {size} at offset {offset}")
-        ints += (offset, timestamp, key_start, key_end, value_start, pos)
+        value_start = pos
+        pos += max(size, 0)
+        ints += (offset, timestamp, key_start, key_end, value_start, value_start + size)
         if buf[pos] == 0 and pos + 1 == end:
             pos = end
         else:
@@ -200,6 +212,9 @@ def _records_v2(
         index += 1
     if pos != len(buf):
         raise ValueError(f"{len(buf) - pos} bytes left after the batch's {count} records")
+    if log_append_time is not None:  # the batch's time replaces the records' (checked or not, as the loop)
+        ints[1::_FIELDS] = [log_append_time] * (len(ints) // _FIELDS)
+    check_int64(zip(ints[::_FIELDS], ints[1::_FIELDS], strict=True), log_append_time is None)  # as decode_records
     cols.ints += array("q", ints)
 
 
@@ -215,20 +230,18 @@ def _add_records(cols: _Columns, records: Sequence) -> None:
         ints += array("q", (r[3], r[4]))
         span = ints.append
         for field in (r[6], r[7]):
-            if field is None:
-                parts.append(b"\x01")
-                pos += 1
-                span(pos)
-                span(pos)
+            span(pos)
+            if field is None:  # a null's span ends one before it starts
+                span(pos - 1)
             else:
                 if not isinstance(field, (bytes, bytearray, memoryview)):
                     raise TypeError(f"columns hold bytes keys and values, got {type(field).__name__}")
-                parts.append(b"\x00")
                 parts.append(field)
-                span(pos + 1)
-                pos += 1 + len(field)
+                pos += len(field)
                 span(pos)
         if r[8]:
             cols.headers.append((index, tuple(r[8])))
+        if r[5] == 1:  # LogAppendTime
+            cols.log_append_rows.append((index, index + 1))
         index += 1
     cols.add_payload(b"".join(parts), first)

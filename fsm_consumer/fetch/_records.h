@@ -18,11 +18,33 @@ static inline int rd_varint(const unsigned char *b, Py_ssize_t n, Py_ssize_t *po
     return -1;
 }
 
+/* The fewest bytes a v2 record's length can claim: attributes, timestamp delta, offset delta, key length,
+   value length and header count, a byte each. A shorter one is corrupt at once: with the length's own byte
+   a record takes at least 7 bytes, so a batch of n bytes holds at most n / 7 records (no scan steps a
+   byte at a time through a claimed count, no output is sized past what the bytes can hold). */
+#define MIN_RECORD_LENGTH 6
+#define MIN_RECORD_SIZE (MIN_RECORD_LENGTH + 1)
+
+/* Whether the `count` records of a batch's payload b[0:n] are there: their lengths (each at least
+   MIN_RECORD_LENGTH) chain from 0 to exactly n. Read before anything is sized from `count`, so that output
+   goes with the records the bytes hold, not with what a header claims (a payload of zeros claiming n / 7
+   records would size columns of 8 times its bytes for none). 0 they do, -1 they do not. */
+static int chain_records(const unsigned char *b, Py_ssize_t n, Py_ssize_t count) {
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t len;
+        if (rd_varint(b, n, &pos, &len) < 0 || len < MIN_RECORD_LENGTH || len > n - pos) return -1;
+        pos += len;
+    }
+    return pos == n ? 0 : -1;
+}
+
 /* The fields of the `count` records of a batch's payload b[0:n], record i written at index i: its start
    (st, unless NULL), offset and timestamp (the bases plus its deltas), its key start, key end, value start,
-   value end (sp, 4 per record), and where its headers lie (hd, unless NULL: their start and the record's
-   end, or -1 for a record without); positions plus `start`. -1 for anything else (headers where hd is NULL,
-   a fault, a varint over 8 bytes, bytes left after the last record): the exact loop judges it.
+   value end (sp, 4 per record; a null's end is its start - 1: nulls are said, never inferred from the
+   bytes), and where its headers lie (hd, unless NULL: their start and the record's end, or -1 for a
+   record without); positions plus `start`. -1 for anything else (headers where hd is NULL, a fault, a
+   varint over 8 bytes, bytes left after the last record): the exact loop judges it.
    Touches no Python object: callable without the interpreter lock. The caller keeps the bases below 2**62
    (varints of at most 8 bytes stay below 2**55: no sum overflows int64). */
 static int scan_records(const unsigned char *b, Py_ssize_t n, Py_ssize_t count, Py_ssize_t start,
@@ -32,20 +54,14 @@ static int scan_records(const unsigned char *b, Py_ssize_t n, Py_ssize_t count, 
     for (Py_ssize_t i = 0; i < count; i++, sp += 4) {
         int64_t len, tsd, offd, klen, vlen;
         Py_ssize_t at = pos;
-        if (rd_varint(b, n, &pos, &len) < 0 || len < 0 || len > n - pos) return -1;
+        if (rd_varint(b, n, &pos, &len) < 0 || len < MIN_RECORD_LENGTH || len > n - pos) return -1;
         Py_ssize_t end = pos + len;
-        if (pos >= end) return -1;
         pos += 1;  /* attributes */
         if (rd_varint(b, end, &pos, &tsd) < 0 || rd_varint(b, end, &pos, &offd) < 0) return -1;
-        /* a null is told from an empty one by the byte before its span (0x01, the one-byte -1): a -1
-           written in more bytes is left to the exact loop, as parse does */
-        Py_ssize_t lpos = pos;
-        if (rd_varint(b, end, &pos, &klen) < 0 || klen < -1 || klen > end - pos || (klen == -1 && pos - lpos != 1))
-            return -1;
+        /* -1 in any encoding is null, as Java's consumer reads it */
+        if (rd_varint(b, end, &pos, &klen) < 0 || klen < -1 || klen > end - pos) return -1;
         Py_ssize_t kpos = pos; if (klen > 0) pos += klen;
-        lpos = pos;
-        if (rd_varint(b, end, &pos, &vlen) < 0 || vlen < -1 || vlen > end - pos || (vlen == -1 && pos - lpos != 1))
-            return -1;
+        if (rd_varint(b, end, &pos, &vlen) < 0 || vlen < -1 || vlen > end - pos) return -1;
         Py_ssize_t vpos = pos; if (vlen > 0) pos += vlen;
         if (pos + 1 == end && b[pos] == 0) {  /* no headers: one 0x00 byte */
             if (hd) hd[2 * i] = -1;
@@ -56,8 +72,8 @@ static int scan_records(const unsigned char *b, Py_ssize_t n, Py_ssize_t count, 
         pos = end;
         if (st) st[i] = start + at;
         of[i] = base_offset + offd; ts[i] = base_ts + tsd;
-        sp[0] = start + kpos; sp[1] = start + kpos + (klen > 0 ? klen : 0);
-        sp[2] = start + vpos; sp[3] = start + vpos + (vlen > 0 ? vlen : 0);
+        sp[0] = start + kpos; sp[1] = start + kpos + klen;  /* klen -1: null */
+        sp[2] = start + vpos; sp[3] = start + vpos + vlen;
     }
     return pos == n ? 0 : -1;
 }
@@ -71,7 +87,8 @@ static int scan_records(const unsigned char *b, Py_ssize_t n, Py_ssize_t count, 
 static int read_headers(const unsigned char *b, Py_ssize_t end, Py_ssize_t *pos, PyObject **headers, int64_t *size,
                         PyObject **last_key) {
     int64_t count;
-    if (rd_varint(b, end, pos, &count) < 0 || count < 0 || count > end - *pos) return 1;
+    /* a header takes at least 2 bytes (its two lengths): a larger count is corrupt, and would size the tuple */
+    if (rd_varint(b, end, pos, &count) < 0 || count < 0 || count > (end - *pos) / 2) return 1;
     PyObject *pairs = headers ? PyTuple_New((Py_ssize_t)count) : NULL;
     if (headers && !pairs) return -1;
     int64_t total = 0;
@@ -136,9 +153,8 @@ static int append_records(const unsigned char *b, Py_ssize_t n, Py_ssize_t count
     Py_ssize_t pos = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         int64_t len, tsd, offd, klen, vlen;
-        if (rd_varint(b, n, &pos, &len) < 0 || len < 0) goto decline;
+        if (rd_varint(b, n, &pos, &len) < 0 || len < MIN_RECORD_LENGTH || len > n - pos) goto decline;
         Py_ssize_t end = pos + len;
-        if (end > n || pos >= n) goto decline;
         pos += 1;  /* attributes */
         if (rd_varint(b, end, &pos, &tsd) < 0 || rd_varint(b, end, &pos, &offd) < 0) goto decline;
         if (rd_varint(b, end, &pos, &klen) < 0 || klen < -1) goto decline;

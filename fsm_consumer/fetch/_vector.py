@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._decode_v2 import _ZIGZAG, _headers, varint
+from ._decode_v2 import _ZIGZAG, MIN_RECORD_LENGTH, MIN_RECORD_SIZE, _headers, varint
 
 # A varint longer than this many bytes (63 bits) is left to the exact loop: it
 # may not fit int64 or may overflow when added to the batch's base.
@@ -31,11 +31,14 @@ LIMIT = 1 << 62  # bases and deltas beyond this go to the exact loop (no int64 o
 
 
 # How far a record's length varint moves the scan, laid out as _ZIGZAG (a one-byte varint u at u, a
-# two-byte one at u + v * 128): the varint's own bytes plus the length. A negative length (corrupt) would
-# hold the scan in place for the batch's whole record count, which a corrupt header can make 2**31: it
-# jumps past any buffer instead, so the next read or the final check fails at once.
+# two-byte one at u + v * 128): the varint's own bytes plus the length. A length below the minimum
+# (corrupt) would step through the batch a byte at a time, noting a start for each of up to 2**31 claimed
+# records (a zero-filled payload decompressed from a few hundred bytes did): it jumps past any buffer
+# instead, so the next read or the final check fails at once.
 _PAST = 1 << 62
-_STEP = [1 + z if z >= 0 else _PAST for z in _ZIGZAG[:128]] + [2 + z if z >= 0 else _PAST for z in _ZIGZAG[128:]]
+_STEP = [1 + z if z >= MIN_RECORD_LENGTH else _PAST for z in _ZIGZAG[:128]] + [
+    2 + z if z >= MIN_RECORD_LENGTH else _PAST for z in _ZIGZAG[128:]
+]
 
 
 def scan(buf: bytes | memoryview, count: int, start: int, starts, *, _step=_STEP, _varint=varint) -> None:
@@ -44,7 +47,7 @@ def scan(buf: bytes | memoryview, count: int, start: int, starts, *, _step=_STEP
     ValueError (or IndexError) if the records' lengths do not chain to the end of ``buf``; it takes at most
     one step per byte of ``buf``, whatever ``count`` says.
     """
-    if count > len(buf):  # each record takes at least its length's byte
+    if count > len(buf) // MIN_RECORD_SIZE:
         raise ValueError(f"{count} records cannot fit in {len(buf)} bytes")
     append = starts.append
     pos = 0
@@ -59,8 +62,8 @@ def scan(buf: bytes | memoryview, count: int, start: int, starts, *, _step=_STEP
                 pos += _step[u + v * 128]
             else:
                 size, pos = _varint(buf, pos)
-                if size < 0:
-                    raise ValueError(f"negative record length {size}")
+                if size < MIN_RECORD_LENGTH:
+                    raise ValueError(f"record length {size} is below the minimum {MIN_RECORD_LENGTH}")
                 pos += size
     if pos != len(buf):
         raise ValueError("record lengths do not add up to the batch")
@@ -94,12 +97,12 @@ def parse(data: bytes | memoryview, starts: np.ndarray) -> Fields | None:
     spans = np.empty((len(starts), 4), dtype=np.int64)
     for field in (0, 2):  # key, then value
         n, size = _varints(raw, pos)
-        if n is None or (n < -1).any() or (n > length).any() or ((n == -1) & (size != 1)).any():
+        if n is None or (n < -1).any() or (n > length).any():
             return None  # the exact loop words these faults
         pos += size
         spans[:, field] = pos
         pos += np.maximum(n, 0)
-        spans[:, field + 1] = pos
+        spans[:, field + 1] = pos + np.minimum(n, 0)  # a null's (-1, in any encoding) ends before it starts
     headers = []
     first = raw.take(pos, mode="clip")
     plain = (first == 0) & (pos < end)  # no headers: one 0x00 byte

@@ -75,6 +75,7 @@ def walk(
     truncate: Callable[[Any], None],
     after: Callable[[Any], RecordError | None] | None = None,
     views: bool = False,
+    max_batch_bytes: int = _compression.DEFAULT_LIMIT,
 ) -> Walked:
     """Walk the batches of ``records`` fetched from ``fetch_offset``; the decoders' callbacks add the records
     to ``out``.
@@ -91,6 +92,8 @@ def walk(
     what was added since. ``after(mark)``, if given, runs after each batch decoded; a
     ``RecordError`` it returns (having dropped its failing records) stops the walk at its offset.
     With ``views``, an uncompressed payload is a memoryview into ``records`` instead of a copy.
+    No compressed payload is decompressed past ``max_batch_bytes`` (the consumer's ``receive_buffer_max``):
+    such a batch is a ``RecordTooLargeError`` at its base offset.
     """
     if records is None:
         records = b""
@@ -153,13 +156,16 @@ def walk(
                         aborted_pids.add(aborted[aborted_index][1])
                         aborted_index += 1
                     if skip:
-                        if count and control_type(payload(view, pos, end, codec)) == CONTROL_ABORT:
+                        if (
+                            count
+                            and control_type(payload(view, pos, end, codec, False, max_batch_bytes)) == CONTROL_ABORT
+                        ):
                             aborted_pids.discard(producer_id)
                     elif attributes & TRANSACTIONAL_MASK and producer_id in aborted_pids:
                         skip = True  # still advances next_offset past it
                 if count and not skip:
                     v2(
-                        payload(view, pos, end, codec, views),
+                        payload(view, pos, end, codec, views, max_batch_bytes),
                         count,
                         base_offset,
                         base_timestamp,
@@ -178,10 +184,16 @@ def walk(
                 batch_next = legacy(view[pos:end], magic, next_offset)
             else:
                 raise ValueError(f"unknown magic {magic}")
-        except Exception as exc:  # noqa: BLE001 - bad data must not escape; the cause is kept
+        except _compression.TooLarge as exc:
+            truncate(batch_mark)
+            error = RecordTooLargeError(topic, partition, base_offset, f"the batch {exc}")
+            break
+        except Exception as exc:  # noqa: BLE001 - bad data must not escape (MemoryError too); the cause is kept
             truncate(batch_mark)
             error = CorruptRecordError(topic, partition, base_offset, f"corrupt batch: {_reason(exc)}")
-            error.__cause__ = exc
+            # the cause without its traceback, whose frames hold the batch's payload (up to
+            # max_batch_bytes decompressed) for as long as the error is kept
+            error.__cause__ = exc.with_traceback(None)
             break
         if after is not None:
             failed = after(batch_mark)
@@ -204,13 +216,15 @@ def walk(
     return Walked(next_offset, pos, error, leader_epoch)
 
 
-def payload(view: memoryview, pos: int, end: int, codec: int, views: bool = False) -> bytes | memoryview:
-    """The records part of the v2 batch at ``pos``, decompressed; bytes, whose slices are bytes
-    (with ``views``, uncompressed data stays a memoryview)."""
+def payload(
+    view: memoryview, pos: int, end: int, codec: int, views: bool = False, limit: int = _compression.DEFAULT_LIMIT
+) -> bytes | memoryview:
+    """The records part of the v2 batch at ``pos``, decompressed (to at most ``limit`` bytes); bytes, whose
+    slices are bytes (with ``views``, uncompressed data stays a memoryview)."""
     data = view[pos + HEADER_SIZE : end]
     if codec == 0:
         return data if views else bytes(data)
-    return _compression.decompress(codec, data)
+    return _compression.decompress(codec, data, limit)
 
 
 def _reason(exc: Exception) -> str:

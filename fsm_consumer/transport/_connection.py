@@ -84,7 +84,7 @@ class Connection:
         self.sock: socket.socket | None = None
         self._events = 0  # selector interest currently registered for sock
         self._out: deque[memoryview] = deque()
-        self._reader = FrameReader(settings.receive_buffer_max, node_id=node_id)
+        self._reader = self._new_reader()
         self._codec = RequestCodec(node_id=node_id)
         self.queued: deque[Pending] = deque()  # waiting for the connection to get ready
         self._in_flight: deque[Pending | _Handler] = deque()  # same order as the codec's
@@ -227,7 +227,7 @@ class Connection:
     # -- spec hooks: actions ------------------------------------------------------------------
     def start_connect(self) -> None:
         self.auth_error = None  # a new attempt: the old verdict no longer applies
-        self._reader = FrameReader(self._settings.receive_buffer_max, node_id=self.node_id)
+        self._reader = self._new_reader()  # the address may have changed (relocate)
         self._codec = RequestCodec(node_id=self.node_id)
         self._handshake.restart()
         try:
@@ -312,6 +312,9 @@ class Connection:
         sock = self.sock
         self.sock = None
         self._out.clear()
+        # A frame cut off mid-body (a request timeout, a broker trickling bytes) holds a buffer of up to
+        # receive_buffer_max: free it now, not at a reconnect that may never come.
+        self._reader = self._new_reader()
         self.versions = None
         self._handshake.forget()
         if sock is not None:
@@ -343,6 +346,9 @@ class Connection:
         return self._backoff.next_ms()
 
     # -- I/O ------------------------------------------------------------------------------------
+    def _new_reader(self) -> FrameReader:
+        return FrameReader(self._settings.receive_buffer_max, node_id=self.node_id, peer=f"{self.host}:{self.port}")
+
     def _set_interest(self, events: int) -> None:
         if self.sock is not None and events != self._events:
             self._events = set_interest(self._selector, self.sock, self._events, events, self)

@@ -39,12 +39,26 @@ def _restore(cls: type[TransportError], args: tuple, state: dict) -> TransportEr
 
 
 class FrameTooLarge(TransportError):
-    """A size prefix was negative or above ``receive_buffer_max``."""
+    """A size prefix was negative or above ``receive_buffer_max``; ``peer`` is the broker's host:port when
+    known. The message says whether raising the setting can help: for a negative size it cannot."""
 
-    def __init__(self, size: int, limit: int, *, node_id: int | None = None) -> None:
-        super().__init__(f"frame size {size} outside [0, {limit}]", node_id=node_id)
+    def __init__(self, size: int, limit: int, *, node_id: int | None = None, peer: str | None = None) -> None:
+        where = f" from {peer}" if peer else ""
+        if size < 0:
+            message = (
+                f"frame size {size}{where} is negative (receive_buffer_max is {limit}): the stream is out of step "
+                f"or the listener does not speak Kafka"
+            )
+        else:
+            message = (
+                f"frame size {size}{where} is above receive_buffer_max ({limit}): raise receive_buffer_max if "
+                f"responses that large are expected; else the listener does not speak Kafka (or not over this "
+                f"security_protocol)"
+            )
+        super().__init__(message, node_id=node_id)
         self.size = size
         self.limit = limit
+        self.peer = peer
 
 
 class CorrelationIdMismatch(TransportError):

@@ -35,13 +35,20 @@ class FrameReader:
     Fetch response a second time. kafka-python's decoders take any buffer.
     """
 
-    __slots__ = ("_limit", "_node_id", "_prefix", "_prefix_len", "_body", "_filled", "_error")
+    __slots__ = ("_limit", "_node_id", "_peer", "_prefix", "_prefix_len", "_body", "_filled", "_error")
 
-    def __init__(self, receive_buffer_max: int = DEFAULT_RECEIVE_BUFFER_MAX, *, node_id: int | None = None) -> None:
+    def __init__(
+        self,
+        receive_buffer_max: int = DEFAULT_RECEIVE_BUFFER_MAX,
+        *,
+        node_id: int | None = None,
+        peer: str | None = None,
+    ) -> None:
         if not 0 <= receive_buffer_max <= _INT32_MAX:
             raise ValueError(f"receive_buffer_max must be in [0, {_INT32_MAX}]")
         self._limit = receive_buffer_max
-        self._node_id = node_id
+        self._node_id = node_id  # node_id and peer (host:port) only name the broker in FrameTooLarge
+        self._peer = peer
         self._prefix = bytearray(4)  # a size prefix split across reads
         self._prefix_len = 0
         self._body: memoryview | None = None  # writable view of the frame being filled
@@ -109,7 +116,7 @@ class FrameReader:
                     self._prefix_len = 0
                     size = _SIZE.unpack_from(self._prefix)[0]
                 if size < 0 or size > self._limit:
-                    self._error = FrameTooLarge(size, self._limit, node_id=self._node_id)
+                    self._error = FrameTooLarge(size, self._limit, node_id=self._node_id, peer=self._peer)
                     raise self._error
                 if end - pos >= size:
                     # The whole frame is in this chunk: no reassembly needed.

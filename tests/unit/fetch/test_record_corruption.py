@@ -324,12 +324,12 @@ def test_a_huge_record_count_over_lengths_that_do_not_advance_fails_at_once():
         raw[61] = 0x01
 
     data = corrupt_second(claim)
-    assert_corrupt_at_second(data, "does not end where its length says")
+    assert_corrupt_at_second(data, "records cannot fit in")  # judged before any record is read
     for check_crcs in (True, False):
         got = _columns.decode_partition_columns("t", 0, data, fetch_offset=0, check_crcs=check_crcs)
         assert got.columns.to_batch().column("value").to_pylist() == [b"first"]
         assert isinstance(got.error, CorruptRecordError) and got.error.offset == 1
-        assert "does not end where its length says" in got.error.message
+        assert "2147483647 records cannot fit in" in got.error.message
 
 
 class _Bounded(list):
@@ -338,11 +338,23 @@ class _Bounded(list):
         super().append(start)
 
 
-@pytest.mark.parametrize("length", [b"\x01", b"\x03", b"\x81\x00", b"\xff\xff\xff\x01"])  # -1, -2, -1 and -2**27
-def test_the_columnar_scan_never_steps_back_or_stands_still(length):
+# -1, -2, -1 in two bytes, -2**27, then 0 to 5: lengths below the 6 bytes a record's fields take at least
+@pytest.mark.parametrize(
+    "length", [b"\x01", b"\x03", b"\x81\x00", b"\xff\xff\xff\x01", b"\x00", b"\x02", b"\x80\x00", b"\x0a"]
+)
+def test_the_columnar_scan_never_steps_back_stands_still_or_creeps(length):
     starts = _Bounded()
     with pytest.raises((ValueError, IndexError)):
-        _vector.scan(length + bytes(10), 6, 0, starts)
+        _vector.scan(length + bytes(60), 6, 0, starts)
     assert starts[0] == 0 and len(starts) <= 2  # the record, and at most the step that left the buffer
     with pytest.raises(ValueError, match="cannot fit"):
-        _vector.scan(length + bytes(10), 2**31 - 1, 0, _Bounded())
+        _vector.scan(length + bytes(60), 2**31 - 1, 0, _Bounded())
+
+
+def test_a_batch_claims_no_more_records_than_its_bytes_hold_seven_bytes_each():
+    record = b"\x0c\x00\x00\x00\x01\x01\x00"  # length 6: attributes, deltas, null key and value, no headers
+    starts = _Bounded()
+    _vector.scan(record * 3, 3, 0, starts)
+    assert list(starts) == [0, 7, 14]
+    with pytest.raises(ValueError, match="4 records cannot fit in 27 bytes"):
+        _vector.scan(record * 3 + bytes(6), 4, 0, _Bounded())
