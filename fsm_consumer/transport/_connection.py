@@ -389,6 +389,13 @@ class Connection:
                 self._dispatch(self._codec.decode(frame))
                 if sock is not self.sock:
                     return  # a response closed or replaced the connection
+            if self._reader.partial and not self._in_flight:
+                # a broker speaks only when asked, and with nothing asked no request's deadline would end a
+                # frame it never finishes (its buffer up to receive_buffer_max): the stream is out of step
+                raise TransportError(
+                    f"{self.host}:{self.port} sent bytes with no request in flight: the stream is out of step",
+                    node_id=self.node_id,
+                )
         except PeerClosed as closed:
             midway = " in the middle of a response" if closed.midway else ""
             # Brokers close idle connections (connections.max.idle.ms): the next request

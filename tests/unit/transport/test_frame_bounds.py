@@ -20,7 +20,7 @@ import weakref
 import pytest
 from fake_broker import default_versions, metadata, triggers, wait_done
 from kafka.protocol.api_key import ApiKey
-from kafka.protocol.metadata import ApiVersionsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from fsm_consumer.machines import FakeClock
 from fsm_consumer.transport import (
@@ -181,15 +181,13 @@ class SlowBroker:
     prefix and a few bytes, then ``trickle``: one more byte every 50 ms, or (False) nothing. ``cut`` is
     set once the client has dropped the connection."""
 
-    def __init__(self, scripted_peer, *, trickle: bool, size: int = 500_000) -> None:
-        self.trickle, self.size = trickle, size
+    def __init__(self, scripted_peer, *, trickle: bool, size: int = 500_000, unasked: bool = False) -> None:
+        self.trickle, self.size, self.unasked = trickle, size, unasked
         self.cut = threading.Event()
         self.peer = scripted_peer(self._script)
 
-    def _script(self, peer, client) -> None:
-        client.settimeout(5)
-        api_key, version, correlation_id = _read_request(client)
-        assert api_key == ApiKey.ApiVersions
+    @staticmethod
+    def _api_versions(client, version: int, correlation_id: int) -> None:
         entry = ApiVersionsResponse.ApiVersion
         answer = ApiVersionsResponse[version](
             error_code=0,
@@ -198,9 +196,21 @@ class SlowBroker:
         )
         answer.with_header(correlation_id=correlation_id)
         client.sendall(bytes(answer.encode(header=True, framed=True)))
+
+    def _script(self, peer, client) -> None:
+        client.settimeout(5)
+        api_key, version, correlation_id = _read_request(client)
+        assert api_key == ApiKey.ApiVersions
+        self._api_versions(client, version, correlation_id)
         request = _read_request(client)
-        assert request is not None and request[0] == ApiKey.Metadata
-        client.sendall(struct.pack(">ii", self.size, request[2]) + b"\x00" * 4)
+        if self.unasked:  # the request answered whole: then a frame begins that nothing asked for
+            assert request is not None and request[0] == ApiKey.ApiVersions
+            self._api_versions(client, request[1], request[2])
+            time.sleep(0.1)
+            client.sendall(struct.pack(">ii", self.size, 12345) + b"\x00" * 4)
+        else:
+            assert request is not None and request[0] == ApiKey.Metadata
+            client.sendall(struct.pack(">ii", self.size, request[2]) + b"\x00" * 4)
         client.settimeout(0.05)
         while not peer.stopped:
             try:
@@ -272,4 +282,22 @@ def test_a_frame_that_never_completes_is_cut_off_by_the_request_timeout(
     assert body() is None, "the unfinished frame's buffer outlived its connection"
     [warning] = warnings(caplog)
     assert "node -1" in warning and "timed out" in warning
+    assert broker.cut.wait(2), "the broker was not cut off"
+
+
+def test_a_frame_nothing_asked_for_closes_the_connection_at_once(scripted_peer, transports, caplog, bodies):
+    # with no request in flight no deadline would ever end it: bytes nobody asked for put the stream out of step
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    broker = SlowBroker(scripted_peer, trickle=True, unasked=True)
+    t = transports({"bootstrap_servers": broker.peer.address, "receive_buffer_max": LIMIT}, clock=FakeClock(1000.0))
+    asked = t.send(ApiVersionsRequest[3](client_software_name="t", client_software_version="1"), timeout_ms=60_000)
+    _poll_until(t, lambda: asked.done, "answered")
+    assert asked.error is None
+    conn = t.connection(-1)
+    _poll_until(t, lambda: conn.sock is None, "closed")
+    assert t.connection_state(-1) == "backoff" and not conn._reader.partial
+    gc.collect()
+    assert all(body() is None for _, body in bodies), "the unasked frame's buffer outlived its connection"
+    [warning] = warnings(caplog)
+    assert "no request in flight" in warning and "node -1" in warning
     assert broker.cut.wait(2), "the broker was not cut off"
