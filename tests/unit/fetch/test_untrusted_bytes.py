@@ -297,3 +297,28 @@ def test_found_by_the_fuzzer_log_append_time_is_marked_by_row_not_by_offset_rang
     )
     answers = timestamp_types(bytes.fromhex(falling), fetch_offset=10)
     assert set(map(tuple, answers.values())) == {((10, 1), (-10, 1), (12, 1))}
+
+
+def test_a_memory_error_in_a_fast_path_hands_the_fetch_to_the_exact_walk(monkeypatch):
+    data = raw_batch(record(zigzag(1) + b"k", zigzag(1) + b"v"), 1)
+
+    def exhausted(*_args, **_kw):
+        raise MemoryError
+
+    monkeypatch.setattr(_columns, "_fast_columns", exhausted)
+    if COMPILED:
+        monkeypatch.setattr(_columns, "_walked_columns", exhausted)
+    got = _columns.decode_partition_columns("t", 0, data, fetch_offset=0)
+    assert got.error is None and rows(got) == [(0, b"k", b"v")]
+
+
+def test_a_memory_error_decoding_a_batch_fails_that_partition_only(monkeypatch):
+    data = raw_batch(record(zigzag(1) + b"k", zigzag(1) + b"v"), 1)
+
+    def exhausted(*_args, **_kw):
+        raise MemoryError
+
+    monkeypatch.setattr(_decode, "decode_records", exhausted)
+    monkeypatch.setattr(_decode, "_walk_records", None)  # the batch-by-batch walk, which calls decode_records
+    got = decode_partition("t", 0, data, fetch_offset=0)
+    assert isinstance(got.error, CorruptRecordError) and "MemoryError" in str(got.error) and got.records == []
