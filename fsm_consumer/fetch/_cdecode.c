@@ -210,7 +210,7 @@ static PyObject *views(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     Py_ssize_t k = 0;
     for (Py_ssize_t i = 0; i < n; i++, v += 16) {
         int64_t a = sp[4 * i + field], b = sp[4 * i + field + 1];
-        if (b == a - 1 && a > INT64_MIN) {  /* null */
+        if (a > INT64_MIN && b == a - 1) {  /* null (a checked first: a - 1 must not overflow) */
             bits[i >> 3] &= (unsigned char)~(1 << (i & 7));
             nulls++;
             continue;

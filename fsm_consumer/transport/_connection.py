@@ -312,9 +312,7 @@ class Connection:
         sock = self.sock
         self.sock = None
         self._out.clear()
-        # A frame cut off mid-body (a request timeout, a broker trickling bytes) holds a buffer of up to
-        # receive_buffer_max: free it now, not at a reconnect that may never come.
-        self._reader = self._new_reader()
+        self._reader = self._new_reader()  # a frame cut off mid-body: its buffer freed now, not at a reconnect
         self.versions = None
         self._handshake.forget()
         if sock is not None:
@@ -389,12 +387,9 @@ class Connection:
                 self._dispatch(self._codec.decode(frame))
                 if sock is not self.sock:
                     return  # a response closed or replaced the connection
-            if self._reader.partial and not self._in_flight:
-                # a broker speaks only when asked, and with nothing asked no request's deadline would end a
-                # frame it never finishes (its buffer up to receive_buffer_max): the stream is out of step
+            if self._reader.partial and not self._in_flight:  # unasked: no deadline would end that frame
                 raise TransportError(
-                    f"{self.host}:{self.port} sent bytes with no request in flight: the stream is out of step",
-                    node_id=self.node_id,
+                    f"{self.host}:{self.port} sent bytes with no request in flight", node_id=self.node_id
                 )
         except PeerClosed as closed:
             midway = " in the middle of a response" if closed.midway else ""

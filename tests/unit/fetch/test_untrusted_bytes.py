@@ -322,3 +322,16 @@ def test_a_memory_error_decoding_a_batch_fails_that_partition_only(monkeypatch):
     monkeypatch.setattr(_decode, "_walk_records", None)  # the batch-by-batch walk, which calls decode_records
     got = decode_partition("t", 0, data, fetch_offset=0)
     assert isinstance(got.error, CorruptRecordError) and "MemoryError" in str(got.error) and got.records == []
+
+
+@pytest.mark.skipif(not COMPILED, reason="fsm_consumer was installed without a C compiler: no compiled views")
+@pytest.mark.parametrize(
+    "span",
+    [(-(2**63), 2**63 - 1), (-(2**63), -(2**63)), (2**63 - 1, -(2**63)), (-5, 3), (0, 2**40), (3, 1)],
+)
+def test_views_decline_a_span_outside_its_part_without_overflowing(span):
+    # found by the fuzzer's odd arguments under UBSan: a - 1 was computed for a = -2**63 before a was checked
+    from fsm_consumer.fetch import _cdecode
+
+    spans = struct.pack("<4q", *span, 0, 0)
+    assert _cdecode.views([b"0123456789"], struct.pack("<q", 0), spans, 0) is NotImplemented
