@@ -1,4 +1,4 @@
-"""``fsm-consumer demo``: the main job on the embedded broker.
+"""``fsm-consumer demo``: a tour without Spark, on the embedded broker (the main job is ``fsm-consumer ingest``).
 
 Starts a Tansu broker on loopback (``--broker kafka``: Apache Kafka, the reference, from the jars
 ``fsm-consumer broker fetch --kind kafka`` cached), fills a topic with records kafka-python encodes, reads it all back

@@ -27,7 +27,7 @@ def _load_all(directory: str | None, *, validate_always: bool = False) -> tuple[
 
 
 def check_specs(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="check-specs", description="Check every spec; one line per machine.")
+    ap = argparse.ArgumentParser(prog="fsm-consumer check-specs", description="Check every spec; one line per machine.")
     ap.add_argument("--specs", help="specs directory (default: the project's)")
     ap.add_argument(
         "--record",
@@ -73,7 +73,7 @@ def check_specs(argv: list[str]) -> int:
 
 def render_diagrams(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(
-        prog="render-diagrams", description="Write diagrams/<machine>.dot, .svg and .mmd from the specs."
+        prog="fsm-consumer diagrams", description="Write diagrams/<machine>.dot, .svg and .mmd from the specs."
     )
     ap.add_argument("--specs", help="specs directory (default: the project's)")
     ap.add_argument("--out", help="diagrams directory (default: diagrams/ beside specs/)")
@@ -114,7 +114,7 @@ def render_diagrams(argv: list[str]) -> int:
 
 def spec_coverage(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(
-        prog="spec-coverage", description="Which spec transitions the last pytest run never fired."
+        prog="fsm-consumer spec-coverage", description="Which spec transitions the last pytest run never fired."
     )
     ap.add_argument("--records", default=".fsm-coverage", help="directory the pytest plugin wrote")
     ap.add_argument("--kind", help="count only tests of this kind (unit, integration, spark)")
