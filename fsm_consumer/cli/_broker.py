@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._help import plain
+
 
 def broker(argv: list[str]) -> int:
     from ..broker import _kafka_jars as jars
 
-    ap = argparse.ArgumentParser(prog="fsm-consumer broker", description=__doc__)
+    ap = argparse.ArgumentParser(prog="fsm-consumer broker", description=plain(__doc__))
     sub = ap.add_subparsers(dest="action", required=True)
     fetch = sub.add_parser("fetch", help="fetch a broker's files (or Spark's Kafka connector) into the cache")
     fetch.add_argument(

@@ -9,6 +9,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from ._help import plain
+
 if TYPE_CHECKING:
     from ..structs import ConsumerRecord
 
@@ -50,7 +52,10 @@ def _format(fmt: str, rec: ConsumerRecord, encoding: str) -> str:
 
 
 def consume(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="fsm-consumer consume", description=__doc__)
+    # the usage written out: argparse would show --bootstrap-servers in brackets, whose absence this words itself
+    ap = argparse.ArgumentParser(
+        prog="fsm-consumer consume", usage="%(prog)s -b HOST:PORT -t TOPIC [options]", description=plain(__doc__)
+    )
     ap.add_argument("--bootstrap-servers", "-b", help="host:port[,host:port] (required)")
     ap.add_argument("--topic", "-t", required=True)
     ap.add_argument("--partition", "-p", type=int, action="append", help="partition (repeatable); default all")

@@ -18,6 +18,7 @@ from ..broker import BROKER_KINDS, KafkaNotFoundError, start_broker
 from ..broker._kinds import describe
 from ..machines import all_spec_paths, load_spec
 from ..machines._diagram import have_dot, render_all
+from ._help import plain
 
 if TYPE_CHECKING:
     from ..broker._admin import LoopbackBroker
@@ -90,7 +91,7 @@ def _read_back(bootstrap: str, topic: str, partitions: int, expected: int) -> tu
 
 
 def demo(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="fsm-consumer demo", description=__doc__)
+    ap = argparse.ArgumentParser(prog="fsm-consumer demo", description=plain(__doc__))
     ap.add_argument("--records", type=int, default=20_000)
     ap.add_argument("--record-size", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=4)

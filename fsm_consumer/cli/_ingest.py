@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..broker import BROKER_KINDS
+from ._help import plain
 from ._ingest_checkpoint import ForeignCheckpoint, check, record
 from ._ingest_progress import progress_directory, watch
 from ._spark_quiet import jvm_stderr_filtered, log_config
@@ -31,7 +32,7 @@ _TRIGGERS = ("available-now", "once")
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="fsm-consumer ingest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="fsm-consumer ingest", description=plain(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--topic", default="fsm-ingest-demo", help="topic to ingest (default: fsm-ingest-demo)")
     ap.add_argument("--to", default="fsm-ingest", help="output directory (default: ./fsm-ingest)")

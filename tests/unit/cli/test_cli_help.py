@@ -50,3 +50,19 @@ def test_a_commands_help_names_it_under_fsm_consumer(name, capsys):
         code = done.code
     assert code == 0
     assert capsys.readouterr().out.startswith(f"usage: fsm-consumer {name}")
+
+
+def test_consume_shows_its_required_options_as_required(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["consume", "--help"])
+    assert capsys.readouterr().out.startswith("usage: fsm-consumer consume -b HOST:PORT -t TOPIC [options]")
+
+
+@pytest.mark.parametrize("name", ["consume", "demo", "broker", "ingest"])
+def test_a_commands_help_is_plain_text(name, capsys):
+    try:
+        cli.main([name, "--help"])
+    except SystemExit:
+        pass
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: fsm-consumer {name}") and "``" not in out
