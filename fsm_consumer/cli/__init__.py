@@ -59,7 +59,7 @@ _SUMMARIES = {
     "ingest": "the main job: a topic into parquet with Spark (on the embedded broker unless --bootstrap-servers)",
     "consume": "print a topic's records, kcat-style or as JSON lines",
     "demo": "a tour without Spark: fill a topic, read it back, draw the state machines",
-    "broker": "fetch Apache Kafka's jars, or Spark's Kafka connector, for the tests and benchmarks",
+    "broker": "start a broker for development (until Ctrl-C), or fetch Apache Kafka's jars",
     "check-history": "judge consumers' histories: nothing lost, one owner at a time, no commit backwards",
     "timeline": "draw consumers' histories as one SVG",
     "check-specs": "check the state machines' specs",

@@ -1,10 +1,14 @@
-"""``fsm-consumer broker fetch --kind kafka|spark-kafka``: fetch Apache Kafka's jars for ``KafkaBroker``, or
-Spark's own Kafka connector (the peer ``fsm_kafka`` is compared with), into the cache (once)."""
+"""``fsm-consumer broker start``: a broker for development (the embedded Tansu, or Apache Kafka) on loopback
+until Ctrl-C, its topics created, its bootstrap address printed. ``fsm-consumer broker fetch --kind
+kafka|spark-kafka``: fetch Apache Kafka's jars for ``KafkaBroker``, or Spark's own Kafka connector (the peer
+``fsm_kafka`` is compared with), into the cache (once)."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 
 from ._help import plain
 
@@ -26,7 +30,15 @@ def broker(argv: list[str]) -> int:
         "--version", default=None, help=f"default: Kafka {jars.KAFKA_VERSION}, Spark {jars.SPARK_KAFKA_VERSION}"
     )
     fetch.add_argument("--verbose", action="store_true", help="show mvn's output")
+    start = sub.add_parser("start", help="run a broker on loopback until Ctrl-C, printing its bootstrap address")
+    start.add_argument("--kind", choices=["tansu", "kafka"], default="tansu", help="default: tansu (pip installed it)")
+    start.add_argument("--port", type=int, default=9092, help="default: 9092")
+    start.add_argument(
+        "--topic", action="append", default=[], metavar="NAME[:PARTITIONS]", help="a topic to create (repeatable)"
+    )
     args = ap.parse_args(argv)
+    if args.action == "start":
+        return _run(args.kind, args.port, args.topic)
     spark = args.kind == "spark-kafka"
     version = args.version or (jars.SPARK_KAFKA_VERSION if spark else jars.KAFKA_VERSION)
     try:
@@ -38,3 +50,59 @@ def broker(argv: list[str]) -> int:
     what = f"Spark's Kafka connector {version}" if spark else f"Apache Kafka {version}"
     print(f"{what}: {len(found)} jars in {libs}")
     return 0
+
+
+def _run(kind: str, port: int, topics: list[str]) -> int:
+    """Start the broker, create the topics, say where it is, wait for Ctrl-C (or SIGTERM), stop it."""
+    from ..broker import BrokerError, KafkaNotFoundError, start_broker
+    from ..broker._kinds import describe
+    from ..broker._ports import port_in_use
+
+    try:
+        wanted = [_topic(spec) for spec in topics]
+    except ValueError as exc:
+        print(f"fsm-consumer broker start: {exc}", file=sys.stderr)
+        return 2
+    if port_in_use(port):
+        print(
+            f"fsm-consumer broker start: port {port} is taken (a broker already there?); --port picks another",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        broker = start_broker(kind, port=port)
+    except (BrokerError, KafkaNotFoundError) as exc:
+        print(f"fsm-consumer broker start: {exc}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        for name, partitions in wanted:
+            broker.create_topic(name, partitions)
+        made = "".join(f"\n  topic {name}: {partitions} partition(s)" for name, partitions in wanted)
+        print(f"{describe(broker)}{made}\nbootstrap_servers={broker.bootstrap_servers}\nCtrl-C stops it.", flush=True)
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+    except BrokerError as exc:
+        print(f"fsm-consumer broker start: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+        try:
+            broker.stop()
+        finally:
+            signal.signal(signal.SIGINT, interrupt)
+    print("stopped", flush=True)
+    return 0
+
+
+def _topic(spec: str) -> tuple[str, int]:
+    """NAME or NAME:PARTITIONS."""
+    name, _, partitions = spec.partition(":")
+    if not name or (partitions and not partitions.isdigit()) or partitions == "0":
+        raise ValueError(f"--topic {spec!r}: NAME or NAME:PARTITIONS (a whole number above 0)")
+    return name, int(partitions or 1)
