@@ -168,6 +168,17 @@ def ingest(argv: list[str]) -> int:
             print(f"error: --option {item!r} is not KEY=VALUE", file=sys.stderr)
             return 2
         extra[key] = value
+    from ..broker._kafka_jars import KafkaNotFoundError, find_java
+
+    try:  # Spark runs on Java: said up front, not as Spark's JAVA_GATEWAY_EXITED after the broker's fill
+        find_java()
+    except KafkaNotFoundError:
+        print(
+            "error: no java on PATH (and no JAVA_HOME): Spark needs Java 17 or later "
+            "(e.g. apt-get install openjdk-17-jre-headless, or set JAVA_HOME)",
+            file=sys.stderr,
+        )
+        return 2
     t0 = time.monotonic()
     with ExitStack() as stack:
         total_hint = None

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from fsm_consumer import cli
@@ -66,3 +69,17 @@ def test_a_commands_help_is_plain_text(name, capsys):
         pass
     out = capsys.readouterr().out
     assert out.startswith(f"usage: fsm-consumer {name}") and "``" not in out
+
+
+def test_ingest_without_java_says_to_install_it_before_starting_anything(monkeypatch, capsys):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))  # python, and no java
+    from fsm_consumer.broker import _kafka_jars
+
+    started = []
+    monkeypatch.setattr("fsm_consumer.broker.start_broker", lambda *a, **k: started.append(a))
+    assert _kafka_jars.shutil.which("java") is None
+    assert cli.main(["ingest"]) == 2
+    err = capsys.readouterr().err
+    assert "Spark needs Java 17" in err and "JAVA_HOME" in err and len(err.splitlines()) == 1
+    assert started == []  # nothing started: no broker, no Spark
