@@ -53,6 +53,13 @@ MIN_RECORD_SIZE = MIN_RECORD_LENGTH + 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
+def check_count(count: int, size: int) -> None:
+    """ValueError if ``count`` records cannot fit in ``size`` bytes: corrupt at once, in every scan, before
+    anything is decoded or sized for a claim that large."""
+    if count > size // MIN_RECORD_SIZE:
+        raise ValueError(f"{count} records cannot fit in {size} bytes")
+
+
 def varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """Zigzag varint at ``pos`` (any length up to 64 bits): (value, next position)."""
     result = 0
@@ -100,8 +107,7 @@ def decode_records(
     ``log_append_time`` is the batch max timestamp when the batch has
     LogAppendTime (it then stamps every record), else None.
     """
-    if count > len(buf) // MIN_RECORD_SIZE:  # corrupt at once: no record is decoded for a claim this large
-        raise ValueError(f"{count} records cannot fit in {len(buf)} bytes")
+    check_count(count, len(buf))
     mark = len(out)
     append = out.append
     pos = 0

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _decode_legacy
 from ._compression import DEFAULT_LIMIT
-from ._decode_v2 import MIN_RECORD_SIZE, _headers, check_int64, varint
+from ._decode_v2 import _headers, check_count, check_int64, varint
 from ._walk import Walked, walk
 
 _FIELDS = 6  # ints per record in _Columns.ints
@@ -173,8 +173,7 @@ def _records_v2(
 ) -> None:
     """decode_records' checks, appending positions instead of building records. Not a hot path (the
     fast path in _vector serves valid data), so plain varint calls."""
-    if count > len(buf) // MIN_RECORD_SIZE:  # as decode_records: corrupt at once
-        raise ValueError(f"{count} records cannot fit in {len(buf)} bytes")
+    check_count(count, len(buf))
     ints: list[int] = []
     index = len(cols)
     pos = 0

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._decode_v2 import _ZIGZAG, MIN_RECORD_LENGTH, MIN_RECORD_SIZE, _headers, varint
+from ._decode_v2 import _ZIGZAG, MIN_RECORD_LENGTH, _headers, check_count, varint
 
 # A varint longer than this many bytes (63 bits) is left to the exact loop: it
 # may not fit int64 or may overflow when added to the batch's base.
@@ -47,8 +47,7 @@ def scan(buf: bytes | memoryview, count: int, start: int, starts, *, _step=_STEP
     ValueError (or IndexError) if the records' lengths do not chain to the end of ``buf``; it takes at most
     one step per byte of ``buf``, whatever ``count`` says.
     """
-    if count > len(buf) // MIN_RECORD_SIZE:
-        raise ValueError(f"{count} records cannot fit in {len(buf)} bytes")
+    check_count(count, len(buf))
     append = starts.append
     pos = 0
     for _ in range(count):
