@@ -196,10 +196,12 @@ class GroupApi:
         once (as the Java client): poll() completes the rebalance, then commit again."""
         self._ensure_open()  # as commit_async() and Java's acquireAndEnsureOpen: a closed consumer says so first
         self._need_group("commit()")
-        offsets = self._subs.consumed_offsets() if offsets is None else _offsets(offsets)
-        self._wait_running_callbacks(
-            CommitEvent(offsets=offsets, sync=True), timeout_ms, f"commit of {_describe(offsets)}"
-        )
+        # without offsets, the background thread takes the positions when it sends (as Java's CommitRequestManager):
+        # this thread waits meanwhile, so nothing more is handed out, and a partition the background released
+        # in between (a revocation's ack) is not committed by a member that no longer owns it
+        offsets = None if offsets is None else _offsets(offsets)
+        what = _describe(self._subs.consumed_offsets() if offsets is None else offsets)  # for a timeout's words
+        self._wait_running_callbacks(CommitEvent(offsets=offsets, sync=True), timeout_ms, f"commit of {what}")
 
     def commit_async(
         self,
