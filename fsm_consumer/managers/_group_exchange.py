@@ -30,6 +30,7 @@ from ._group_requests import (
     sync_group_request,
 )
 from ._leader import LeaderRound, partition_counts
+from ._slow_wait import SlowWait
 
 if TYPE_CHECKING:
     from .._config import ConsumerConfig
@@ -110,6 +111,7 @@ class GroupExchange:
         self.join_not_before = 0.0
         self.joined_at = 0.0  # when this round's JoinGroup was answered
         self._metadata_version = -1
+        self._slow = SlowWait()  # a JoinGroup or SyncGroup the coordinator takes long to answer
 
     def sent_this_visit(self) -> bool:
         """Whether the request of the machine's current visit of its state went out."""
@@ -155,6 +157,9 @@ class GroupExchange:
             # not held behind a JoinGroup in flight: leaving must not wait out a rebalance
             self._sent_visit = m.machine.visit
             out.append(self._leave_request(node))
+        if self._request_in_flight and request is None and m.machine.attribute("request") in ("join", "sync"):
+            self._tell_slow(now)
+            wait = min(wait, self._slow.wait(now))
         if heartbeats and m.generation >= 0:
             if m.heartbeat.due(now):
                 m.heartbeat.sent(now)
@@ -170,6 +175,40 @@ class GroupExchange:
                 )
             wait = min(wait, m.heartbeat.wait(now))
         return wait, out
+
+    def _tell_slow(self, now: float) -> None:
+        """A JoinGroup or SyncGroup unanswered for seconds: say what the member waits for, and why a broker
+        may hold it, once after SlowWait.FIRST_MS and then every EVERY_MS (no records come meanwhile)."""
+        waited = self._slow.due(now)
+        if waited is None:
+            return
+        m = self.m
+        group, what = m._config.group_id, self._slow.what
+        if self._slow.told > 1:
+            log.warning("group %s: still waiting for the coordinator to answer %s (%.0f s)", group, what, waited / 1000)
+            return
+        host = m._coordinator.brokers.get(m._coordinator.node) if m._coordinator.node is not None else None
+        where = f" at {host[0]}:{host[1]}" if host else ""
+        if what == "JoinGroup":
+            why = (
+                "a broker holds JoinGroup while the group forms: Apache Kafka for group.initial.rebalance.delay.ms "
+                "(3 s by default) or until the other members rejoin; Tansu, the embedded broker, for half of "
+                f"session_timeout_ms ({m._config.session_timeout_ms / 2000:.1f} s here; a smaller "
+                "session_timeout_ms shortens it)"
+            )
+        else:
+            why = (
+                f"it answers once the leader ({m.leader_id}) has sent the assignment; a member of an earlier run "
+                "that ended without close() can hold the group up until its session_timeout_ms runs out"
+            )
+        log.warning(
+            "group %s: waiting %.0f s for the coordinator%s to answer %s, no records until then: %s",
+            group,
+            waited / 1000,
+            where,
+            what,
+            why,
+        )
 
     def _watch_metadata(self) -> None:
         """A new topic matching the pattern, or a partition count change, means a new assignment."""
@@ -196,6 +235,7 @@ class GroupExchange:
         owned = tuple(sorted(m.owned)) if m.protocol is RebalanceProtocol.COOPERATIVE else ()
         request = join_group_request(m._config, m.member_id, m.generation, topics, owned, m.assignors)
         self._request_in_flight = True
+        self._slow.start("JoinGroup", m.machine.now)
         log.info(
             "group %s: JoinGroup (generation %d, owned %s)",
             m._config.group_id,
@@ -215,6 +255,7 @@ class GroupExchange:
         join_backoff)."""
         m = self.m
         self._request_in_flight = False
+        self._slow.stop()
         if m.machine.visit != visit:
             return None
         if pending.error is not None:
@@ -263,6 +304,7 @@ class GroupExchange:
                 return []  # waiting for metadata of topics other members subscribe to
             assignment = assigned
         self._request_in_flight = True
+        self._slow.start("SyncGroup", m.machine.now)
         request = sync_group_request(m._config, m.generation, m.member_id, m.group_protocol, assignment)
         visit, sent = m.machine.visit, m.machine.now
         return [Outgoing(request, node, lambda pending, now: self._on_sync(pending, now, visit, sent))]

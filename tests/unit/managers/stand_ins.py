@@ -8,6 +8,7 @@ class Coordinator:
     ``errors_expected=False`` makes a coordinator error (``mark_unknown``) fail the test."""
 
     node = 7
+    brokers = {7: ("127.0.0.1", 9092)}
     gone_for_close = False
 
     def __init__(self, *, errors_expected: bool = True) -> None:
