@@ -243,6 +243,10 @@ class LoopbackBroker:
                 time.sleep(0.05)
         return base
 
+    def topic_names(self) -> set[str]:
+        """Every topic the broker has (asked without naming one, so none is created by asking)."""
+        return {topic.name for topic in self._metadata(None).topics if topic.error_code == 0}
+
     def topic_partitions(self, name: str) -> list[int]:
         """Sorted indexes of ``name``'s partitions that have a leader; [] if unknown."""
         response = self._metadata([name])

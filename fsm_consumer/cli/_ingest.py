@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..broker import BROKER_KINDS
+from . import _ingest_preflight as preflight
+from ._ctrl_c import ctrl_c_stops
 from ._help import plain
 from ._ingest_checkpoint import ForeignCheckpoint, check, record
+from ._ingest_preflight import Refused
 from ._ingest_progress import progress_directory, watch
-from ._spark_quiet import jvm_stderr_filtered, log_config
+from ._spark_quiet import jvm_stderr_filtered, log_config, mute_jvm_stderr
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -88,11 +91,28 @@ def _parser() -> argparse.ArgumentParser:
         help="when output is not a terminal: a progress line this often (default 5)",
     )
     ap.add_argument(
+        "--wait-for-topic",
+        action="store_true",
+        help="with --bootstrap-servers: a topic that does not exist yet is waited for (else an error naming the "
+        "topics there)",
+    )
+    ap.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
+    ap.add_argument(
         "--spark-log-level",
         default="ERROR",
         help="Spark's own log level for the job (default ERROR: no startup warnings; WARN or INFO for more)",
     )
     return ap
+
+
+def _flag_options(args: argparse.Namespace) -> dict[str, str]:
+    """The source options the job's own flags set (an --option of the same key wins)."""
+    options = {"startingOffsets": args.starting_offsets}
+    if args.max_offsets_per_trigger:
+        options["maxOffsetsPerTrigger"] = str(args.max_offsets_per_trigger)
+    if args.commit_to_group:
+        options["commitToGroup"] = args.commit_to_group
+    return options
 
 
 def _trigger(text: str) -> dict[str, Any]:
@@ -138,24 +158,6 @@ def _session(master: str, fmt: str, local: bool, log_level: str) -> SparkSession
     return spark
 
 
-def _source_identity(bootstrap: str, topic: str, options: dict[str, str]) -> dict[str, Any]:
-    """What names the data this run reads (the checkpoint records it): the cluster's and the topic's ids."""
-    from ..spark._offsets import OffsetLookup
-    from ..spark._options import parse
-
-    lookup = OffsetLookup(parse({**options, "kafka.bootstrap.servers": bootstrap, "subscribe": topic}))
-    try:
-        ids = lookup.identity([topic])
-    finally:
-        lookup.close()
-    return {
-        "bootstrap": bootstrap,
-        "topic": topic,
-        "cluster_id": ids["cluster_id"],
-        "topic_id": ids["topic_ids"][topic],
-    }
-
-
 def ingest(argv: list[str]) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
@@ -165,34 +167,68 @@ def ingest(argv: list[str]) -> int:
     for item in args.option:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            print(f"error: --option {item!r} is not KEY=VALUE", file=sys.stderr)
-            return 2
+            ap.error(f"--option {item!r} is not KEY=VALUE")
         extra[key] = value
+    try:
+        return _run(args, extra)
+    except Refused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted before the query started: nothing was written", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - a tool's error is a line; --debug shows the traceback
+        if args.debug:
+            raise
+        print(f"error: {_plain(exc)}\n(run again with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+def _plain(exc: BaseException) -> str:
+    """An error's message as one line: a Java exception's own message, not py4j's "An error occurred while
+    calling o123.start" nor its stack trace."""
+    java = getattr(exc, "java_exception", None)  # py4j's Py4JJavaError
+    if java is not None:
+        try:
+            text = str(java.getMessage() or java.toString())
+        except Exception:  # noqa: BLE001 - the JVM may be gone; its text is then all there is
+            text = str(exc)
+    else:
+        text = str(exc)
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _run(args: argparse.Namespace, extra: dict[str, str]) -> int:
     from ..broker._kafka_jars import KafkaNotFoundError, find_java
 
     try:  # Spark runs on Java: said up front, not as Spark's JAVA_GATEWAY_EXITED after the broker's fill
         find_java()
     except KafkaNotFoundError:
-        print(
-            "error: no java on PATH (and no JAVA_HOME): Spark needs Java 17 or later "
-            "(e.g. apt-get install openjdk-17-jre-headless, or set JAVA_HOME)",
-            file=sys.stderr,
-        )
-        return 2
+        raise Refused(
+            "no java on PATH (and no JAVA_HOME): Spark needs Java 17 or later "
+            "(e.g. apt-get install openjdk-17-jre-headless, or set JAVA_HOME)"
+        ) from None
+    out = Path(args.to).resolve()
+    checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "_checkpoint"
+    # the checks that need no broker first: a mistake there costs no broker start, fill or Spark start
+    options = {**_flag_options(args), **extra}
+    preflight.read_options(options, args.bootstrap_servers or "127.0.0.1:9092", args.topic)
+    preflight.writable(out, "--to")
+    preflight.writable(checkpoint, "--checkpoint")
     t0 = time.monotonic()
     with ExitStack() as stack:
         total_hint = None
         bootstrap = args.bootstrap_servers
         if bootstrap is None:
-            from ..broker import KafkaNotFoundError, start_broker
+            from ..broker import start_broker
             from ..broker._kinds import describe
             from ._demo import _fill
 
             try:
                 broker = stack.enter_context(start_broker(args.broker))
             except KafkaNotFoundError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 2
+                raise Refused(str(exc)) from None
             bootstrap = broker.bootstrap_servers
             print(
                 f"broker: {describe(broker)}; filling {args.topic!r} with "
@@ -201,18 +237,23 @@ def ingest(argv: list[str]) -> int:
             broker.create_topic(args.topic, partitions=args.partitions)
             _fill(broker, args.topic, args.records, args.record_size)
             total_hint = args.records
-        out = Path(args.to).resolve()
-        checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "_checkpoint"
-        source = _source_identity(bootstrap, args.topic, extra)
+        found = preflight.lookup(preflight.read_options(options, bootstrap, args.topic), bootstrap)
+        try:
+            preflight.topic_exists(found, args.topic, bootstrap, wait=args.wait_for_topic, say=print)
+            source = preflight.identity(found, bootstrap, args.topic)
+        finally:
+            found.close()
         try:
             resumed = check(
                 checkpoint, out, source, embedded=args.bootstrap_servers is None, fresh=args.fresh, say=print
             )
         except ForeignCheckpoint as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+            raise Refused(str(exc)) from None
+        print(f"spark: starting (master {args.master}); this takes a while the first time")
+        started = time.monotonic()
         spark = _session(args.master, args.format, local=_loopback(args.master), log_level=args.spark_log_level)
         stack.callback(spark.stop)
+        print(f"spark: up in {time.monotonic() - started:.1f} s; planning the first batch")
         before = _count(spark, out, args.format) if resumed else 0
         from ..spark import register
 
@@ -223,14 +264,9 @@ def ingest(argv: list[str]) -> int:
             spark.readStream.format("fsm_kafka")
             .option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", args.topic)
-            .option("startingOffsets", args.starting_offsets)
             .option("progressPath", progress_dir)
         )
-        if args.max_offsets_per_trigger:
-            reader = reader.option("maxOffsetsPerTrigger", args.max_offsets_per_trigger)
-        if args.commit_to_group:
-            reader = reader.option("commitToGroup", args.commit_to_group)
-        for key, value in extra.items():
+        for key, value in options.items():
             reader = reader.option(key, value)
         query = (
             reader.load()
@@ -243,8 +279,7 @@ def ingest(argv: list[str]) -> int:
         )
         record(checkpoint, source)
         deadline = None if args.duration is None else time.monotonic() + args.duration
-        rows = 0
-        try:
+        with ctrl_c_stops(first=(lambda: None) if args.debug else mute_jvm_stderr) as stop:
             rows = watch(
                 query,
                 progress_dir,
@@ -252,16 +287,27 @@ def ingest(argv: list[str]) -> int:
                 quiet=args.quiet,
                 every_s=args.progress_every,
                 deadline=deadline,
+                stop=stop,
             )
-        except KeyboardInterrupt:
-            query.stop()
-        if query.exception() is not None:
-            print(f"error: the query failed: {query.exception()}", file=sys.stderr)
-            return 1
+        failed = query.exception()
+        if failed is not None:
+            raise RuntimeError(f"the query failed: {_plain(failed)}")
         count = _count(spark, out, args.format)
         files = sorted(p for p in out.rglob("*.parquet"))
         took = time.monotonic() - t0
         new = count - before
+        if stop():
+            print(
+                f"interrupted: the query stopped at its last whole batch; this run wrote {new:,} records "
+                f"({count:,} in the output now) and its checkpoint {checkpoint} says where it stopped: "
+                + (
+                    "the same command again resumes from there"
+                    if args.bootstrap_servers
+                    else "the embedded broker stops with this run, so a rerun starts afresh on new demo data (with "
+                    "--bootstrap-servers, the same command resumes)"
+                )
+            )
+            return 130
         print(
             f"done: this run wrote {new:,} records ({count:,} in the output now, {len(files)} {args.format} files "
             f"under {out}) in {took:.1f} s; checkpoint {checkpoint}"
@@ -275,14 +321,22 @@ def ingest(argv: list[str]) -> int:
             return 1
         print(
             f"read them back: spark.read.format({args.format!r}).load({str(out)!r})"
-            + ("   or: pyarrow.parquet.read_table(path) per file" if args.format == "parquet" else "")
+            + (f"   or: pyarrow.parquet.read_table({str(out)!r})" if args.format == "parquet" else "")
         )
+        aside = sorted(out.parent.glob(f"{out.name}.previous-*"))
+        if aside:
+            print(
+                f"note: {len(aside)} earlier output{'s' if len(aside) > 1 else ''} moved aside by earlier runs "
+                f"sit beside it ({out.name}.previous-*, with their checkpoints): delete them when no longer needed"
+            )
     return 0
 
 
 def _count(spark: SparkSession, out: Path, fmt: str) -> int:
     """Records in the output as its format's log lists them (Spark's ``_spark_metadata``, Delta's log: a
     killed batch's leftover files are not counted); 0 when there is no output yet."""
-    if not (out / ("_delta_log" if fmt == "delta" else "_spark_metadata")).is_dir():
+    log = out / ("_delta_log" if fmt == "delta" else "_spark_metadata")
+    # a run stopped before its first batch committed leaves the log without an entry: nothing to read yet
+    if not log.is_dir() or not any(p.name[:1].isdigit() for p in log.iterdir()):
         return 0
     return int(spark.read.format(fmt).load(str(out)).count())

@@ -101,7 +101,9 @@ def _share_and_left(now: Totals, rate: float) -> tuple[str, float | None]:
 
 
 def describe(now: Totals, rate: float, batches_done: int) -> str:
-    """One line: records read of planned, rate, time left, batches."""
+    """One line: records read of planned, rate, time left, batches; before any plan, that one is being made."""
+    if not now.planned and not batches_done:
+        return "planning the first batch (the topic's offsets, then the partitions' ranges)"
     share, left = _share_and_left(now, rate)
     when = f", about {left:,.0f} s left" if left is not None else ""
     return (
@@ -117,13 +119,16 @@ def watch(
     quiet: bool,
     every_s: float,
     deadline: float | None,
+    stop: Callable[[], bool] | None = None,
     tty: bool | None = None,
     out: Callable[[str], None] = print,
 ) -> int:
-    """Follow the query until it ends (or ``deadline``, monotonic); returns the rows its batches took in."""
+    """Follow the query until it ends (or ``deadline``, monotonic, or ``stop()`` says so: then the query is
+    stopped); returns the rows its batches took in. The last line or table gives the run's average rate."""
     seen: set[int] = set()
     rows = 0
     rate = _Rate()
+    began = time.monotonic()
 
     def step() -> bool:
         nonlocal rows
@@ -131,13 +136,18 @@ def watch(
             if p["batchId"] not in seen:
                 seen.add(p["batchId"])
                 rows += p.get("numInputRows", 0)
-        if deadline is not None and time.monotonic() >= deadline:
+        if (deadline is not None and time.monotonic() >= deadline) or (stop is not None and stop()):
             query.stop()
         return query.isActive
 
     def sample() -> tuple[Totals, float]:
         now = totals(progress_dir)
         return now, rate.add(time.monotonic(), now.read)
+
+    def average() -> str:
+        took = time.monotonic() - began
+        read = totals(progress_dir).read
+        return f"{read:,} records read in {took:,.1f} s, {read / took if took > 0 else 0:,.0f} records/s on average"
 
     if quiet:
         while step():
@@ -153,8 +163,7 @@ def watch(
                 now, per_s = sample()
                 out(f"progress: {describe(now, per_s, len(seen))}")
         step()
-        now, per_s = sample()
-        out(f"progress: {describe(now, per_s, len(seen))}")
+        out(f"progress: {average()}; batches done {len(seen)}")
         return rows
     from rich.live import Live
     from rich.table import Table
@@ -177,4 +186,5 @@ def watch(
             live.update(render())
         step()
         live.update(render())
+    out(average())
     return rows

@@ -76,8 +76,17 @@ def jvm_stderr_filtered() -> Iterator[threading.Thread | None]:
         os.dup2(saved, 2)  # ours again; the JVM keeps the pipe (the relay keeps the saved descriptor)
 
 
+_muted = threading.Event()
+
+
+def mute_jvm_stderr() -> None:
+    """From now on the relay drops everything: once the user has stopped the job (Ctrl-C), the errors of
+    the tasks the stop cancels (aborted writes, a Python worker's broken pipe) are its expected echo."""
+    _muted.set()
+
+
 def _relay(read_end: int, target: int) -> None:
     with os.fdopen(read_end, "rb") as lines, os.fdopen(target, "wb", buffering=0) as out:
         for line in lines:
-            if not line.startswith(_NOISE):
+            if not line.startswith(_NOISE) and not _muted.is_set():
                 out.write(line)

@@ -64,8 +64,9 @@ class OffsetLookup:
     """Metadata and offset lookups for the driver, on one Consumer (made on first use) that carries the
     read's group id and never joins it."""
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, **consumer_overrides: Any) -> None:
         self.opts = opts
+        self._overrides = consumer_overrides  # Consumer settings over the options' (fsm-consumer ingest's checks)
         self._consumer: Consumer | None = None
 
     def _client(self) -> Consumer:
@@ -73,7 +74,9 @@ class OffsetLookup:
             from ..consumer import Consumer
 
             self._consumer = Consumer(
-                **self.opts.consumer_config(group_id=self.opts.carried_group_id("driver"), enable_auto_commit=False)
+                **self.opts.consumer_config(
+                    group_id=self.opts.carried_group_id("driver"), enable_auto_commit=False, **self._overrides
+                )
             )
         return self._consumer
 
@@ -127,6 +130,16 @@ class OffsetLookup:
             parts = self._partitions_for(topic)
             out += [(topic, p) for p in sorted(parts or ())]
         return out
+
+    def connect(self) -> None:
+        """Make the consumer now, once: its KafkaTimeoutError (no broker answered within its
+        bootstrap_timeout_ms, and why each address failed) is raised as it is, not retried."""
+        self._client()
+
+    def topics(self) -> set[str]:
+        """Every topic the cluster has, asked without naming one (a Metadata request naming a topic may
+        create it on a broker that creates topics on demand)."""
+        return set(self._retry(lambda c: c.topics()))
 
     def _partitions_for(self, topic: str) -> set[int]:
         return self._retry(lambda c: c.partitions_for_topic(topic))
