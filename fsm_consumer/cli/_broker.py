@@ -27,7 +27,10 @@ def broker(argv: list[str]) -> int:
         "Kafka source (spark-sql-kafka-0-10), for the tests that compare fsm_kafka with it",
     )
     fetch.add_argument(
-        "--version", default=None, help=f"default: Kafka {jars.KAFKA_VERSION}, Spark {jars.SPARK_KAFKA_VERSION}"
+        "--version",
+        default=None,
+        help=f"default: Kafka {jars.KAFKA_VERSION}; Spark's connector {jars.SPARK_KAFKA_VERSION}, the newest Maven "
+        "Central has (it runs on the PySpark pip installs, also 4.3)",
     )
     fetch.add_argument("--verbose", action="store_true", help="show mvn's output")
     start = sub.add_parser("start", help="run a broker on loopback until Ctrl-C, printing its bootstrap address")
