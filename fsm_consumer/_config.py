@@ -112,6 +112,13 @@ def _str_or_none(_: object, attr: attrs.Attribute[Any], value: Any) -> None:
         raise _fail(attr.name, value, "a non-empty string or None")
 
 
+_CLIENT_ID = f"fsm-consumer-{__version__}"
+
+
+def _client_id(value: Any) -> Any:
+    return _CLIENT_ID if value is None else value
+
+
 def _servers(value: Any) -> tuple[str, ...]:
     items = value.split(",") if isinstance(value, str) else value
     try:
@@ -237,7 +244,8 @@ class ConsumerConfig:
     bootstrap_servers: tuple[str, ...] = attrs.field(default=("localhost:9092",), converter=_servers)
     # what config["bootstrap_servers"] returns: the value as given (kafka-python keeps the user's string or list)
     _bootstrap_servers_given: Any = attrs.field(default=None, alias="_bootstrap_servers_given", repr=False, eq=False)
-    client_id: str = attrs.field(default=f"fsm-consumer-{__version__}", validator=_str_or_none)
+    # None (kafka-python lets it through) is the default: the id names the machines, the thread and the history
+    client_id: str = attrs.field(default=_CLIENT_ID, converter=_client_id, validator=_str_or_none)
     client_rack: str = ""
     group_id: str | None = attrs.field(default=None, validator=_str_or_none)
     group_instance_id: str | None = attrs.field(default=None, validator=_str_or_none)

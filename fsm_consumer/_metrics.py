@@ -82,7 +82,6 @@ class Metrics:
         self.records_total = 0
         self.bytes_total = 0
         self.polls = 0
-        self.last_poll: float | None = None
         # background thread
         self.fetch_requests = 0
         self.fetch_incremental = 0  # of fetch_requests, those sent in an incremental session

@@ -3,9 +3,11 @@ and topic administration over the wire."""
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -270,3 +272,14 @@ class LoopbackBroker:
             include_topic_authorized_operations=False,
         )
         return self._request(request, MetadataResponse, version, timeout=timeout)
+
+
+def new_cluster_id() -> str:
+    """A new cluster id for a loopback broker, in Kafka's format: a UUID as URL-safe base64 without padding
+    (22 characters); never one beginning with "-", which kafka-storage's command line would take for an
+    option (as Kafka's own Uuid.randomUuid avoids): one start in 64 failed with "argument --cluster-id:
+    expected one argument"."""
+    while True:
+        made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not made.startswith("-"):
+            return made

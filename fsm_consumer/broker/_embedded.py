@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from ._admin import LoopbackBroker
+from ._admin import LoopbackBroker, new_cluster_id
 from ._binary import locate_tansu
 from ._errors import BrokerRequestError, BrokerStartError
 from ._logtail import tail
@@ -47,7 +47,7 @@ class EmbeddedBroker(LoopbackBroker):
         storage: Storage = "memory",
         port: int | None = None,
         *,
-        cluster_id: str = "fsm-consumer",
+        cluster_id: str | None = None,
         bucket: str = "tansu",
         start_timeout: float = 10.0,
         stop_grace: float = 3.0,
@@ -57,7 +57,8 @@ class EmbeddedBroker(LoopbackBroker):
         if storage not in ("memory", "s3"):
             raise ValueError(f"storage must be 'memory' or 's3', not {storage!r}")
         self.storage: Storage = storage
-        self.cluster_id = cluster_id
+        #: a new id per broker (as Kafka's), kept across its restarts: the data of one is not taken for another's
+        self.cluster_id = cluster_id if cluster_id is not None else new_cluster_id()
         self.bucket = bucket
         self.start_timeout = start_timeout
         self.stop_grace = stop_grace

@@ -18,17 +18,15 @@ A port given by the caller, and ``restart()`` (the same ports), are not changed:
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from ._admin import LoopbackBroker
+from ._admin import LoopbackBroker, new_cluster_id
 from ._errors import BrokerRequestError, BrokerStartError
 from ._kafka_jars import KAFKA_VERSION, find_java, kafka_libs
 from ._logtail import tail
@@ -83,16 +81,6 @@ class _PortTaken(BrokerStartError):
         self.taken = taken
 
 
-def _cluster_id() -> str:
-    """Kafka's cluster id format: a UUID as URL-safe base64 without padding (22 characters); never one
-    beginning with "-", which kafka-storage's command line would take for an option (as Kafka's own
-    Uuid.randomUuid avoids): one start in 64 failed with "argument --cluster-id: expected one argument"."""
-    while True:
-        made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not made.startswith("-"):
-            return made
-
-
 class KafkaBroker(LoopbackBroker):
     """Apache Kafka in a child process on loopback ports, started on construction."""
 
@@ -132,7 +120,7 @@ class KafkaBroker(LoopbackBroker):
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
         self._process: GuardedProcess | None = None
         self._api_versions: dict[int, tuple[int, int]] = {}
-        self.cluster_id = _cluster_id()
+        self.cluster_id = new_cluster_id()
         #: Seconds the last start took, from spawn until ApiVersions and Metadata answered.
         self.startup_seconds: float | None = None
         self.start()

@@ -318,25 +318,13 @@ except ImportError:  # no compiler at install time: the loop decodes every recor
     _compiled = None
 
 
-def decode_records_compiled(
-    buf: bytes | memoryview,
-    count: int,
-    base_offset: int,
-    base_timestamp: int,
-    log_append_time: int | None,
-    min_offset: int,
-    topic: str,
-    partition: int,
-    leader_epoch: int,
-    out: list,
-) -> None:
-    """``decode_records`` through the compiled decoder, the loop where it declines. ``buf`` may be a view
-    of the fetched data (the compiled decoder copies each key and value out); the loop gets bytes, whose
-    slices are bytes."""
+def decode_records_compiled(buf: bytes | memoryview, *args: Any) -> None:
+    """``decode_records(buf, *args)`` (its arguments, in its order) through the compiled decoder, the loop
+    where it declines. ``buf`` may be a view of the fetched data (the compiled decoder copies each key and
+    value out); the loop gets bytes, whose slices are bytes."""
     assert _compiled is not None
-    args = (buf, count, base_offset, base_timestamp, log_append_time, min_offset, topic, partition, leader_epoch, out)
-    if _compiled(*args, ConsumerRecord) is NotImplemented:
-        decode_records(bytes(buf), *args[1:])
+    if _compiled(buf, *args, ConsumerRecord) is NotImplemented:
+        decode_records(bytes(buf), *args)
 
 
 #: what decode_partition uses

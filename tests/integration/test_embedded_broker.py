@@ -114,6 +114,15 @@ def test_start_time_is_short() -> None:
     assert elapsed < 5.0  # loose on purpose: CI machines stall; ~0.05 s measured locally
 
 
+def test_each_embedded_broker_has_a_cluster_id_of_its_own_kept_across_a_restart() -> None:
+    """As Kafka's: a checkpoint or a client's cache of one broker's data is not taken for another's."""
+    with EmbeddedBroker(storage="s3") as one, EmbeddedBroker() as other:
+        assert one.cluster_id != other.cluster_id and len(one.cluster_id) == 22
+        assert one._metadata(None).cluster_id == one.cluster_id
+        one.restart()
+        assert one._metadata(None).cluster_id == one.cluster_id
+
+
 def test_create_topic_appears_in_metadata(broker: EmbeddedBroker, make_topic) -> None:
     topic = make_topic(partitions=3)
 

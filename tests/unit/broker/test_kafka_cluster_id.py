@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import uuid
 
-from fsm_consumer.broker._kafka import _cluster_id
+from fsm_consumer.broker._admin import new_cluster_id as _cluster_id
 
 
 def test_cluster_ids_are_uuids_that_never_begin_with_a_dash():

@@ -145,3 +145,14 @@ def test_the_remote_assignor_needs_the_consumer_protocol_and_may_be_the_brokers_
         ConsumerConfig.from_kwargs(group_id="g", group_protocol="consumer", group_remote_assignor=" ")
     with pytest.raises(ConfigError, match="group_protocol"):
         ConsumerConfig.from_kwargs(group_id="g", group_protocol="next")
+
+
+def test_client_id_none_is_the_default_and_typed_as_a_string():
+    """kafka-python lets client_id=None through; here it means the default, so the id that names the
+    machines, the background thread and the history is always a string."""
+    from fsm_consumer._config import ConsumerConfig
+
+    default = ConsumerConfig.from_kwargs().client_id
+    assert default.startswith("fsm-consumer-")
+    assert ConsumerConfig.from_kwargs(client_id=None).client_id == default
+    assert ConsumerConfig.from_kwargs(client_id="mine").client_id == "mine"

@@ -5,6 +5,8 @@ RebalanceInProgressError; CommitFailedError only when the membership itself is g
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import kafka.errors as ke
@@ -20,6 +22,9 @@ from fsm_consumer.machines import shipped_spec
 from fsm_consumer.managers import CommitManager
 from fsm_consumer.state import HeldErrors, SubscriptionState
 
+sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the stand-ins beside this file
+from stand_ins import Coordinator  # noqa: E402
+
 TP = TopicPartition("t", 0)
 
 
@@ -34,7 +39,7 @@ def make(state: str):
     subs.subscribe(["t"])
     subs.set_group_assignment([TP])
     subs.set_committed_position(TP, 5)
-    coordinator = SimpleNamespace(node=1, gone_for_close=False, needed=lambda: None, mark_unknown=lambda: None)
+    coordinator = Coordinator()
     commits = CommitManager(
         config,
         subscription=subs,
@@ -188,7 +193,7 @@ def test_a_waiting_auto_commit_sends_only_partitions_still_assigned():
     subs.set_group_assignment([TP, t1])
     subs.set_committed_position(TP, 5)
     subs.set_committed_position(t1, 7)
-    coordinator = SimpleNamespace(node=1, gone_for_close=False, needed=lambda: None, mark_unknown=lambda: None)
+    coordinator = Coordinator()
     commits = CommitManager(
         config,
         subscription=subs,
