@@ -10,10 +10,10 @@ from ..managers import CommitManager, ConsumerMembershipManager, CoordinatorMana
 
 if TYPE_CHECKING:
     from .._config import ConsumerConfig
+    from .._history_writer import HistoryWriter
     from .._metrics import Metrics
     from ..engine import ApplicationEventProcessor, BackgroundLifecycle
     from ..events import ApplicationEventQueue, BackgroundEventQueue
-    from ..history._writer import HistoryWriter
     from ..machines import SpecMachine
     from ..managers import MetadataManager, Outgoing, RequestManager
     from ..state import HeldErrors, SubscriptionState

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._config import ConsumerConfig
+from .._history_writer import HistoryWriter
 from .._metrics import Metrics
 from ..engine import ApplicationEventProcessor, BackgroundLifecycle, NetworkThread
 from ..events import ApplicationEventQueue, BackgroundEventQueue, Signal
 from ..fetch._buffer import FetchBuffer
 from ..fetch._collector import FetchCollector
-from ..history._writer import HistoryWriter
 from ..machines import MonotonicClock, SpecMachine, shipped_spec
 from ..managers import FetchManager, MetadataManager, OffsetsManager, SelfAssignManager
 from ..state import HeldErrors, SubscriptionState

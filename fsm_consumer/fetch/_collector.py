@@ -33,7 +33,7 @@ from ._decode import decode_partition
 from ._errors import DeserializationError
 
 if TYPE_CHECKING:
-    from ..history._writer import HistoryWriter
+    from .._history_writer import HistoryWriter
 
 _OFFSET = operator.attrgetter("offset")
 log = logging.getLogger("fsm_consumer.fetch")

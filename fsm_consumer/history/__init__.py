@@ -1,6 +1,7 @@
-"""Consumer histories (docs/histories.md) and their checker.
+"""Consumer histories (docs/histories.md): their checker and their timeline, tools a user runs.
 
-A consumer given ``history_path`` writes JSON lines of what it owned, handed out, committed and did;
+A consumer given ``history_path`` writes JSON lines of what it owned, handed out, committed and did (its
+writer, ``fsm_consumer._history_writer``, lives apart: no consumer imports this package);
 ``load`` reads those of a directory, ``check`` judges them by the rules ``RULES`` (L E D M C K) and
 returns a ``CheckResult``: its ``violations`` (``Violation``: the rule, a one-line message naming the
 consumers, partition, offsets and times, the details, the transitions of those consumers around it) and
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from ._timeline import draw_timeline
     from ._violation import RULES, Violation
 
-# imported when first used: every consumer imports this package (its history writer lives here), few check
+# imported when first used: the checker, the mutants and the timeline are large, and a caller needs one of them
 _WHERE = {
     **dict.fromkeys(("WINDOW_MS", "CheckResult", "check", "summarize"), "._check"),
     **dict.fromkeys(

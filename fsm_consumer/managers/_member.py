@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 
+from .._history_writer import HistoryWriter, tp_list
 from ..events import CallbackAckEvent
-from ..history._writer import HistoryWriter, tp_list
 from ..machines import SpecMachine, shipped_spec
 from ..structs import TopicPartition
 from ._callbacks import ACK_TRIGGER, RebalanceCallbacks

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ._workers import is_async
 
 if TYPE_CHECKING:
-    from ..history._writer import HistoryWriter
+    from .._history_writer import HistoryWriter
     from ..structs import ConsumerRecord
 
 

@@ -29,9 +29,9 @@ from ._scheduler import ORDERINGS, Job, Scheduler, lane_of
 from ._workers import AsyncWorkers, Attempts, Outcome, ThreadWorkers, is_async
 
 if TYPE_CHECKING:
+    from .._history_writer import HistoryWriter
     from ..consumer import Consumer
     from ..consumer._group_api import RebalanceListener
-    from ..history._writer import HistoryWriter
     from ..structs import ConsumerRecord
 
 log = logging.getLogger("fsm_consumer.parallel")

@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from ..history._writer import HistoryWriter
+from .._history_writer import HistoryWriter
 from ._member_process import History, _arguments, _now_ms, _runs
 
 __all__ = ["main"]

@@ -135,7 +135,7 @@ def test_a_commit_line_is_stamped_when_its_answer_was_read_not_when_it_was_writt
     it, and the checker blamed a commit that was the owner's. The line carries the answer's time."""
     import json
 
-    from fsm_consumer.history._writer import HistoryWriter
+    from fsm_consumer._history_writer import HistoryWriter
 
     membership, clock = make(0)
     membership.on_subscription_changed(clock.now_ms())

@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .._config import ConsumerConfig
-    from ..machines._log import TransitionRecord
-    from ..structs import TopicPartition
+    from ._config import ConsumerConfig
+    from .machines._log import TransitionRecord
+    from .structs import TopicPartition
 
 _instances = itertools.count(1)
 # the settings a "started" line records: what a checker of the run needs to know
