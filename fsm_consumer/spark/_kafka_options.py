@@ -47,7 +47,9 @@ def _config_types() -> dict[str, str]:
     return {a.name: str(a.type) for a in attrs.fields(ConsumerConfig)}
 
 
-def _convert(option: str, key: str, value: str, kind: str) -> Any:
+def convert_option(option: str, key: str, value: str, kind: str) -> Any:
+    """A string option as a config key's type (``kind``: the attrs type as text, "int | None"...), or the
+    KafkaOptionError naming the option; the sink's producer settings go through it too."""
     text = str(value).strip()
     if kind == "bool":
         return _bool(option, text)
@@ -125,7 +127,7 @@ def _kafka_params(given: Mapping[str, str]) -> tuple[str | None, dict[str, Any]]
                 f"no fsm_consumer config key {key!r} (kafka.* options are the "
                 f"consumer's config keys with dots for underscores){hint}",
             )
-        params[key] = _convert(option, key, value, types[key])
+        params[key] = convert_option(option, key, value, types[key])
     return servers, params
 
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
+from ._kafka_options import convert_option
 from ._option_values import KafkaOptionError
 
 if TYPE_CHECKING:
@@ -69,7 +70,20 @@ def _producer_defaults() -> dict[str, Any]:
     return defaults
 
 
+def _kind(key: str, default: Any) -> str:
+    """A producer setting's type written as the consumer's config types are, for ``convert_option``."""
+    if isinstance(default, bool):
+        return "bool"
+    if key in _INT_OR_NONE:
+        return "int | None"
+    if isinstance(default, int):
+        return "int"
+    return "float" if isinstance(default, float) else "str"
+
+
 def _convert(option: str, key: str, text: Any, default: Any) -> Any:
+    """An option's text as the KafkaProducer setting's type: the read's conversion (``convert_option``) but
+    for the three settings whose values are lists or tuples."""
     if not isinstance(text, str):  # already typed (options given from Python code)
         return text
     try:
@@ -79,20 +93,11 @@ def _convert(option: str, key: str, text: Any, default: Any) -> Any:
             return "all" if text.strip().lower() == "all" else int(text)
         if key == "api_version":
             return tuple(int(part) for part in text.split("."))
-        if isinstance(default, bool):
-            lowered = text.strip().lower()
-            if lowered not in ("true", "false"):
-                raise ValueError(text)
-            return lowered == "true"
-        if isinstance(default, int) or key in _INT_OR_NONE:
-            return int(text)
-        if isinstance(default, float):
-            return float(text)
     except ValueError:
         raise KafkaOptionError(
             option, f"{text!r} is not a valid value (kafka-python's {key} is like {default!r})"
         ) from None
-    return text
+    return convert_option(option, key, text, _kind(key, default))
 
 
 def producer_config(options: Mapping[str, Any]) -> dict[str, Any]:
