@@ -3,6 +3,7 @@ the topics asked for, serves the README's ten lines, and stops cleanly on Ctrl-C
 
 from __future__ import annotations
 
+import logging
 import re
 import signal
 import subprocess
@@ -47,7 +48,10 @@ def started():
         process.wait(10)
 
 
-def test_the_readmes_ten_lines_read_what_was_produced_to_broker_start(started):
+def test_the_readmes_ten_lines_read_what_was_produced_to_broker_start(started, caplog):
+    """As written, on the embedded broker: Tansu holds the JoinGroup half of the default 45 s session, and the
+    log says so (a warning after 5 s: what the consumer waits for, and why) before the records come."""
+    caplog.set_level(logging.WARNING, "fsm_consumer.membership")
     process, port, lines = started
     address = f"127.0.0.1:{port}"
     assert f"bootstrap_servers={address}\n" in lines and "  topic events: 3 partition(s)\n" in lines
@@ -63,6 +67,8 @@ def test_the_readmes_ten_lines_read_what_was_produced_to_broker_start(started):
     seen: set = set()
     exec(code, {"seen": seen, "time": time, "deadline": time.monotonic() + 90})  # noqa: S102 - the README's own code
     assert seen == {b"hello %d" % i for i in range(6)}
+    said = [r.getMessage() for r in caplog.records if "to answer JoinGroup, no records until then" in r.getMessage()]
+    assert said and "Tansu, the embedded broker, for half of session_timeout_ms (22.5 s here" in said[0], said
 
     process.send_signal(signal.SIGINT)  # Ctrl-C
     out, err = process.communicate(timeout=30)
