@@ -9,7 +9,7 @@ SPECS = frozenset(
         "057019d93a9855bf85755e3f3e936375b53ab8bc75a0b2afdfc51c85f296b946",  # connection.yaml
         "7c8a38b8746e5821312258c8d4ba00c4a0f5f861c9631e2f120007af7d6e46b9",  # consumer_membership.yaml
         "f0d6311e0272790079f0d7695a5d0121414cbc1a7eb5e0fdf9e1af5ce31e9d88",  # fetch.yaml
-        "9c5e8bd812f7618d3a50801062694dceadc30c4e28c5fcc9ae6bc2ea521e1814",  # membership.yaml
+        "5843438c1866b0924e1f337fca5d65301596f7baa273b96590227fe56ef0a70a",  # membership.yaml
         "871d65c0e71b3ed3c58ebb7a9160bc079f3f30b1903279fdefc3fd780da060b5",  # parallel.yaml
     }
 )

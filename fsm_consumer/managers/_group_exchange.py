@@ -50,6 +50,7 @@ class GroupMember(Protocol):
     attributes are also written (what the coordinator's answers say about the member)."""
 
     member_id: str
+    former_member_id: str | None  # the id this member gave up last
     generation: int
     group_protocol: str | None
     leader_id: str | None
@@ -112,6 +113,7 @@ class GroupExchange:
         self.joined_at = 0.0  # when this round's JoinGroup was answered
         self._metadata_version = -1
         self._slow = SlowWait()  # a JoinGroup or SyncGroup the coordinator takes long to answer
+        self._stand_ins: list[str] = []  # member ids given up at once for a former one (leader_is_former_self)
 
     def sent_this_visit(self) -> bool:
         """Whether the request of the machine's current visit of its state went out."""
@@ -140,6 +142,8 @@ class GroupExchange:
                 if request == "leave" and state == "stale":
                     self._sent_visit = m.machine.visit  # best effort only: no coordinator, no leave
             return wait, out
+        while self._stand_ins:  # best effort, answer ignored: else the coordinator waits on it until its session ends
+            out.append(Outgoing(leave_group_request(m._config, self._stand_ins.pop()), node, lambda pending, now: None))
         if request == "join":
             if now < self.join_not_before:
                 wait = min(wait, self.join_not_before - now)
@@ -270,6 +274,9 @@ class GroupExchange:
         if code is None:
             return
         r = pending.response
+        if code == 0 and r.leader and r.leader != r.member_id and r.leader == m.former_member_id:
+            self._take_back_former_id(r.member_id, r.generation_id, now)
+            return
         if code == 0:
             m.member_id = r.member_id
             m.generation = r.generation_id
@@ -294,6 +301,25 @@ class GroupExchange:
             m.machine.fire("member_id_required", now)
         else:
             self._round_failed(code, "JoinGroup")
+
+    def _take_back_former_id(self, given: str, generation: int, now: float) -> None:
+        """The group's leader is this member's former id, which it gave up: join again under it (the spec's
+        leader_is_former_self), and leave the id just given."""
+        m = self.m
+        former, m.former_member_id = m.former_member_id, None  # once: a second time takes the ordinary path
+        assert former is not None
+        log.warning(
+            "group %s: the coordinator names as leader of generation %d this member's former id %s, which it gave "
+            "up (a broker that keeps a leader that left during a rebalance, as Tansu does: nobody else can "
+            "assign); joining again under that id, leaving %s",
+            m._config.group_id,
+            generation,
+            former,
+            given,
+        )
+        self._stand_ins.append(given)
+        m.member_id = former
+        m.machine.fire("leader_is_former_self", now)
 
     def _sync_request(self, node: int) -> list[Outgoing]:
         m = self.m

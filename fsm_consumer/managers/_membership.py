@@ -31,6 +31,7 @@ class MembershipManager(MemberBase):
 
     def __init__(self, config, **parts) -> None:
         self.member_id = ""
+        self.former_member_id: str | None = None  # the id given up last (see leader_is_former_self in the spec)
         self.generation = -1
         super().__init__(config, **parts)
         self.assignors = [resolve(s) for s in config.partition_assignment_strategy]
@@ -145,6 +146,8 @@ class MembershipManager(MemberBase):
         self._subs.set_revoking(self._lost, True)
         self.generation = -1
         if self._config.group_instance_id is None:
+            if self.member_id:  # a later JoinGroup answer may name it leader still (leader_is_former_self)
+                self.former_member_id = self.member_id
             self.member_id = ""
         self._revoked_this_round = False
         self._new = frozenset()
@@ -170,6 +173,8 @@ class MembershipManager(MemberBase):
     def _reset_after_leave(self) -> None:
         self.generation = -1
         if self._config.group_instance_id is None:
+            if self.member_id:
+                self.former_member_id = self.member_id
             self.member_id = ""
         self._own(frozenset())
 
