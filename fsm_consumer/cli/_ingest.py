@@ -23,7 +23,6 @@ from . import _ingest_preflight as preflight
 from ._ctrl_c import ctrl_c_stops
 from ._help import plain
 from ._ingest_checkpoint import ForeignCheckpoint, check, record
-from ._ingest_preflight import Refused
 from ._ingest_progress import progress_directory, watch
 from ._spark_quiet import jvm_stderr_filtered, log_config, mute_jvm_stderr
 
@@ -171,7 +170,7 @@ def ingest(argv: list[str]) -> int:
         extra[key] = value
     try:
         return _run(args, extra)
-    except Refused as exc:
+    except preflight.Refused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -205,7 +204,7 @@ def _run(args: argparse.Namespace, extra: dict[str, str]) -> int:
     try:  # Spark runs on Java: said up front, not as Spark's JAVA_GATEWAY_EXITED after the broker's fill
         find_java()
     except KafkaNotFoundError:
-        raise Refused(
+        raise preflight.Refused(
             "no java on PATH (and no JAVA_HOME): Spark needs Java 17 or later "
             "(e.g. apt-get install openjdk-17-jre-headless, or set JAVA_HOME)"
         ) from None
@@ -228,7 +227,7 @@ def _run(args: argparse.Namespace, extra: dict[str, str]) -> int:
             try:
                 broker = stack.enter_context(start_broker(args.broker))
             except KafkaNotFoundError as exc:
-                raise Refused(str(exc)) from None
+                raise preflight.Refused(str(exc)) from None
             bootstrap = broker.bootstrap_servers
             print(
                 f"broker: {describe(broker)}; filling {args.topic!r} with "
@@ -248,7 +247,7 @@ def _run(args: argparse.Namespace, extra: dict[str, str]) -> int:
                 checkpoint, out, source, embedded=args.bootstrap_servers is None, fresh=args.fresh, say=print
             )
         except ForeignCheckpoint as exc:
-            raise Refused(str(exc)) from None
+            raise preflight.Refused(str(exc)) from None
         print(f"spark: starting (master {args.master}); this takes a while the first time")
         started = time.monotonic()
         spark = _session(args.master, args.format, local=_loopback(args.master), log_level=args.spark_log_level)

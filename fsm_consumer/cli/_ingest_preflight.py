@@ -9,7 +9,6 @@ Each failed check raises ``Refused``, whose message says what failed and what to
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -63,9 +62,8 @@ def lookup(read: ReadOptions, bootstrap: str) -> OffsetLookup:
         found.connect()
     except KafkaTimeoutError as exc:
         found.close()
-        # the consumer's message names each address and why it failed: "... bootstrap_servers 'a' (a: why)."
-        said = re.search(r"bootstrap_servers '[^']*' \((.*)\)\. Check", str(exc))
-        why = f": {said.group(1)}" if said else ""
+        reasons = getattr(exc, "reasons", "")  # each address and why it failed (MetadataManager.bootstrap_error)
+        why = f": {reasons}" if reasons else ""
         raise Refused(
             f"no broker answered at {bootstrap} within {REACH_S:.0f} s{why}. Check --bootstrap-servers, and "
             "that the broker is up and reachable from this machine"

@@ -147,6 +147,7 @@ class MetadataManager:
             "that takes longer to come up needs a larger bootstrap_timeout_ms"
         )
         error.__cause__ = self._last_error
+        error.reasons = why  # for a caller that words its own message (ingest)
         return error
 
     # -- the manager loop -------------------------------------------------------------------
