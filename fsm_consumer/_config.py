@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     _Validator: TypeAlias = Callable[[Any, attrs.Attribute[Any], Any], None]
     # kafka-python's offset commit callback: (the offsets, the error or None); what it returns is ignored
     OffsetCommitCallback: TypeAlias = Callable[[dict[TopicPartition, OffsetAndMetadata], BaseException | None], object]
-    # a key or value deserializer: the raw bytes (None for a null key or value) -> what a record holds
-    Deserializer: TypeAlias = Callable[[bytes | None], Any]
+    # a key or value deserializer: the raw bytes (None for a null key or value) -> what a record holds, or
+    # an object whose deserialize(topic, headers, data) does it (kafka-python's Deserializer)
+    Deserializer: TypeAlias = Callable[[bytes | None], Any] | Any
 
 _STRATEGY_NAMES = ("range", "roundrobin", "sticky", "cooperative-sticky")
 # accepted for compatibility with kafka-python, not used: say so in the docs, never fail on them
@@ -105,6 +106,12 @@ def _bool(_: object, attr: attrs.Attribute[Any], value: Any) -> None:
 def _callable_or_none(_: object, attr: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not callable(value):
         raise _fail(attr.name, value, "a callable or None")
+
+
+def _deserializer(_: object, attr: attrs.Attribute[Any], value: Any) -> None:
+    # kafka-python takes a callable of the bytes or a Deserializer object (deserialize(topic, headers, data))
+    if value is not None and not callable(value) and not callable(getattr(value, "deserialize", None)):
+        raise _fail(attr.name, value, "a callable, an object with deserialize(topic, headers, data), or None")
 
 
 def _str_or_none(_: object, attr: attrs.Attribute[Any], value: Any) -> None:
@@ -249,8 +256,8 @@ class ConsumerConfig:
     client_rack: str = ""
     group_id: str | None = attrs.field(default=None, validator=_str_or_none)
     group_instance_id: str | None = attrs.field(default=None, validator=_str_or_none)
-    key_deserializer: Deserializer | None = attrs.field(default=None, validator=_callable_or_none)
-    value_deserializer: Deserializer | None = attrs.field(default=None, validator=_callable_or_none)
+    key_deserializer: Deserializer | None = attrs.field(default=None, validator=_deserializer)
+    value_deserializer: Deserializer | None = attrs.field(default=None, validator=_deserializer)
     # fetching
     fetch_min_bytes: int = attrs.field(default=1, validator=_int(1))
     fetch_max_wait_ms: int = attrs.field(default=500, validator=_int(0))

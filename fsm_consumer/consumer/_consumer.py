@@ -306,17 +306,19 @@ class Consumer(GroupApi, Lookups):
         and value (binary, nullable) and headers (list<struct<key: string, value: binary>>), in the
         order poll() would hand the records out; no rows when nothing came within ``timeout_ms``.
         Positions advance exactly as with poll(), and the two can be mixed. Keys and values are
-        the raw bytes, so it cannot be used with key_deserializer or value_deserializer.
+        the raw bytes, or typed columns where the key or value deserializer is one of
+        ``fsm_consumer.schemas`` (an Avro record a struct column; other deserializers are refused).
         Needs pyarrow (``pip install fsm_consumer[spark]``)."""
         try:
             import pyarrow  # noqa: F401
         except ImportError as exc:
             raise ImportError("Consumer.poll_batch() needs pyarrow: pip install fsm_consumer[spark]") from exc
-        if self.config.key_deserializer is not None or self.config.value_deserializer is not None:
-            raise ValueError(
-                "poll_batch() returns raw bytes: it cannot be used with key_deserializer or "
-                "value_deserializer (use poll(), or deserialize the columns)"
-            )
+        for origin, des in (("key", self.config.key_deserializer), ("value", self.config.value_deserializer)):
+            if des is not None and not hasattr(des, "to_arrow"):
+                raise ValueError(
+                    f"poll_batch() hands out columns: the {origin}_deserializer cannot type them (use poll(), a "
+                    "deserializer of fsm_consumer.schemas, or none and deserialize the binary column)"
+                )
         return self._poll(timeout_ms, max_records, self._collector.collect_batch)
 
     def _poll(

@@ -86,7 +86,7 @@ class PartitionColumns:
     ``[(first, stop)]`` (indices into the arrays, marked by row: offsets need not rise in data a CRC
     passes). Slices share everything."""
 
-    __slots__ = ("offsets", "timestamps", "keys", "values", "headers", "log_append", "start", "stop")
+    __slots__ = ("offsets", "timestamps", "keys", "values", "headers", "log_append", "start", "stop", "errors")
 
     def __init__(
         self,
@@ -98,10 +98,14 @@ class PartitionColumns:
         log_append: list[tuple[int, int]],
         start: int = 0,
         stop: int | None = None,
+        errors: dict[str, pa.Array] | None = None,
     ) -> None:
         self.offsets, self.timestamps, self.keys, self.values = offsets, timestamps, keys, values
         self.headers, self.log_append = headers, log_append
         self.start, self.stop = start, len(offsets) if stop is None else stop
+        # typed keys or values (fetch/_typed.py) that could not be decoded, with on_error="null": "key" and
+        # "value" to a string column of each row's error (null where it decoded)
+        self.errors = errors or {}
 
     @property
     def num_rows(self) -> int:
@@ -112,7 +116,7 @@ class PartitionColumns:
         lo = self.start + min(start, self.num_rows)
         hi = self.stop if length is None else min(lo + length, self.stop)
         return PartitionColumns(
-            self.offsets, self.timestamps, self.keys, self.values, self.headers, self.log_append, lo, hi
+            self.offsets, self.timestamps, self.keys, self.values, self.headers, self.log_append, lo, hi, self.errors
         )
 
     def offset_at(self, i: int) -> int:
@@ -155,7 +159,29 @@ def assemble(pieces: Sequence[tuple[TopicPartition, PartitionColumns]]) -> pa.Re
         _binary([(c.values, c.start, c.stop) for c in cols]),
         _header_column(cols, len(offsets)),
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+    if arrays[5].type == pa.binary() and arrays[6].type == pa.binary() and not cols[0].errors:
+        return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
+    return _typed_batch(arrays, cols)
+
+
+def typed_type(cols: PartitionColumns) -> tuple:
+    """What a RecordBatch holding these rows is typed by: rows of other types go into another batch."""
+    return (_type_of(cols.keys), _type_of(cols.values), tuple(sorted(cols.errors)))
+
+
+def _type_of(data: Views | pa.Array) -> pa.DataType:
+    return data.type if isinstance(data, pa.Array) else pa.binary()
+
+
+def _typed_batch(arrays: list[pa.Array], cols: list[PartitionColumns]) -> pa.RecordBatch:
+    """SCHEMA with key and value of the types their deserializers gave, and their error columns."""
+    fields = list(SCHEMA)
+    fields[5] = pa.field("key", arrays[5].type)
+    fields[6] = pa.field("value", arrays[6].type)
+    for origin in sorted(cols[0].errors):
+        arrays.append(pa.concat_arrays([c.errors[origin].slice(c.start, c.num_rows) for c in cols]))
+        fields.append(pa.field(f"{origin}_error", pa.string()))
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:

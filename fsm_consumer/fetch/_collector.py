@@ -96,6 +96,7 @@ class FetchCollector:
         self._max_batch_bytes = config.receive_buffer_max
         self._key_des = config.key_deserializer
         self._value_des = config.value_deserializer
+        self._typed = hasattr(self._key_des, "to_arrow") or hasattr(self._value_des, "to_arrow")
         self._current: _Draining | None = None
         self._error: Exception | None = None
         # what collect(advance=False) lent last, for take_record: [tp, epoch, next position, records left]
@@ -247,6 +248,8 @@ class FetchCollector:
             if cur.columnar != columnar:
                 self._convert(cur)  # poll() and poll_batch() mixed within one fetch
                 continue  # settled again: what is left may be nothing (control records only)
+            if columnar and self._typed and out and not _same_types(out, cur.data):
+                break  # typed by another schema (another topic's): a RecordBatch has one type per column
             end = min(cur.size, cur.index + (max_records - taken))
             pos = cur.offset_at(end - 1) + 1
             # the check and the position move are one step under the subscription's lock: if the
@@ -334,10 +337,11 @@ class FetchCollector:
             return None
         decoded = self._decode(fetch, fetch.fetch_offset, columnar)
         self._metrics.bytes_consumed(fetch.size)
-        if not columnar:
+        if not columnar and not self._typed:
             # the records now hold copies of keys and values: drop the raw bytes instead of keeping
             # a second copy of the partition's data alive until it is drained. Columns keep them
-            # (no larger than the fetch) in case poll() takes over in the middle: see _convert.
+            # (no larger than the fetch) in case poll() takes over in the middle: see _convert; so do
+            # records whose values a schema deserializer made, which columns cannot be made of again.
             fetch.records = None
         return _Draining(fetch, decoded, columnar)
 
@@ -346,7 +350,7 @@ class FetchCollector:
         if columnar:
             from ._columns import decode_partition_columns
 
-            return decode_partition_columns(
+            decoded = decode_partition_columns(
                 tp.topic,
                 tp.partition,
                 fetch.records,
@@ -356,6 +360,11 @@ class FetchCollector:
                 check_crcs=self._check_crcs,
                 max_batch_bytes=self._max_batch_bytes,
             )
+            if self._key_des is None and self._value_des is None:
+                return decoded
+            from ._typed import type_columns
+
+            return type_columns(decoded, tp.topic, tp.partition, self._key_des, self._value_des)
         # The young-generation collections that thousands of new record tuples trigger would traverse
         # them again and again while they are built, for nothing: decoding makes no reference cycles.
         # Collection is postponed to the end of this one decode (1.4-1.8x faster decoding here); an
@@ -389,6 +398,10 @@ class FetchCollector:
             cur.fetch.records = None
             cur.data, cur.columnar = decoded.records, False
             cur.next_offset, cur.error, cur.leader_epoch = decoded.next_offset, decoded.error, decoded.leader_epoch
+        elif cur.fetch.records is not None:  # typed columns: made again from the raw data, as poll()'s records are
+            decoded = self._decode(cur.fetch, cur.offset_at(cur.index), True)
+            cur.data, cur.columnar = decoded.columns, True
+            cur.next_offset, cur.error, cur.leader_epoch = decoded.next_offset, decoded.error, decoded.leader_epoch
         else:
             from ._columns import from_records
 
@@ -419,6 +432,13 @@ class FetchCollector:
         if self._current is not None and not keep(self._current.fetch.tp):
             self._finish()
         self._buffer.drop(lambda f: keep(f.tp))
+
+
+def _same_types(out: dict, columns) -> bool:
+    from ._assemble import typed_type
+
+    first = next(iter(out.values()))[0]
+    return typed_type(first) == typed_type(columns)
 
 
 def _gaps(cur: _Draining, lo: int, hi: int) -> list[list[int]]:

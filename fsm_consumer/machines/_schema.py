@@ -13,7 +13,7 @@ from ._paths import schema_path, specs_are_the_users
 from ._yaml import Located
 
 if TYPE_CHECKING:
-    import jsonschema  # type: ignore[import-untyped]  # no stubs: types-jsonschema is not a dependency
+    import jsonschema  # no stubs (types-jsonschema is not a dependency): pyproject ignores its imports
 
 # jsonschema is imported where a spec is validated, not with this module: a process whose specs are all
 # the shipped ones as check-specs recorded them (_checked.py) never validates one, and its import (40 ms,

@@ -62,7 +62,7 @@ def test_unknown_key_without_close_match():
         ("auto_offset_reset", "first", "one of 'earliest', 'latest', 'none'"),
         ("isolation_level", "committed", "one of 'read_uncommitted', 'read_committed'"),
         ("enable_auto_commit", "yes", "True or False"),
-        ("value_deserializer", 42, "a callable or None"),
+        ("value_deserializer", 42, "a callable, an object with deserialize(topic, headers, data), or None"),
         ("group_id", "", "a non-empty string or None"),
         ("partition_assignment_strategy", ["sticky", "fastest"], "names range, roundrobin"),
         ("sasl_mechanism", "GSSAPI", "one of 'PLAIN'"),

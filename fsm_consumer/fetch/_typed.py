@@ -1,0 +1,86 @@
+"""A partition's decoded columns typed by schema deserializers (``fsm_consumer.schemas``): the raw key and
+value columns replaced by the Arrow arrays the deserializers make of them, a fetch at a time.
+
+A deserializer takes part when it has ``to_arrow(topic, values, permissive)``. A value it cannot decode
+(not framed, an unknown schema id, a payload its schema does not read) ends the partition's rows before it
+with a ``DeserializationError``, as ``poll()`` stops at it: the position stays at that record and the
+deserializer's own exception is raised (with a note saying where). With ``on_error="null"`` on the
+deserializer (Spark's PERMISSIVE) the row stays, its value null and the error's text in a ``value_error``
+(``key_error``) column.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from ._assemble import PartitionColumns, Views
+from ._errors import DeserializationError
+
+
+def typed(deserializer: Any) -> bool:
+    """Whether ``deserializer`` types whole columns for poll_batch()."""
+    return deserializer is not None and hasattr(deserializer, "to_arrow")
+
+
+def type_columns(decoded: Any, topic: str, partition: int, key_des: Any, value_des: Any) -> Any:
+    """``decoded`` (a ``DecodedColumns``) with its keys and values typed by the deserializers that type."""
+    cols: PartitionColumns = decoded.columns
+    if not cols.num_rows:
+        return decoded
+    keys, values, errors = cols.keys, cols.values, {}
+    stop = cols.stop
+    failure: tuple[int, str, BaseException] | None = None
+    for origin, des in (("key", key_des), ("value", value_des)):
+        if des is None:
+            continue
+        if not typed(des):
+            raise TypeError(
+                f"poll_batch() hands out columns: the {origin} deserializer {des!r} cannot type them (it has no "
+                "to_arrow); use poll(), or a deserializer of fsm_consumer.schemas"
+            )
+        raw = _pylist(keys if origin == "key" else values, cols.start, stop)
+        permissive = getattr(des, "on_error", "fail") == "null"
+        array, failed = des.to_arrow(topic, raw, permissive)
+        if permissive:
+            texts: list[str | None] = [None] * len(raw)
+            for index, exc in failed:
+                texts[index] = f"{type(exc).__name__}: {exc}"
+            errors[origin] = pa.array(texts, pa.string())
+        elif failed:
+            index, exc = failed[0]
+            if failure is None or index < failure[0]:
+                failure = (cols.start + index, origin, exc)
+            stop = min(stop, cols.start + index)
+        if cols.start:
+            array = pa.concat_arrays([pa.nulls(cols.start, array.type), array])
+        if origin == "key":
+            keys = array
+        else:
+            values = array
+    if cols.start:
+        errors = {k: pa.concat_arrays([pa.nulls(cols.start, pa.string()), v]) for k, v in errors.items()}
+    typed_cols = PartitionColumns(
+        cols.offsets, cols.timestamps, keys, values, cols.headers, cols.log_append, cols.start, stop, errors
+    )
+    if failure is None:
+        return decoded._replace(columns=typed_cols)
+    row, origin, exc = failure
+    offset = int(cols.offsets[row])
+    note = (
+        f"fsm_consumer: the {origin} deserializer failed on the record at offset {offset} of {topic}-{partition}; "
+        f"the partition's position stays there (it fails again when read), "
+        f"seek(TopicPartition({topic!r}, {partition}), {offset + 1}) skips the record"
+    )
+    if note not in getattr(exc, "__notes__", ()):
+        exc.add_note(note)
+    error = DeserializationError(topic, partition, offset, f"{origin} deserializer failed: {exc!r}", origin=origin)
+    error.__cause__ = exc
+    return decoded._replace(columns=typed_cols, next_offset=offset, error=error)
+
+
+def _pylist(data: Views | pa.Array, start: int, stop: int) -> list[bytes | None]:
+    from ._assemble import _binary
+
+    return _binary([(data, start, stop)]).to_pylist()

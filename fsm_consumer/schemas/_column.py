@@ -1,0 +1,66 @@
+"""What the three formats share when they type a column: the loop over a batch's values (stop at the first
+that fails, or keep it as a null row), and the converters that carry a decoded value into the form
+``pyarrow.array`` takes for its type."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from ._errors import SchemaError
+
+Converter = Callable[[Any], Any]
+ON_ERROR = ("fail", "null")
+
+
+def check_on_error(on_error: str) -> str:
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error is 'fail' or 'null', got {on_error!r}")
+    return on_error
+
+
+def typed_column(
+    values: list[bytes | None], row: Callable[[bytes], Any], typ: Callable[[], pa.DataType], permissive: bool
+) -> tuple[pa.Array, list[tuple[int, Exception]]]:
+    """``values`` as an array of ``typ()`` (asked after the rows: a format may learn it from the first), each
+    non-null one made by ``row``; the (index, error) of those that failed: permissive, each is a null row,
+    else the column ends before the first."""
+    rows: list[Any] = []
+    failed: list[tuple[int, Exception]] = []
+    for i, data in enumerate(values):
+        if data is None:
+            rows.append(None)
+            continue
+        try:
+            rows.append(row(data))
+        except (SchemaError, ValueError) as exc:  # the caller says where, and decides: fail or null
+            failed.append((i, exc))
+            if not permissive:
+                break
+            rows.append(None)
+    return pa.array(rows, type=typ()), failed
+
+
+def by_name(converts: list[tuple[str, Converter]]) -> Converter:
+    """A record's (dict's) fields converted by name; a non-dict is null."""
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, dict):
+            return None
+        out = dict(value)
+        for name, conv in converts:
+            if name in out:
+                out[name] = conv(out[name])
+        return out
+
+    return convert
+
+
+def items(conv: Converter) -> Converter:
+    return lambda value: None if value is None else [conv(v) for v in value]
+
+
+def map_values(conv: Converter) -> Converter:
+    return lambda value: None if value is None else {k: conv(v) for k, v in value.items()}

@@ -1,0 +1,285 @@
+"""Protobuf records in Confluent's framing: the 5-byte header, the message indexes (which message of the schema
+file), the payload. The writer's schema comes from the registry as a serialized ``FileDescriptorProto``
+(``format=serialized``, as confluent-kafka's ``ProtobufDeserializer`` asks for it), its imports by reference,
+built into a descriptor pool: no generated code is needed.
+
+``poll()`` gets a message (of ``message_type`` when given, else a class made from the writer's descriptor).
+``poll_batch()`` types a column as Spark's ``from_protobuf`` does: a message a struct of its fields in
+declaration order, repeated fields lists, maps map<K, V>, enums their names, 64-bit unsigned uint64,
+``google.protobuf.Timestamp`` a timestamp[us, UTC]; an unset message field is null, a scalar its default.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import DecodeError
+
+from ._column import check_on_error, typed_column
+from ._errors import SchemaDecodeError, SchemaError
+from ._framing import message_indexes, schema_id_of
+from ._registry import Registry
+from ._subjects import subject_for
+
+_WELL_KNOWN = (  # in dependency order
+    "descriptor_pb2",
+    "source_context_pb2",
+    "any_pb2",
+    "duration_pb2",
+    "empty_pb2",
+    "field_mask_pb2",
+    "struct_pb2",
+    "timestamp_pb2",
+    "wrappers_pb2",
+    "type_pb2",
+    "api_pb2",
+)
+
+_FD = FieldDescriptor
+_SCALARS = {
+    _FD.TYPE_DOUBLE: pa.float64(),
+    _FD.TYPE_FLOAT: pa.float32(),
+    _FD.TYPE_INT64: pa.int64(),
+    _FD.TYPE_SINT64: pa.int64(),
+    _FD.TYPE_SFIXED64: pa.int64(),
+    _FD.TYPE_UINT64: pa.uint64(),
+    _FD.TYPE_FIXED64: pa.uint64(),
+    _FD.TYPE_INT32: pa.int32(),
+    _FD.TYPE_SINT32: pa.int32(),
+    _FD.TYPE_SFIXED32: pa.int32(),
+    _FD.TYPE_UINT32: pa.uint32(),
+    _FD.TYPE_FIXED32: pa.uint32(),
+    _FD.TYPE_BOOL: pa.bool_(),
+    _FD.TYPE_STRING: pa.string(),
+    _FD.TYPE_BYTES: pa.binary(),
+}
+_TIMESTAMP = "google.protobuf.Timestamp"
+
+
+class ProtobufDeserializer:
+    """Protobuf values (or keys, ``is_key=True``) of Confluent-framed records. ``message_type``: a generated
+    message class every record is parsed into (as confluent-kafka's deserializer requires); without it each
+    record is a message of its writer's descriptor. ``latest``, ``subject``, ``on_error`` as for
+    ``AvroDeserializer``: the columns follow the reader's message (the latest version's, by the writer's name)."""
+
+    format = "protobuf"
+
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        message_type: Any = None,
+        latest: bool = False,
+        subject: str | None = None,
+        is_key: bool = False,
+        on_error: str = "fail",
+    ) -> None:
+        self.registry, self.message_type, self.latest = registry, message_type, latest
+        self.subject, self.is_key, self.on_error = subject, is_key, check_on_error(on_error)
+        self._pools: dict[int, tuple[Any, descriptor_pb2.FileDescriptorProto]] = {}
+        self._classes: dict[tuple[int, tuple[int, ...]], Any] = {}
+        self._readers: dict[str, dict[str, tuple[Any, pa.DataType, Callable[[Any], Any]]]] = {}
+        self._column_messages: dict[str, str] = {}
+
+    def deserialize(self, topic: str, headers: Any, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        return self._read(data)
+
+    def arrow_type(self, topic: str) -> pa.DataType:
+        """The type of the column's message (the first record's, until one was read the file's first)."""
+        convs = self._reader(topic)
+        return convs[self._column_messages.get(topic) or next(iter(convs))][1]
+
+    def to_arrow(
+        self, topic: str, values: list[bytes | None], permissive: bool = False
+    ) -> tuple[pa.Array, list[tuple[int, Exception]]]:
+        """The column of ``values``, each parsed into the reader's message of the writer's name (Protobuf's
+        evolution: fields the reader does not know are skipped, those the writer did not know take defaults)."""
+        convs = self._reader(topic)
+
+        def row(data: bytes) -> Any:
+            schema_id = schema_id_of(data)
+            indexes, start = message_indexes(data)
+            name = self._message_class(schema_id, tuple(indexes)).DESCRIPTOR.full_name
+            # the column is of the message the topic's records are: the first one's
+            column = self._column_messages.setdefault(topic, name if name in convs else next(iter(convs)))
+            if name != column and name in convs:
+                raise SchemaDecodeError(
+                    f"the record is a {name} (schema id {schema_id}), the column holds {column}", schema_id=schema_id
+                )
+            cls, _, conv = convs[column]
+            return conv(_parse(cls, data, start, schema_id))
+
+        return typed_column(values, row, lambda: self.arrow_type(topic), permissive)
+
+    def _read(self, data: bytes) -> Any:
+        schema_id = schema_id_of(data)
+        indexes, start = message_indexes(data)
+        return _parse(self.message_type or self._message_class(schema_id, tuple(indexes)), data, start, schema_id)
+
+    def _message_class(self, schema_id: int, indexes: tuple[int, ...]) -> Any:
+        key = (schema_id, indexes)
+        if key not in self._classes:
+            pool, file = self._pool(schema_id)
+            self._classes[key] = message_factory.GetMessageClass(_find(pool, file, indexes, schema_id))
+        return self._classes[key]
+
+    def _pool(self, schema_id: int) -> tuple[Any, descriptor_pb2.FileDescriptorProto]:
+        if schema_id not in self._pools:
+            schema = self.registry.schema(schema_id, fmt="serialized")
+            if schema.schema_type != "PROTOBUF":
+                raise SchemaError(
+                    f"schema id {schema_id} is {schema.schema_type or 'AVRO'}, not Protobuf", schema_id=schema_id
+                )
+            pool = _new_pool()
+            self._add_references(pool, schema.references or ())
+            file = _file_proto(schema.schema_str or "", f"schema id {schema_id}", schema_id)
+            if not file.name:
+                file.name = f"schema-{schema_id}.proto"
+            pool.Add(file)
+            self._pools[schema_id] = (pool, file)
+        return self._pools[schema_id]
+
+    def _add_references(self, pool: Any, references: Any) -> None:
+        for ref in references:
+            registered = self.registry.version(ref.subject, ref.version, fmt="serialized")
+            self._add_references(pool, registered.schema.references or ())
+            file = _file_proto(registered.schema.schema_str or "", f"reference {ref.name}", None)
+            file.name = ref.name
+            try:
+                pool.Add(file)
+            except TypeError:  # already there (a reference shared by two imports)
+                pass
+
+    def _reader(self, topic: str) -> dict[str, tuple[Any, pa.DataType, Callable[[Any], Any]]]:
+        """Each message of the reader's file (or message_type) by full name: its class, Arrow type and
+        converter. A record is read as the reader's message of its writer's name."""
+        if topic not in self._readers:
+            if self.message_type is not None:
+                descriptors = [self.message_type.DESCRIPTOR]
+            else:
+                registered = self.registry.latest(subject_for(topic, self.subject, self.is_key), fmt="serialized")
+                pool, file = self._pool(registered.schema_id or 0)
+                descriptors = [_find(pool, file, (i,), registered.schema_id) for i in range(len(file.message_type))]
+            convs = {}
+            for descriptor in descriptors:
+                typ, conv = _message_type(descriptor, ())
+                convs[descriptor.full_name] = (message_factory.GetMessageClass(descriptor), typ, conv)
+            self._readers[topic] = convs
+        return self._readers[topic]
+
+
+def _parse(cls: Any, data: bytes, start: int, schema_id: int) -> Any:
+    message = cls()
+    try:
+        message.ParseFromString(memoryview(data)[start:].tobytes())
+    except DecodeError as exc:
+        raise SchemaDecodeError(
+            f"the payload is not a {cls.DESCRIPTOR.full_name} (schema id {schema_id}): {exc}", schema_id=schema_id
+        ) from exc
+    return message
+
+
+def _new_pool() -> Any:
+    import importlib
+
+    pool = descriptor_pool.DescriptorPool()
+    for name in _WELL_KNOWN:
+        module = importlib.import_module(f"google.protobuf.{name}")
+        file = descriptor_pb2.FileDescriptorProto()
+        module.DESCRIPTOR.CopyToProto(file)
+        pool.Add(file)
+    return pool
+
+
+def _file_proto(text: str, what: str, schema_id: int | None) -> descriptor_pb2.FileDescriptorProto:
+    file = descriptor_pb2.FileDescriptorProto()
+    try:
+        file.ParseFromString(base64.b64decode(text, validate=True))
+    except (ValueError, DecodeError) as exc:
+        raise SchemaError(
+            f"the registry gave {what} as .proto text, not as a serialized descriptor (format=serialized): "
+            "this registry cannot serve Protobuf schemas to a client without generated code; pass message_type",
+            schema_id=schema_id,
+        ) from exc
+    return file
+
+
+def _find(
+    pool: Any, file: descriptor_pb2.FileDescriptorProto, indexes: tuple[int, ...], schema_id: int | None
+) -> Descriptor:
+    """The message the indexes name: the i-th top-level message, then nested ones."""
+    path, messages = [], list(file.message_type)
+    for index in indexes:
+        if index >= len(messages):
+            raise SchemaError(
+                f"the record names message index {index} of {len(messages)} in schema id {schema_id}",
+                schema_id=schema_id,
+            )
+        path.append(messages[index].name)
+        messages = list(messages[index].nested_type)
+    full = ".".join(([file.package] if file.package else []) + path)
+    return pool.FindMessageTypeByName(full)
+
+
+def _message_type(descriptor: Descriptor, seen: tuple[str, ...]) -> tuple[pa.DataType, Callable[[Any], Any]]:
+    if descriptor.full_name == _TIMESTAMP:
+        return pa.timestamp("us", tz="UTC"), _timestamp
+    if descriptor.full_name in seen:
+        raise SchemaError(f"the message {descriptor.full_name} contains itself: a recursive message has no Arrow type")
+    fields, converts = [], []
+    for field in descriptor.fields:
+        typ, conv = _field_type(field, (*seen, descriptor.full_name))
+        fields.append(pa.field(field.name, typ))
+        converts.append((field.name, field, conv))
+
+    def convert(message: Any) -> Any:
+        out: dict[str, Any] = {}
+        for name, field, conv in converts:
+            if field.message_type is not None and not _repeated(field) and not message.HasField(name):
+                out[name] = None
+            else:
+                out[name] = conv(getattr(message, name))
+        return out
+
+    return pa.struct(fields), convert
+
+
+def _repeated(field: FieldDescriptor) -> bool:
+    return bool(field.is_repeated)
+
+
+def _field_type(field: FieldDescriptor, seen: tuple[str, ...]) -> tuple[pa.DataType, Callable[[Any], Any]]:
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        key_type, key_conv = _single(field.message_type.fields_by_name["key"], seen)
+        value_type, value_conv = _single(field.message_type.fields_by_name["value"], seen)
+        return pa.map_(key_type, value_type), lambda m: [(key_conv(k), value_conv(v)) for k, v in m.items()]
+    typ, conv = _single(field, seen)
+    if _repeated(field):
+        return pa.list_(typ), lambda values: [conv(v) for v in values]
+    return typ, conv
+
+
+def _single(field: FieldDescriptor, seen: tuple[str, ...]) -> tuple[pa.DataType, Callable[[Any], Any]]:
+    if field.type == _FD.TYPE_ENUM:
+        names = {v.number: v.name for v in field.enum_type.values}
+        return pa.string(), lambda v: names.get(v, str(v))
+    if field.message_type is not None:
+        return _message_type(field.message_type, seen)
+    return _SCALARS[field.type], _same
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _timestamp(message: Any) -> Any:
+    micros = message.seconds * 1_000_000 + message.nanos // 1000
+    return datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC) + datetime.timedelta(microseconds=micros)
