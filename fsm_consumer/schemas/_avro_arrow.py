@@ -92,9 +92,7 @@ def _typed(schema: Any, seen: tuple[str, ...]) -> tuple[pa.DataType, Convert]:
         return pa.struct(fields), (by_name(converts) if converts else None)
     if kind == "array":
         item, conv = _typed(schema["items"], seen)
-        return pa.list_(pa.field("element", item, nullable=_nullable(schema["items"]))), (
-            items(conv) if conv else None
-        )
+        return pa.list_(pa.field("element", item, nullable=_nullable(schema["items"]))), (items(conv) if conv else None)
     if kind == "map":
         value, conv = _typed(schema["values"], seen)
         mapped = pa.map_(pa.string(), pa.field("value", value, nullable=_nullable(schema["values"])))
