@@ -8,6 +8,9 @@ Usage::
 
     with start_broker("kafka") as broker:  # the reference: `fsm-consumer broker fetch --kind kafka` first
         ...
+
+    with SchemaRegistry() as registry:  # Apicurio: `fsm-consumer broker fetch --kind registry` first
+        config = {"url": registry.url}  # for confluent_kafka.schema_registry.SchemaRegistryClient
 """
 
 from ._binary import locate_tansu
@@ -24,6 +27,7 @@ from ._errors import (
 from ._kafka import KafkaBroker
 from ._kafka_jars import KAFKA_VERSION, KafkaNotFoundError, fetch_kafka
 from ._kinds import BROKER_KINDS, start_broker
+from ._registry import RegistryNotFoundError, SchemaRegistry, fetch_registry
 
 __all__ = [
     "BROKER_KINDS",
@@ -35,11 +39,14 @@ __all__ = [
     "KAFKA_VERSION",
     "KafkaBroker",
     "KafkaNotFoundError",
+    "RegistryNotFoundError",
     "S3StorageError",
+    "SchemaRegistry",
     "Storage",
     "TansuNotFoundError",
     "TopicCreateError",
     "fetch_kafka",
+    "fetch_registry",
     "locate_tansu",
     "start_broker",
 ]

@@ -1,7 +1,7 @@
 """``fsm-consumer broker start``: a broker for development (the embedded Tansu, or Apache Kafka) on loopback
 until Ctrl-C, its topics created, its bootstrap address printed. ``fsm-consumer broker fetch --kind
-kafka|spark-kafka``: fetch Apache Kafka's jars for ``KafkaBroker``, or Spark's own Kafka connector (the peer
-``fsm_kafka`` is compared with), into the cache (once)."""
+kafka|spark-kafka|registry``: fetch Apache Kafka's jars for ``KafkaBroker``, Spark's own Kafka connector (the
+peer ``fsm_kafka`` is compared with), or Apicurio Registry for ``SchemaRegistry``, into the cache (once)."""
 
 from __future__ import annotations
 
@@ -15,22 +15,24 @@ from ._help import plain
 
 def broker(argv: list[str]) -> int:
     from ..broker import _kafka_jars as jars
+    from ..broker._registry import REGISTRY_VERSION
 
     ap = argparse.ArgumentParser(prog="fsm-consumer broker", description=plain(__doc__))
     sub = ap.add_subparsers(dest="action", required=True)
     fetch = sub.add_parser("fetch", help="fetch a broker's files (or Spark's Kafka connector) into the cache")
     fetch.add_argument(
         "--kind",
-        choices=["kafka", "spark-kafka"],
+        choices=["kafka", "spark-kafka", "registry"],
         default="kafka",
         help="kafka: Apache Kafka's jars from Maven Central (Tansu comes with pip); spark-kafka: Spark's own "
-        "Kafka source (spark-sql-kafka-0-10), for the tests that compare fsm_kafka with it",
+        "Kafka source (spark-sql-kafka-0-10), for the tests that compare fsm_kafka with it; registry: Apicurio "
+        "Registry, a Confluent-compatible schema registry (runs on Java 21+)",
     )
     fetch.add_argument(
         "--version",
         default=None,
         help=f"default: Kafka {jars.KAFKA_VERSION}; Spark's connector {jars.SPARK_KAFKA_VERSION}, the newest Maven "
-        "Central has (it runs on the PySpark pip installs, also 4.3)",
+        f"Central has (it runs on the PySpark pip installs, also 4.3); Apicurio Registry {REGISTRY_VERSION}",
     )
     fetch.add_argument("--verbose", action="store_true", help="show mvn's output")
     start = sub.add_parser("start", help="run a broker on loopback until Ctrl-C, printing its bootstrap address")
@@ -42,6 +44,8 @@ def broker(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     if args.action == "start":
         return _run(args.kind, args.port, args.topic)
+    if args.kind == "registry":
+        return _fetch_registry(args.version or REGISTRY_VERSION, args.verbose)
     spark = args.kind == "spark-kafka"
     version = args.version or (jars.SPARK_KAFKA_VERSION if spark else jars.KAFKA_VERSION)
     try:
@@ -52,6 +56,18 @@ def broker(argv: list[str]) -> int:
     found = sorted(libs.glob("*.jar"))
     what = f"Spark's Kafka connector {version}" if spark else f"Apache Kafka {version}"
     print(f"{what}: {len(found)} jars in {libs}")
+    return 0
+
+
+def _fetch_registry(version: str, verbose: bool) -> int:
+    from ..broker import BrokerError, fetch_registry
+
+    try:
+        home = fetch_registry(version, quiet=not verbose)
+    except BrokerError as exc:
+        print(f"fsm-consumer broker fetch: {exc}", file=sys.stderr)
+        return 1
+    print(f"Apicurio Registry {version}: {home / 'quarkus-run.jar'}")
     return 0
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -133,14 +134,19 @@ class ProtobufDeserializer:
 
     def _pool(self, schema_id: int) -> tuple[Any, descriptor_pb2.FileDescriptorProto]:
         if schema_id not in self._pools:
-            schema = self.registry.schema(schema_id, fmt="serialized")
+            schema = self.registry.schema(schema_id)
             if schema.schema_type != "PROTOBUF":
                 raise SchemaError(
                     f"schema id {schema_id} is {schema.schema_type or 'AVRO'}, not Protobuf", schema_id=schema_id
                 )
             pool = _new_pool()
             self._add_references(pool, schema.references or ())
-            file = _file_proto(schema.schema_str or "", f"schema id {schema_id}", schema_id)
+            file = _descriptor(
+                schema.schema_str,
+                lambda: self.registry.schema(schema_id, fmt="serialized").schema_str,
+                f"schema id {schema_id}",
+                schema_id,
+            )
             if not file.name:
                 file.name = f"schema-{schema_id}.proto"
             pool.Add(file)
@@ -149,14 +155,22 @@ class ProtobufDeserializer:
 
     def _add_references(self, pool: Any, references: Any) -> None:
         for ref in references:
-            registered = self.registry.version(ref.subject, ref.version, fmt="serialized")
+            registered = self.registry.version(ref.subject, ref.version)
             self._add_references(pool, registered.schema.references or ())
-            file = _file_proto(registered.schema.schema_str or "", f"reference {ref.name}", None)
+            file = _descriptor(
+                registered.schema.schema_str,
+                functools.partial(self._serialized_version, ref.subject, ref.version),
+                f"reference {ref.name}",
+                None,
+            )
             file.name = ref.name
             try:
                 pool.Add(file)
             except TypeError:  # already there (a reference shared by two imports)
                 pass
+
+    def _serialized_version(self, subject: str, version: int) -> str | None:
+        return self.registry.version(subject, version, fmt="serialized").schema.schema_str
 
     def _reader(self, topic: str) -> dict[str, tuple[Any, pa.DataType, Callable[[Any], Any]]]:
         """Each message of the reader's file (or message_type) by full name: its class, Arrow type and
@@ -165,7 +179,7 @@ class ProtobufDeserializer:
             if self.message_type is not None:
                 descriptors = [self.message_type.DESCRIPTOR]
             else:
-                registered = self.registry.latest(subject_for(topic, self.subject, self.is_key), fmt="serialized")
+                registered = self.registry.latest(subject_for(topic, self.subject, self.is_key))
                 pool, file = self._pool(registered.schema_id or 0)
                 descriptors = [_find(pool, file, (i,), registered.schema_id) for i in range(len(file.message_type))]
             convs = {}
@@ -199,17 +213,32 @@ def _new_pool() -> Any:
     return pool
 
 
-def _file_proto(text: str, what: str, schema_id: int | None) -> descriptor_pb2.FileDescriptorProto:
+def _descriptor(
+    text: str | None, serialized: Callable[[], str | None], what: str, schema_id: int | None
+) -> descriptor_pb2.FileDescriptorProto:
+    """The schema as a FileDescriptorProto: its text when that is one already (a registry that keeps what
+    confluent-kafka's serializer registered, a base64 descriptor, as Apicurio does, and answers
+    ``format=serialized`` with an error), else the registry's ``format=serialized`` answer (Confluent's, which
+    keeps .proto text)."""
+    file = _decoded(text or "")
+    if file is None:
+        file = _decoded(serialized() or "")
+    if file is None:
+        raise SchemaError(
+            f"the registry gives {what} as .proto text only, not as a serialized descriptor (format=serialized): "
+            "without a .proto compiler here, pass message_type (the generated class)",
+            schema_id=schema_id,
+        )
+    return file
+
+
+def _decoded(text: str) -> descriptor_pb2.FileDescriptorProto | None:
     file = descriptor_pb2.FileDescriptorProto()
     try:
         file.ParseFromString(base64.b64decode(text, validate=True))
-    except (ValueError, DecodeError) as exc:
-        raise SchemaError(
-            f"the registry gave {what} as .proto text, not as a serialized descriptor (format=serialized): "
-            "this registry cannot serve Protobuf schemas to a client without generated code; pass message_type",
-            schema_id=schema_id,
-        ) from exc
-    return file
+    except (ValueError, DecodeError):
+        return None
+    return file if file.message_type or file.enum_type else None
 
 
 def _find(

@@ -65,7 +65,7 @@ class Registry:
             if not url:
                 raise ValueError("Registry needs url (e.g. http://127.0.0.1:8081) or client")
             client = SchemaRegistryClient(
-                _client_conf(url, basic_auth, bearer_token, ca_location, cert_location, key_location)
+                _client_conf(url, timeout_s, basic_auth, bearer_token, ca_location, cert_location, key_location)
             )
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
@@ -174,8 +174,9 @@ def _what(key: tuple) -> str:
     return f"version {key[2]} of subject {key[1]!r}"
 
 
-def _client_conf(url, basic_auth, bearer_token, ca_location, cert_location, key_location) -> dict:
-    conf: dict[str, Any] = {"url": url, "max.retries": 0}  # retries are ours, bounded by timeout_s
+def _client_conf(url, timeout_s, basic_auth, bearer_token, ca_location, cert_location, key_location) -> dict:
+    # retries are ours, bounded by timeout_s; so is each request (the client's default waits for ever)
+    conf: dict[str, Any] = {"url": url, "max.retries": 0, "timeout": timeout_s}
     if basic_auth:
         conf["basic.auth.user.info"] = basic_auth
     if bearer_token:

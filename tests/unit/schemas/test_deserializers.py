@@ -81,42 +81,7 @@ def test_typed_columns_hold_what_confluent_kafka_reads_with_the_latest_schema(wr
     for payload, row in zip(data, rows, strict=False):
         if fmt == "protobuf":  # a Protobuf map has no order
             row["attrs"] = sorted(row["attrs"])
-        assert _arrow_form(fmt, theirs(payload, CTX), column.type) == row
-
-
-def _arrow_form(fmt, value, typ):
-    """confluent-kafka's value as the column's row: how the mapping (Spark's) says it is typed."""
-    if fmt == "protobuf":
-        d = json_format.MessageToDict(
-            value, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-        )
-        at = value.at.ToDatetime(tzinfo=datetime.UTC)
-        return {
-            "id": int(d["id"]),
-            "customer": d["customer"],
-            "amount": d["amount"],
-            "at": at,
-            "tags": d["tags"],
-            "attrs": sorted((k, v) for k, v in d["attrs"].items()),
-            "kind": d["kind"],
-            "ship": d.get("ship"),
-            "count": int(d["count"]),
-            "note": d["note"],
-        }
-    out = dict(value)
-    out["attrs"] = sorted(out["attrs"].items()) if out.get("attrs") is not None else None
-    if fmt == "avro":
-        ref = out["ref"]
-        out["ref"] = (
-            None
-            if ref is None
-            else {"member0": ref if isinstance(ref, str) else None, "member1": ref if isinstance(ref, int) else None}
-        )
-        return out
-    import json
-
-    out["extra"] = json.dumps(out["extra"], separators=(",", ":"))
-    return {f.name: out.get(f.name) for f in typ}
+        assert peer.arrow_row(fmt, theirs(payload, CTX), column.type) == row
 
 
 def test_avro_types_are_sparks():
