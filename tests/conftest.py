@@ -18,7 +18,7 @@ from typing import Protocol
 
 import pytest
 
-from fsm_consumer.broker import KafkaNotFoundError, start_broker
+from fsm_consumer.broker import KafkaNotFoundError, RegistryNotFoundError, SchemaRegistry, start_broker
 from fsm_consumer.broker._admin import LoopbackBroker
 
 Payload = bytes | str | None
@@ -104,6 +104,23 @@ def broker_pool() -> Iterator[BrokerPool]:
 def broker(request: pytest.FixtureRequest, broker_pool: BrokerPool) -> LoopbackBroker:
     """The session's broker of this test's kind (``broker.kind``); tests isolate via unique topics."""
     return broker_pool.get(request.param)
+
+
+@pytest.fixture(scope="session")
+def registry() -> Iterator[SchemaRegistry]:
+    """A real schema registry (Apicurio Registry: Confluent's API under ``ccompat``) on loopback, once per session.
+    Without its files the test skips saying which command fetches them; with FSM_REQUIRE_REGISTRY=1 (CI) it fails."""
+    try:
+        registry = SchemaRegistry()
+        registry.start()
+    except RegistryNotFoundError as exc:
+        if os.environ.get("FSM_REQUIRE_REGISTRY") == "1":
+            pytest.fail(f"a schema registry is required here (FSM_REQUIRE_REGISTRY=1) but: {exc}")
+        pytest.skip(f"no schema registry to test against: {exc}")
+    try:
+        yield registry
+    finally:
+        registry.stop()
 
 
 @pytest.fixture

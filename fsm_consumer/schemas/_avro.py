@@ -31,6 +31,7 @@ class AvroDeserializer:
     ``reader_schema``: an Avro schema (JSON text or dict) every record is resolved to. ``latest=True``: the
     subject's latest version is the reader schema (``subject``, else ``TOPIC-value`` / ``TOPIC-key``). Neither:
     each record is read with its writer's schema in ``poll()``, and ``poll_batch()`` resolves to the latest.
+    ``reader_id``: the registry id of the reader schema (instead of ``reader_schema``; ``latest`` takes it then).
     ``on_error`` (columns only: ``poll()`` raises): ``"fail"`` stops at a record that does not decode, as
     ``poll()`` does; ``"null"`` gives it a null value and its error in a ``value_error`` column."""
 
@@ -45,7 +46,9 @@ class AvroDeserializer:
         subject: str | None = None,
         is_key: bool = False,
         on_error: str = "fail",
+        reader_id: int | None = None,
     ) -> None:
+        self.reader_id = reader_id
         self.on_error = check_on_error(on_error)
         self.registry = registry
         self.is_key = is_key
@@ -65,7 +68,8 @@ class AvroDeserializer:
             return None
         schema_id = schema_id_of(data)
         writer = self._writer(schema_id)
-        reader = self._given if self._given is not None else (self._reader(topic)[0] if self.latest else None)
+        pinned = self._given is not None or self.latest or self.reader_id is not None
+        reader = self._reader(topic)[0] if pinned else None
         return self._read(data, schema_id, writer, reader, False)
 
     # poll_batch()
@@ -124,8 +128,8 @@ class AvroDeserializer:
             if self._given is not None:
                 parsed = self._given
             else:
-                registered = self.registry.latest(subject_for(topic, self.subject, self.is_key))
-                parsed = self._parse(json.loads(registered.schema.schema_str or "null"), registered.schema.references)
+                _, schema = self.registry.reader(subject_for(topic, self.subject, self.is_key), self.reader_id)
+                parsed = self._parse(json.loads(schema.schema_str or "null"), schema.references)
             expanded = parse_schema(parsed, expand=True)
             got = self._readers[topic] = (parsed, arrow_type(expanded), converter(expanded))
         return got

@@ -28,7 +28,7 @@ _SCALARS = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()
 class JsonSchemaDeserializer:
     """JSON Schema values (or keys, ``is_key=True``) of Confluent-framed records: each record the parsed JSON
     (dicts and lists), validated against its writer's schema unless ``validate=False``. ``reader_schema``,
-    ``latest``, ``subject`` and ``on_error`` as for ``AvroDeserializer``."""
+    ``latest``, ``subject``, ``reader_id`` and ``on_error`` as for ``AvroDeserializer``."""
 
     format = "json-schema"
 
@@ -42,7 +42,9 @@ class JsonSchemaDeserializer:
         is_key: bool = False,
         validate: bool = True,
         on_error: str = "fail",
+        reader_id: int | None = None,
     ) -> None:
+        self.reader_id = reader_id
         self.registry, self.is_key, self.subject, self.latest = registry, is_key, subject, latest
         self.validate, self.on_error = validate, check_on_error(on_error)
         self._given = json.loads(reader_schema) if isinstance(reader_schema, str) else reader_schema
@@ -96,8 +98,8 @@ class JsonSchemaDeserializer:
         if topic not in self._readers:
             schema = self._given
             if schema is None:
-                registered = self.registry.latest(subject_for(topic, self.subject, self.is_key))
-                schema = json.loads(registered.schema.schema_str or "{}")
+                _, registered = self.registry.reader(subject_for(topic, self.subject, self.is_key), self.reader_id)
+                schema = json.loads(registered.schema_str or "{}")
             self._readers[topic] = _typed(schema, schema, 0)
         return self._readers[topic]
 

@@ -66,8 +66,11 @@ _TIMESTAMP = "google.protobuf.Timestamp"
 class ProtobufDeserializer:
     """Protobuf values (or keys, ``is_key=True``) of Confluent-framed records. ``message_type``: a generated
     message class every record is parsed into (as confluent-kafka's deserializer requires); without it each
-    record is a message of its writer's descriptor. ``latest``, ``subject``, ``on_error`` as for
-    ``AvroDeserializer``: the columns follow the reader's message (the latest version's, by the writer's name)."""
+    record is a message of its writer's descriptor. ``latest``, ``subject``, ``reader_id``, ``on_error`` as for
+    ``AvroDeserializer``. A column holds one message of the reader's file: ``message`` (its full name), else the
+    file's root (the top-level message no other one of the file refers to; the first of several); each record is
+    parsed as that message of the reader's version (Protobuf's evolution: fields the reader does not know are
+    skipped, those the writer did not know take their defaults)."""
 
     format = "protobuf"
 
@@ -80,13 +83,15 @@ class ProtobufDeserializer:
         subject: str | None = None,
         is_key: bool = False,
         on_error: str = "fail",
+        reader_id: int | None = None,
+        message: str | None = None,
     ) -> None:
+        self.reader_id, self.message = reader_id, message
         self.registry, self.message_type, self.latest = registry, message_type, latest
         self.subject, self.is_key, self.on_error = subject, is_key, check_on_error(on_error)
         self._pools: dict[int, tuple[Any, descriptor_pb2.FileDescriptorProto]] = {}
         self._classes: dict[tuple[int, tuple[int, ...]], Any] = {}
-        self._readers: dict[str, dict[str, tuple[Any, pa.DataType, Callable[[Any], Any]]]] = {}
-        self._column_messages: dict[str, str] = {}
+        self._readers: dict[str, tuple[Any, pa.DataType, Callable[[Any], Any]]] = {}
 
     def deserialize(self, topic: str, headers: Any, data: bytes | None) -> Any:
         if data is None:
@@ -94,31 +99,28 @@ class ProtobufDeserializer:
         return self._read(data)
 
     def arrow_type(self, topic: str) -> pa.DataType:
-        """The type of the column's message (the first record's, until one was read the file's first)."""
-        convs = self._reader(topic)
-        return convs[self._column_messages.get(topic) or next(iter(convs))][1]
+        """The type of the column's message."""
+        return self._reader(topic)[1]
 
     def to_arrow(
         self, topic: str, values: list[bytes | None], permissive: bool = False
     ) -> tuple[pa.Array, list[tuple[int, Exception]]]:
         """The column of ``values``, each parsed into the reader's message of the writer's name (Protobuf's
         evolution: fields the reader does not know are skipped, those the writer did not know take defaults)."""
-        convs = self._reader(topic)
+        cls, typ, conv = self._reader(topic)
+        column = cls.DESCRIPTOR.full_name
 
         def row(data: bytes) -> Any:
             schema_id = schema_id_of(data)
             indexes, start = message_indexes(data)
             name = self._message_class(schema_id, tuple(indexes)).DESCRIPTOR.full_name
-            # the column is of the message the topic's records are: the first one's
-            column = self._column_messages.setdefault(topic, name if name in convs else next(iter(convs)))
-            if name != column and name in convs:
+            if name != column:
                 raise SchemaDecodeError(
                     f"the record is a {name} (schema id {schema_id}), the column holds {column}", schema_id=schema_id
                 )
-            cls, _, conv = convs[column]
             return conv(_parse(cls, data, start, schema_id))
 
-        return typed_column(values, row, lambda: self.arrow_type(topic), permissive)
+        return typed_column(values, row, lambda: typ, permissive)
 
     def _read(self, data: bytes) -> Any:
         schema_id = schema_id_of(data)
@@ -172,22 +174,38 @@ class ProtobufDeserializer:
     def _serialized_version(self, subject: str, version: int) -> str | None:
         return self.registry.version(subject, version, fmt="serialized").schema.schema_str
 
-    def _reader(self, topic: str) -> dict[str, tuple[Any, pa.DataType, Callable[[Any], Any]]]:
-        """Each message of the reader's file (or message_type) by full name: its class, Arrow type and
-        converter. A record is read as the reader's message of its writer's name."""
+    def _reader(self, topic: str) -> tuple[Any, pa.DataType, Callable[[Any], Any]]:
+        """The column's message of the reader's file (or message_type): its class, Arrow type and converter."""
         if topic not in self._readers:
             if self.message_type is not None:
-                descriptors = [self.message_type.DESCRIPTOR]
+                descriptor = self.message_type.DESCRIPTOR
             else:
-                registered = self.registry.latest(subject_for(topic, self.subject, self.is_key))
-                pool, file = self._pool(registered.schema_id or 0)
-                descriptors = [_find(pool, file, (i,), registered.schema_id) for i in range(len(file.message_type))]
-            convs = {}
-            for descriptor in descriptors:
-                typ, conv = _message_type(descriptor, ())
-                convs[descriptor.full_name] = (message_factory.GetMessageClass(descriptor), typ, conv)
-            self._readers[topic] = convs
+                reader_id, _ = self.registry.reader(subject_for(topic, self.subject, self.is_key), self.reader_id)
+                pool, file = self._pool(reader_id)
+                full = self.message or _root(file)
+                try:
+                    descriptor = pool.FindMessageTypeByName(full)
+                except KeyError:
+                    raise SchemaError(f"schema id {reader_id} has no message {full!r}", schema_id=reader_id) from None
+            typ, conv = _message_type(descriptor, ())
+            self._readers[topic] = (message_factory.GetMessageClass(descriptor), typ, conv)
         return self._readers[topic]
+
+
+def _root(file: descriptor_pb2.FileDescriptorProto) -> str:
+    """The full name of the file's root message: the first top-level one no message of the file refers to."""
+    prefix = f".{file.package}." if file.package else "."
+    used: set[str] = set()
+
+    def refer(messages: Any) -> None:
+        for message in messages:
+            used.update(f.type_name for f in message.field if f.type_name)
+            refer(message.nested_type)
+
+    refer(file.message_type)
+    names = [prefix + m.name for m in file.message_type]
+    roots = [n for n in names if n not in used] or names
+    return roots[0][1:]
 
 
 def _parse(cls: Any, data: bytes, start: int, schema_id: int) -> Any:

@@ -90,6 +90,13 @@ class Registry:
             ("version", subject, version, fmt), lambda: self._client.get_version(subject, version, fmt=fmt), None
         )
 
+    def reader(self, subject: str, reader_id: int | None) -> tuple[int, Schema]:
+        """A reader schema and its id: the one registered under ``reader_id``, else ``subject``'s latest."""
+        if reader_id is not None:
+            return reader_id, self.schema(reader_id)
+        registered = self.latest(subject)
+        return registered.schema_id or 0, registered.schema
+
     def refresh_latest(self) -> None:
         with self._lock:
             for key in [k for k in self._cache if k[0] == "latest"]:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from . import _formats
 from ._kafka_options import _check_consumer_config, _kafka_params, _stores
 from ._option_values import KafkaOptionError as KafkaOptionError  # re-exported: the error of every option
 from ._option_values import _bool, _json, _long, _time_ms
@@ -53,7 +54,7 @@ _KNOWN = (
     "historyPath",
     "progressPath",
 )
-CANONICAL = {name.lower(): name for name in (*_KNOWN, "kafka.bootstrap.servers")}
+CANONICAL = {name.lower(): name for name in (*_KNOWN, *_formats.OPTIONS, "kafka.bootstrap.servers")}
 # Spark's, refused here with the reason (by lower-cased name: Spark's spelling, why)
 _UNSUPPORTED = {
     "topic": ("topic", "is the Kafka sink's option; a read takes subscribe, subscribePattern or assign"),
@@ -104,6 +105,7 @@ class ReadOptions:
     kafka_params: dict[str, Any] = field(default_factory=dict)
     stores: Stores | None = None  # kafka.ssl.truststore.* / keystore.*: PEM files made per process
     given: frozenset[str] = frozenset()  # canonical names of the options given
+    formats: _formats.Formats = _formats.NONE  # valueFormat, keyFormat and the registry: typed columns
 
     @property
     def strategy(self) -> str:
@@ -117,6 +119,13 @@ class ReadOptions:
             "bootstrap_servers": self.bootstrap_servers,
             **overrides,
         }
+
+    def with_formats_pinned(self) -> ReadOptions:
+        """These options with the typed columns' reader schemas chosen (the driver, once per read)."""
+        if not self.formats.typed:
+            return self
+        topics = self.subscribe or tuple(dict.fromkeys(t for t, _ in self.assign or ()))
+        return replace(self, formats=self.formats.pinned(topics))
 
     def with_group_id(self, kind: str) -> ReadOptions:
         """These options with the query's group id made (``kind``: "batch" or "stream"), as Spark's source
@@ -215,8 +224,8 @@ def _unknown(option: str) -> KafkaOptionError:
     hint = f"; did you mean '{CANONICAL[close[0]]}'?" if close else ""
     return KafkaOptionError(
         option,
-        "unknown option (fsm_kafka takes Spark's Kafka source options, commitToGroup, historyPath, progressPath "
-        f"and kafka.* consumer settings){hint}",
+        "unknown option (fsm_kafka takes Spark's Kafka source options, commitToGroup, historyPath, progressPath, "
+        f"valueFormat, keyFormat, schema.registry.* and kafka.* consumer settings){hint}",
     )
 
 
@@ -350,6 +359,7 @@ def parse(options: Mapping[str, str]) -> ReadOptions:
         kafka_params=params,
         stores=stores,
         given=frozenset(opt) | ({"kafka.bootstrap.servers"} if servers else frozenset()),
+        formats=_formats.parse(opt),
     )
 
 

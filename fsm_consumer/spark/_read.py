@@ -23,7 +23,7 @@ from ._offsets import log, report_data_loss
 from ._options import ReadOptions
 from ._progress import RangeProgress
 from ._ranges import KafkaRange
-from ._schema import to_spark
+from ._schema import read_schema, to_spark
 
 if TYPE_CHECKING:
     from pyarrow import RecordBatch
@@ -56,8 +56,10 @@ def read_range(opts: ReadOptions, r: InputPartition) -> Iterator[RecordBatch]:
             enable_auto_commit=False,
             auto_offset_reset="none",
             history_path=consumer_history_path(opts.history_path, r.topic, r.partition, r.start),
+            **opts.formats.deserializers(),
         )
     )
+    spark = read_schema(opts) if opts.formats.typed else None
     rows, first_offset, last_offset = 0, None, None
     reported = RangeProgress(opts.progress_path, r)
     try:
@@ -90,7 +92,7 @@ def read_range(opts: ReadOptions, r: InputPartition) -> Iterator[RecordBatch]:
                         first_offset = int(offsets[0])
                     last_offset = int(offsets[batch.num_rows - 1])
                     reported.update(rows)
-                    yield to_spark(batch, opts.include_headers)
+                    yield to_spark(batch, opts.include_headers, spark)
             now_at = consumer.position(tp)
             if now_at > position:
                 position, progress_at = now_at, time.monotonic()

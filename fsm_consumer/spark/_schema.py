@@ -15,15 +15,21 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
+
+    from ._options import ReadOptions
 
 _FIELDS = "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, timestampType int"
 _HEADERS = "headers array<struct<key: string, value: binary>>"
 
 
-@lru_cache(maxsize=2)
-def spark_schema(include_headers: bool) -> StructType:
-    """The StructType of the rows (Spark's Kafka source's, to the field)."""
+@lru_cache(maxsize=16)
+def spark_schema(
+    include_headers: bool, key: DataType | None = None, value: DataType | None = None, errors: tuple[str, ...] = ()
+) -> StructType:
+    """The StructType of the rows (Spark's Kafka source's, to the field); ``key`` and ``value``: their types
+    when a format types them (``_formats``), else binary; ``errors``: the ``keyError``/``valueError`` string
+    columns of a PERMISSIVE read."""
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
@@ -36,8 +42,8 @@ def spark_schema(include_headers: bool) -> StructType:
     )
 
     fields = [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
+        StructField("key", key or BinaryType()),
+        StructField("value", value or BinaryType()),
         StructField("topic", StringType()),
         StructField("partition", IntegerType()),
         StructField("offset", LongType()),
@@ -50,25 +56,37 @@ def spark_schema(include_headers: bool) -> StructType:
                 "headers", ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
             )
         )
+    fields += [StructField(name, StringType()) for name in errors]
     return StructType(fields)
 
 
-@lru_cache(maxsize=2)
-def arrow_schema(include_headers: bool) -> pa.Schema:
-    """The Arrow schema pyspark expects the record batches of a read to have."""
+def read_schema(opts: ReadOptions) -> StructType:
+    """The rows' schema: Spark's Kafka source's, the key and value typed by their formats (``_formats``)."""
+    if not opts.formats.typed:
+        return spark_schema(opts.include_headers)
+    topic = (opts.subscribe or ("",))[0]
+    key, value = opts.formats.spark_types(topic)
+    errors = tuple(f"{s.origin}Error" for s in (opts.formats.key, opts.formats.value) if s.typed)
+    return spark_schema(opts.include_headers, key, value, errors if opts.formats.permissive else ())
+
+
+@lru_cache(maxsize=16)
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """The Arrow schema pyspark expects the record batches of a read of ``schema`` to have."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(spark_schema(include_headers), timezone="UTC")
+    return to_arrow_schema(schema, timezone="UTC")
 
 
-def to_spark(batch: pa.RecordBatch, include_headers: bool) -> pa.RecordBatch:
-    """One ``poll_batch()`` RecordBatch (a single topic-partition's rows) as Spark's Kafka rows."""
+def to_spark(batch: pa.RecordBatch, include_headers: bool, spark: StructType | None = None) -> pa.RecordBatch:
+    """One ``poll_batch()`` RecordBatch (a single topic-partition's rows) as Spark's Kafka rows of ``spark``
+    (default: the binary columns'); typed keys and values are cast to Spark's Arrow types."""
     import pyarrow as pa
 
     from ..fetch._arrow import array, nulls
     from ..fetch._arrow import numpy as values
 
-    schema = arrow_schema(include_headers)
+    schema = arrow_schema(spark or spark_schema(include_headers))
     # built from buffers, not cast: Arrow's compute kernels cost every Python worker memory and time
     stamps = batch.column("timestamp")
     missing = nulls(stamps) if stamps.null_count else None
@@ -82,8 +100,8 @@ def to_spark(batch: pa.RecordBatch, include_headers: bool) -> pa.RecordBatch:
     if pa.types.is_dictionary(topic.type):
         topic = _plain_strings(topic)
     columns = [
-        batch.column("key"),
-        batch.column("value"),
+        _as(batch.column("key"), schema.field("key").type),
+        _as(batch.column("value"), schema.field("value").type),
         topic,
         batch.column("partition"),
         batch.column("offset"),
@@ -92,7 +110,14 @@ def to_spark(batch: pa.RecordBatch, include_headers: bool) -> pa.RecordBatch:
     ]
     if include_headers:
         columns.append(_headers_or_null(batch.column("headers"), schema.field("headers").type))
+    for name in schema.names[len(columns) :]:  # keyError, valueError
+        columns.append(batch.column(name.replace("Error", "_error")))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _as(column: pa.Array, typ: pa.DataType) -> pa.Array:
+    """A typed key or value column as Spark's Arrow type of it (a cast: only typed columns differ)."""
+    return column if column.type == typ else column.cast(typ)
 
 
 def _plain_strings(column: pa.DictionaryArray) -> pa.Array:

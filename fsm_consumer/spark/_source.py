@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSource
 
 from ._options import ReadOptions, check_batch, check_stream, parse
-from ._schema import spark_schema
+from ._schema import read_schema
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -26,7 +26,7 @@ NAME = "fsm_kafka"
 
 def _check_schema(schema: StructType | None, opts: ReadOptions) -> None:
     """Like Spark's Kafka source, the schema is fixed: a user-specified one is refused."""
-    expected = spark_schema(opts.include_headers)
+    expected = read_schema(opts)
     if schema is not None and schema != expected:
         raise ValueError(
             f"{NAME} has a fixed schema and cannot be read with a user-specified one: expected "
@@ -44,21 +44,29 @@ class KafkaDataSource(DataSource):
 
     def schema(self) -> StructType:
         # reads only (pyspark does not ask a write for it): every read option is checked here, at load()
-        return spark_schema(parse(self.options).include_headers)
+        return read_schema(self._read_options())
 
     def reader(self, schema: StructType) -> KafkaBatchReader:
         from ._batch import KafkaBatchReader
 
-        opts = check_batch(parse(self.options)).with_group_id("batch")
+        opts = check_batch(self._read_options()).with_group_id("batch")
         _check_schema(schema, opts)
         return KafkaBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> KafkaStreamReader:
         from ._stream import KafkaStreamReader
 
-        opts = check_stream(parse(self.options)).with_group_id("stream")
+        opts = check_stream(self._read_options()).with_group_id("stream")
         _check_schema(schema, opts)
         return KafkaStreamReader(opts)
+
+    def _read_options(self) -> ReadOptions:
+        """The options parsed, and the typed columns' reader schemas chosen, once for this read: schema() and
+        the reader must agree on them, whatever the registry is given meanwhile."""
+        opts = getattr(self, "_pinned", None)
+        if opts is None:
+            opts = self._pinned = parse(self.options).with_formats_pinned()
+        return opts
 
     def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
         from ._write import KafkaBatchWriter

@@ -155,7 +155,7 @@ def test_timestamp_type_column_from_log_append_time_batches():
     from fsm_consumer.fetch import TopicPartition
     from fsm_consumer.fetch._columns import assemble, decode_partition_columns
     from fsm_consumer.fetch.testing import batch
-    from fsm_consumer.spark._schema import arrow_schema, to_spark
+    from fsm_consumer.spark._schema import arrow_schema, spark_schema, to_spark
 
     ts = 1_700_000_000_000
     data = (
@@ -167,7 +167,7 @@ def test_timestamp_type_column_from_log_append_time_batches():
     polled = assemble([(TopicPartition("t", 0), columns.slice(0, 2)), (TopicPartition("t", 0), columns.slice(2))])
     assert polled.column("timestamp_type").to_pylist() == [1, 0, 1]
     rows = to_spark(polled, include_headers=True)
-    assert rows.schema.equals(arrow_schema(True))
+    assert rows.schema.equals(arrow_schema(spark_schema(True)))
     assert rows.column("timestampType").to_pylist() == [1, 0, 1]
     assert rows.column("timestamp")[0].as_py().timestamp() * 1000 == ts
     assert rows.column("topic").to_pylist() == ["t"] * 3

@@ -12,7 +12,8 @@ import pytest
 
 pytest.importorskip("confluent_kafka.schema_registry", reason="the schemas extra: pip install fsm_consumer[schemas]")
 
-from confluent_kafka import DeserializingConsumer, Producer, TopicPartition as CTopicPartition  # noqa: E402
+from confluent_kafka import DeserializingConsumer, Producer  # noqa: E402
+from confluent_kafka import TopicPartition as CTopicPartition  # noqa: E402
 from confluent_kafka.schema_registry import SchemaRegistryClient  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
 
@@ -104,8 +105,8 @@ def test_poll_batch_types_every_row_as_confluent_kafka_reads_it(broker, written,
             batch = consumer.poll_batch(timeout_ms=500)
             if batch.num_rows:
                 typ = batch.schema.field("value").type
-                keys = zip(batch.column("partition").to_pylist(), batch.column("offset").to_pylist())
-                rows.update(zip(keys, batch.column("value").to_pylist()))
+                keys = zip(batch.column("partition").to_pylist(), batch.column("offset").to_pylist(), strict=True)
+                rows.update(zip(keys, batch.column("value").to_pylist(), strict=True))
     assert rows.keys() == theirs.keys()
     for key, row in rows.items():
         if fmt == "protobuf":
