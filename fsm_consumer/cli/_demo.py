@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,11 +25,14 @@ if TYPE_CHECKING:
     from ..broker._admin import LoopbackBroker
 
 
-def _fill(broker: LoopbackBroker, topic: str, records: int, size: int) -> dict[int, int]:
+def _fill(
+    broker: LoopbackBroker, topic: str, records: int, size: int, value: Callable[[int], bytes] | None = None
+) -> dict[int, int]:
     """``records`` records of ``size`` bytes with 100 keys, encoded and partitioned by kafka-python as its
     producer would (murmur2 of the key, gzip batches of 64 KiB; the records come from the peer library, on
     purpose), appended a batch a partition per Produce request. Its KafkaProducer's send() took ~35 us a
-    record: 7 s of the main job's 25 for the demo's 200k. Returns the last offset of each partition."""
+    record: 7 s of the main job's 25 for the demo's 200k. ``value(i)``: record i's value instead of ``size``
+    bytes (a typed topic's). Returns the last offset of each partition."""
     from kafka.partitioner.default import murmur2
     from kafka.record.memory_records import MemoryRecordsBuilder
 
@@ -52,7 +56,8 @@ def _fill(broker: LoopbackBroker, topic: str, records: int, size: int) -> dict[i
 
     for i in range(records):
         p = where[i % 100]
-        record: dict[str, Any] = {"timestamp": None, "key": keys[i % 100], "value": (b"%08d" % i) + pad, "headers": []}
+        data = (b"%08d" % i) + pad if value is None else value(i)
+        record: dict[str, Any] = {"timestamp": None, "key": keys[i % 100], "value": data, "headers": []}
         if open_batches[p].append(**record) is None:  # full: this record opens the next batch
             seal(p)
             open_batches[p] = builder()

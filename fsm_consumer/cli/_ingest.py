@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..broker import BROKER_KINDS
 from . import _ingest_preflight as preflight
+from . import _ingest_typed as typed_flags
 from ._ctrl_c import ctrl_c_stops
 from ._help import plain
 from ._ingest_checkpoint import ForeignCheckpoint, check, record
@@ -95,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --bootstrap-servers: a topic that does not exist yet is waited for (else an error naming the "
         "topics there)",
     )
+    typed_flags.add_arguments(ap)
     ap.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
     ap.add_argument(
         "--spark-log-level",
@@ -162,6 +164,8 @@ def ingest(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     if args.bootstrap_servers and "--broker" in argv:
         ap.error("--broker starts a loopback broker; with --bootstrap-servers there is none to start")
+    if typed_flags.typed(args) and args.bootstrap_servers and not args.schema_registry:
+        ap.error("--value-format/--key-format avro, protobuf or json-schema need --schema-registry URL")
     extra = {}
     for item in args.option:
         key, sep, value = item.partition("=")
@@ -181,6 +185,21 @@ def ingest(argv: list[str]) -> int:
             raise
         print(f"error: {_plain(exc)}\n(run again with --debug for the traceback)", file=sys.stderr)
         return 1
+
+
+def _whole(exc: BaseException) -> str:
+    """An error's message with those of its Java causes (a Python worker's exception is in a cause's)."""
+    texts = [str(getattr(exc, "_desc", "") or exc)]  # pyspark's StreamingQueryException: the Java message
+    cause = getattr(exc, "java_exception", None)
+    for _ in range(8):  # a chain of causes, not a cycle
+        if cause is None:
+            break
+        try:
+            texts.append(str(cause.toString()))
+            cause = cause.getCause()
+        except Exception:  # noqa: BLE001 - the JVM may be gone: what was read is what there is
+            break
+    return "\n".join(texts)
 
 
 def _plain(exc: BaseException) -> str:
@@ -211,7 +230,12 @@ def _run(args: argparse.Namespace, extra: dict[str, str]) -> int:
     out = Path(args.to).resolve()
     checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "_checkpoint"
     # the checks that need no broker first: a mistake there costs no broker start, fill or Spark start
-    options = {**_flag_options(args), **extra}
+    registry_url = args.schema_registry
+    options = {
+        **_flag_options(args),
+        **typed_flags.source_options(args, registry_url or "http://127.0.0.1:8081"),
+        **extra,
+    }
     preflight.read_options(options, args.bootstrap_servers or "127.0.0.1:9092", args.topic)
     preflight.writable(out, "--to")
     preflight.writable(checkpoint, "--checkpoint")
@@ -231,10 +255,22 @@ def _run(args: argparse.Namespace, extra: dict[str, str]) -> int:
             bootstrap = broker.bootstrap_servers
             print(
                 f"broker: {describe(broker)}; filling {args.topic!r} with "
-                f"{args.records:,} records of {args.record_size} B in {args.partitions} partitions"
+                f"{args.records:,} records of "
+                + (
+                    f"{args.value_format} (two versions of one schema, confluent-kafka's serializer)"
+                    if args.value_format != "binary"
+                    else f"{args.record_size} B"
+                )
+                + f" in {args.partitions} partitions"
             )
             broker.create_topic(args.topic, partitions=args.partitions)
-            _fill(broker, args.topic, args.records, args.record_size)
+            value = None
+            if typed_flags.typed(args):
+                registry_url = typed_flags.start_registry(stack, print)
+                options.update(typed_flags.source_options(args, registry_url))
+                if args.value_format != "binary":
+                    value = typed_flags.demo_values(args.value_format, registry_url, args.topic, args.records)
+            _fill(broker, args.topic, args.records, args.record_size, value)
             total_hint = args.records
         found = preflight.lookup(preflight.read_options(options, bootstrap, args.topic), bootstrap)
         try:
@@ -265,32 +301,41 @@ def _run(args: argparse.Namespace, extra: dict[str, str]) -> int:
             .option("subscribe", args.topic)
             .option("progressPath", progress_dir)
         )
-        for key, value in options.items():
-            reader = reader.option(key, value)
-        query = (
-            reader.load()
-            .writeStream.format(args.format)
-            .option("path", str(out))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(**_trigger(args.trigger))
-            .queryName("fsm_consumer_ingest")
-            .start()
-        )
-        record(checkpoint, source)
+        for key, option in options.items():
+            reader = reader.option(key, option)
         deadline = None if args.duration is None else time.monotonic() + args.duration
+        rows = restarts = 0
         with ctrl_c_stops(first=(lambda: None) if args.debug else mute_jvm_stderr) as stop:
-            rows = watch(
-                query,
-                progress_dir,
-                title=f"fsm-consumer ingest: {args.topic} -> {args.to}",
-                quiet=args.quiet,
-                every_s=args.progress_every,
-                deadline=deadline,
-                stop=stop,
-            )
-        failed = query.exception()
-        if failed is not None:
-            raise RuntimeError(f"the query failed: {_plain(failed)}")
+            while True:
+                df = reader.load()  # a typed read chooses its reader schema here: the latest version now
+                if typed_flags.typed(args):
+                    print(f"schema: value {df.schema['value'].dataType.simpleString()}")
+                query = (
+                    df.writeStream.format(args.format)
+                    .option("path", str(out))
+                    .option("checkpointLocation", str(checkpoint))
+                    .option("mergeSchema", "true")  # Delta: a new version's columns join the table
+                    .trigger(**_trigger(args.trigger))
+                    .queryName("fsm_consumer_ingest")
+                    .start()
+                )
+                record(checkpoint, source)
+                rows += watch(
+                    query,
+                    progress_dir,
+                    title=f"fsm-consumer ingest: {args.topic} -> {args.to}",
+                    quiet=args.quiet,
+                    every_s=args.progress_every,
+                    deadline=deadline,
+                    stop=stop,
+                )
+                failed = query.exception()
+                if failed is None:
+                    break
+                if typed_flags.restart_for_newer(_whole(failed), restarts, print) and not stop():
+                    restarts += 1
+                    continue
+                raise RuntimeError(f"the query failed: {_plain(failed)}")
         count = _count(spark, out, args.format)
         files = sorted(p for p in out.rglob("*.parquet"))
         took = time.monotonic() - t0
@@ -338,4 +383,4 @@ def _count(spark: SparkSession, out: Path, fmt: str) -> int:
     # a run stopped before its first batch committed leaves the log without an entry: nothing to read yet
     if not log.is_dir() or not any(p.name[:1].isdigit() for p in log.iterdir()):
         return 0
-    return int(spark.read.format(fmt).load(str(out)).count())
+    return int(spark.read.format(fmt).option("mergeSchema", "true").load(str(out)).count())

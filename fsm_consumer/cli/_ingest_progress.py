@@ -111,6 +111,16 @@ def describe(now: Totals, rate: float, batches_done: int) -> str:
     )
 
 
+def _await(query: StreamingQuery, seconds: float) -> None:
+    """Wait a little for the query; its failure is the caller's to read (``query.exception()``), after the
+    rows of its batches are counted."""
+    try:
+        query.awaitTermination(seconds)  # type: ignore[arg-type]  # pyspark takes float seconds
+    except Exception:  # noqa: BLE001 - StreamingQueryException: the query ended with it
+        if query.isActive:
+            raise
+
+
 def watch(
     query: StreamingQuery,
     progress_dir: str,
@@ -151,13 +161,13 @@ def watch(
 
     if quiet:
         while step():
-            query.awaitTermination(0.5)  # type: ignore[arg-type]  # pyspark takes float seconds
+            _await(query, 0.5)
         step()
         return rows
     if not (sys.stdout.isatty() if tty is None else tty):
         next_line = time.monotonic() + every_s
         while step():
-            query.awaitTermination(0.25)  # type: ignore[arg-type]
+            _await(query, 0.25)
             if time.monotonic() >= next_line:
                 next_line += every_s
                 now, per_s = sample()
@@ -182,7 +192,7 @@ def watch(
 
     with Live(render(), refresh_per_second=4, transient=False) as live:
         while step():
-            query.awaitTermination(0.25)  # type: ignore[arg-type]
+            _await(query, 0.25)
             live.update(render())
         step()
         live.update(render())

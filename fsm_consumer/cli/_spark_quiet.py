@@ -48,8 +48,28 @@ logger.repl.level = {level}
 logger.pyspark.name = org.apache.spark.api.python.PythonGatewayServer
 logger.pyspark.level = {level}
 """
+        + _task_failures(level)
     )
     os.environ["SPARK_CONF_DIR"] = str(conf)
+
+
+# the loggers that print a failed task's Python traceback again and again (the task, its writer, the stage, the
+# query): the job says a query's failure itself, in a line (and restarts one that met a newer schema version)
+_TASK_FAILURE_LOGGERS = (
+    "org.apache.spark.util.Utils",
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.sql.execution.datasources.FileFormatWriter",
+    "org.apache.spark.sql.execution.streaming",
+)
+
+
+def _task_failures(level: str) -> str:
+    if level != "error":  # WARN, INFO, DEBUG: everything, as asked
+        return ""
+    return "".join(
+        f"logger.task{i}.name = {name}\nlogger.task{i}.level = off\n" for i, name in enumerate(_TASK_FAILURE_LOGGERS)
+    )
 
 
 @contextmanager

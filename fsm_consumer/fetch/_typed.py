@@ -43,14 +43,18 @@ def type_columns(decoded: Any, topic: str, partition: int, key_des: Any, value_d
         raw = _pylist(keys if origin == "key" else values, cols.start, stop)
         permissive = getattr(des, "on_error", "fail") == "null"
         array, failed = des.to_arrow(topic, raw, permissive)
+        # an error that ends the column even when permissive (a record newer than the reader schema, when the
+        # reader asked to stop there): the rows before it are handed out, it is raised
+        ending = [(i, e) for i, e in failed if not permissive or getattr(e, "ends_column", False)]
         if permissive:
-            texts: list[str | None] = [None] * len(raw)
+            texts: list[str | None] = [None] * len(array)
             for index, exc in failed:
-                texts[index] = f"{type(exc).__name__}: {exc}"
+                if index < len(texts):
+                    texts[index] = f"{type(exc).__name__}: {exc}"
             errors[origin] = pa.array(texts, pa.string())
-        elif failed:
-            index, exc = failed[0]
-            if failure is None or index < failure[0]:
+        if ending:
+            index, exc = ending[0]
+            if failure is None or cols.start + index < failure[0]:
                 failure = (cols.start + index, origin, exc)
             stop = min(stop, cols.start + index)
         if cols.start:

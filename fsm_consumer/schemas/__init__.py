@@ -16,6 +16,7 @@ fastavro, protobuf).
 from ._avro import AvroDeserializer
 from ._errors import (
     FramingError,
+    NewerSchemaError,
     RegistryAuthError,
     RegistryUnavailableError,
     SchemaDecodeError,
@@ -30,6 +31,7 @@ __all__ = [
     "AvroDeserializer",
     "FramingError",
     "JsonSchemaDeserializer",
+    "NewerSchemaError",
     "ProtobufDeserializer",
     "Registry",
     "RegistryAuthError",

@@ -18,7 +18,7 @@ from fastavro import parse_schema, schemaless_reader
 from fastavro.read import SchemaResolutionError
 
 from ._avro_arrow import arrow_type, converter
-from ._column import check_on_error, typed_column
+from ._column import check_newer, check_on_error, stop_if_newer, typed_column
 from ._errors import SchemaDecodeError, SchemaError
 from ._framing import HEADER_SIZE, schema_id_of
 from ._registry import Registry
@@ -32,6 +32,8 @@ class AvroDeserializer:
     subject's latest version is the reader schema (``subject``, else ``TOPIC-value`` / ``TOPIC-key``). Neither:
     each record is read with its writer's schema in ``poll()``, and ``poll_batch()`` resolves to the latest.
     ``reader_id``: the registry id of the reader schema (instead of ``reader_schema``; ``latest`` takes it then).
+    ``newer="stop"``: a column ends at a record written with a schema registered after the reader's
+    (``NewerSchemaError``), where ``"resolve"`` (the default) resolves it to the reader's, dropping new fields.
     ``on_error`` (columns only: ``poll()`` raises): ``"fail"`` stops at a record that does not decode, as
     ``poll()`` does; ``"null"`` gives it a null value and its error in a ``value_error`` column."""
 
@@ -47,8 +49,10 @@ class AvroDeserializer:
         is_key: bool = False,
         on_error: str = "fail",
         reader_id: int | None = None,
+        newer: str = "resolve",
     ) -> None:
-        self.reader_id = reader_id
+        self.reader_id, self.newer = reader_id, check_newer(newer)
+        self._reader_ids: dict[str, int] = {}
         self.on_error = check_on_error(on_error)
         self.registry = registry
         self.is_key = is_key
@@ -86,6 +90,7 @@ class AvroDeserializer:
 
         def row(data: bytes) -> Any:
             schema_id = schema_id_of(data)
+            stop_if_newer(self.newer, schema_id, self._reader_ids.get(topic))
             value = self._read(data, schema_id, self._writer(schema_id), reader, True)
             return value if conv is None else conv(value)
 
@@ -128,7 +133,8 @@ class AvroDeserializer:
             if self._given is not None:
                 parsed = self._given
             else:
-                _, schema = self.registry.reader(subject_for(topic, self.subject, self.is_key), self.reader_id)
+                rid, schema = self.registry.reader(subject_for(topic, self.subject, self.is_key), self.reader_id)
+                self._reader_ids[topic] = rid
                 parsed = self._parse(json.loads(schema.schema_str or "null"), schema.references)
             expanded = parse_schema(parsed, expand=True)
             got = self._readers[topic] = (parsed, arrow_type(expanded), converter(expanded))

@@ -9,10 +9,30 @@ from typing import Any
 
 import pyarrow as pa
 
-from ._errors import SchemaError
+from ._errors import NewerSchemaError, SchemaError
 
 Converter = Callable[[Any], Any]
 ON_ERROR = ("fail", "null")
+
+
+NEWER = ("resolve", "stop")
+
+
+def check_newer(newer: str) -> str:
+    if newer not in NEWER:
+        raise ValueError(f"newer is 'resolve' or 'stop', got {newer!r}")
+    return newer
+
+
+def stop_if_newer(newer: str, schema_id: int, reader_id: int | None) -> None:
+    """``newer="stop"``: a record whose schema was registered after the reader's (a higher id: registries
+    number schemas as they come) ends the column with ``NewerSchemaError``."""
+    if newer == "stop" and reader_id is not None and schema_id > reader_id:
+        raise NewerSchemaError(
+            f"the record was written with schema id {schema_id}, registered after the reader schema (id "
+            f"{reader_id}) this read started with: a read started now takes its new fields",
+            schema_id=schema_id,
+        )
 
 
 def check_on_error(on_error: str) -> str:
@@ -37,7 +57,7 @@ def typed_column(
             rows.append(row(data))
         except (SchemaError, ValueError) as exc:  # the caller says where, and decides: fail or null
             failed.append((i, exc))
-            if not permissive:
+            if not permissive or getattr(exc, "ends_column", False):
                 break
             rows.append(None)
     return pa.array(rows, type=typ()), failed

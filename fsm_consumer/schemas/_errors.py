@@ -24,6 +24,15 @@ class SchemaNotFoundError(SchemaError):
     registry (or one whose schemas were deleted)."""
 
 
+class NewerSchemaError(SchemaError):
+    """A record written with a schema registered after the reader schema a read was started with, where the
+    read asked to stop there (``newer="stop"``: ``fsm-consumer ingest`` restarts its query with the new version,
+    so the new fields are landed, not dropped by resolving to the older reader). Ends a typed column even when
+    the deserializer keeps bad records as nulls: it is not a bad record."""
+
+    ends_column = True
+
+
 class RegistryUnavailableError(SchemaError):
     """The registry did not answer (refused, timed out, 5xx) within ``timeout_s``, retries included. Retriable:
     the record's position stays, the next poll() tries again."""

@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 import pyarrow as pa
 
-from ._column import by_name, check_on_error, items, map_values, typed_column
+from ._column import by_name, check_newer, check_on_error, items, map_values, stop_if_newer, typed_column
 from ._errors import SchemaDecodeError, SchemaError
 from ._framing import HEADER_SIZE, schema_id_of
 from ._registry import Registry
@@ -28,7 +28,7 @@ _SCALARS = {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_()
 class JsonSchemaDeserializer:
     """JSON Schema values (or keys, ``is_key=True``) of Confluent-framed records: each record the parsed JSON
     (dicts and lists), validated against its writer's schema unless ``validate=False``. ``reader_schema``,
-    ``latest``, ``subject``, ``reader_id`` and ``on_error`` as for ``AvroDeserializer``."""
+    ``latest``, ``subject``, ``reader_id``, ``newer`` and ``on_error`` as for ``AvroDeserializer``."""
 
     format = "json-schema"
 
@@ -43,8 +43,10 @@ class JsonSchemaDeserializer:
         validate: bool = True,
         on_error: str = "fail",
         reader_id: int | None = None,
+        newer: str = "resolve",
     ) -> None:
-        self.reader_id = reader_id
+        self.reader_id, self.newer = reader_id, check_newer(newer)
+        self._reader_ids: dict[str, int] = {}
         self.registry, self.is_key, self.subject, self.latest = registry, is_key, subject, latest
         self.validate, self.on_error = validate, check_on_error(on_error)
         self._given = json.loads(reader_schema) if isinstance(reader_schema, str) else reader_schema
@@ -63,7 +65,12 @@ class JsonSchemaDeserializer:
         self, topic: str, values: list[bytes | None], permissive: bool = False
     ) -> tuple[pa.Array, list[tuple[int, Exception]]]:
         typ, conv = self._reader(topic)
-        return typed_column(values, lambda data: _converted(conv, self._read(data)), lambda: typ, permissive)
+
+        def row(data: bytes) -> Any:
+            stop_if_newer(self.newer, schema_id_of(data), self._reader_ids.get(topic))
+            return _converted(conv, self._read(data))
+
+        return typed_column(values, row, lambda: typ, permissive)
 
     def _read(self, data: bytes) -> Any:
         schema_id = schema_id_of(data)
@@ -98,7 +105,8 @@ class JsonSchemaDeserializer:
         if topic not in self._readers:
             schema = self._given
             if schema is None:
-                _, registered = self.registry.reader(subject_for(topic, self.subject, self.is_key), self.reader_id)
+                rid, registered = self.registry.reader(subject_for(topic, self.subject, self.is_key), self.reader_id)
+                self._reader_ids[topic] = rid
                 schema = json.loads(registered.schema_str or "{}")
             self._readers[topic] = _typed(schema, schema, 0)
         return self._readers[topic]

@@ -22,7 +22,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
 
-from ._column import check_on_error, typed_column
+from ._column import check_newer, check_on_error, stop_if_newer, typed_column
 from ._errors import SchemaDecodeError, SchemaError
 from ._framing import message_indexes, schema_id_of
 from ._registry import Registry
@@ -66,8 +66,8 @@ _TIMESTAMP = "google.protobuf.Timestamp"
 class ProtobufDeserializer:
     """Protobuf values (or keys, ``is_key=True``) of Confluent-framed records. ``message_type``: a generated
     message class every record is parsed into (as confluent-kafka's deserializer requires); without it each
-    record is a message of its writer's descriptor. ``latest``, ``subject``, ``reader_id``, ``on_error`` as for
-    ``AvroDeserializer``. A column holds one message of the reader's file: ``message`` (its full name), else the
+    record is a message of its writer's descriptor. ``latest``, ``subject``, ``reader_id``, ``newer``, ``on_error``
+    as for ``AvroDeserializer``. A column holds one message of the reader's file: ``message`` (its full name), else the
     file's root (the top-level message no other one of the file refers to; the first of several); each record is
     parsed as that message of the reader's version (Protobuf's evolution: fields the reader does not know are
     skipped, those the writer did not know take their defaults)."""
@@ -85,8 +85,10 @@ class ProtobufDeserializer:
         on_error: str = "fail",
         reader_id: int | None = None,
         message: str | None = None,
+        newer: str = "resolve",
     ) -> None:
-        self.reader_id, self.message = reader_id, message
+        self.reader_id, self.message, self.newer = reader_id, message, check_newer(newer)
+        self._reader_ids: dict[str, int] = {}
         self.registry, self.message_type, self.latest = registry, message_type, latest
         self.subject, self.is_key, self.on_error = subject, is_key, check_on_error(on_error)
         self._pools: dict[int, tuple[Any, descriptor_pb2.FileDescriptorProto]] = {}
@@ -112,6 +114,7 @@ class ProtobufDeserializer:
 
         def row(data: bytes) -> Any:
             schema_id = schema_id_of(data)
+            stop_if_newer(self.newer, schema_id, self._reader_ids.get(topic))
             indexes, start = message_indexes(data)
             name = self._message_class(schema_id, tuple(indexes)).DESCRIPTOR.full_name
             if name != column:
@@ -181,6 +184,7 @@ class ProtobufDeserializer:
                 descriptor = self.message_type.DESCRIPTOR
             else:
                 reader_id, _ = self.registry.reader(subject_for(topic, self.subject, self.is_key), self.reader_id)
+                self._reader_ids[topic] = reader_id
                 pool, file = self._pool(reader_id)
                 full = self.message or _root(file)
                 try:

@@ -98,9 +98,13 @@ class Registry:
         return registered.schema_id or 0, registered.schema
 
     def refresh_latest(self) -> None:
+        """Forget the latest versions asked before: the next ``latest`` asks the registry again."""
         with self._lock:
             for key in [k for k in self._cache if k[0] == "latest"]:
                 del self._cache[key]
+        clear = getattr(self._client, "clear_latest_caches", None)  # confluent-kafka's client keeps its own
+        if clear is not None:
+            clear()
 
     def _cached(self, key: tuple, ask, schema_id: int | None):
         with self._lock:

@@ -8,7 +8,9 @@ else the latest version of ``valueSubject`` (default ``TOPIC-value``); its regis
 executors, so every task resolves records to the same schema whatever is registered meanwhile. ``mode``:
 ``FAILFAST`` (default, as Spark's ``from_avro``) fails the read at a record that does not decode, naming its
 partition, offset and schema id; ``PERMISSIVE`` gives it a null value and the error in ``valueError``
-(``keyError``).
+(``keyError``). ``newerSchemas``: a record written with a schema registered after the reader's is resolved to
+the reader's (``resolve``, the default: fields it does not know are dropped) or fails the read with
+``NewerSchemaError`` (``stop``: what ``fsm-consumer ingest`` asks, to restart with the new version).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ OPTIONS = (
     "valueMessage",
     "keyMessage",
     "mode",
+    "newerSchemas",
     "schema.registry.url",
     "schema.registry.basic.auth.user.info",
     "schema.registry.bearer.auth.token",
@@ -67,6 +70,7 @@ class Formats:
     value: Side
     permissive: bool = False
     registry: tuple[tuple[str, str], ...] = ()  # the schema.registry.* options, as given
+    newer: str = "resolve"  # newerSchemas: a record of a schema registered after the reader's is resolved, or stops
 
     @property
     def typed(self) -> bool:
@@ -108,7 +112,7 @@ class Formats:
         """The Consumer's key_deserializer and value_deserializer for these formats."""
         registry = self.client() if self.typed else None
         return {
-            f"{side.origin}_deserializer": _deserializer(side, registry, self.permissive)
+            f"{side.origin}_deserializer": _deserializer(side, registry, self.permissive, self.newer)
             for side in (self.key, self.value)
             if side.typed
         }
@@ -151,13 +155,25 @@ def parse(opt: dict[str, Any]) -> Formats:
     if mode not in MODES:
         raise KafkaOptionError("mode", f"{mode!r} is not one of {', '.join(MODES)}")
     registry = tuple(sorted((k, str(v)) for k, v in opt.items() if k.startswith("schema.registry.")))
-    formats = Formats(sides[0], sides[1], mode == "PERMISSIVE", registry)
+    newer = str(opt.get("newerSchemas", "resolve")).strip().lower()
+    if newer not in ("resolve", "stop"):
+        raise KafkaOptionError("newerSchemas", f"{newer!r} is not one of resolve, stop")
+    formats = Formats(sides[0], sides[1], mode == "PERMISSIVE", registry, newer)
     if formats.typed and not dict(registry).get("schema.registry.url"):
         raise KafkaOptionError(
             "schema.registry.url", "required with valueFormat/keyFormat avro, protobuf or json-schema"
         )
     if not formats.typed:
-        for name in ("valueSchema", "keySchema", "valueSubject", "keySubject", "valueMessage", "keyMessage", "mode"):
+        for name in (
+            "valueSchema",
+            "keySchema",
+            "valueSubject",
+            "keySubject",
+            "valueMessage",
+            "keyMessage",
+            "mode",
+            "newerSchemas",
+        ):
             if name in opt:
                 raise KafkaOptionError(name, "only with valueFormat or keyFormat avro, protobuf or json-schema")
     return formats
@@ -203,11 +219,16 @@ def _subject(side: Side, topics: tuple[str, ...]) -> str:
     return f"{topics[0]}-{side.origin}"
 
 
-def _deserializer(side: Side, registry: Any, permissive: bool) -> Any:
+def _deserializer(side: Side, registry: Any, permissive: bool, newer: str) -> Any:
     from ..schemas import AvroDeserializer, JsonSchemaDeserializer, ProtobufDeserializer
 
     on_error = "null" if permissive else "fail"
-    common: dict[str, Any] = {"subject": side.subject, "is_key": side.origin == "key", "on_error": on_error}
+    common: dict[str, Any] = {
+        "subject": side.subject,
+        "is_key": side.origin == "key",
+        "on_error": on_error,
+        "newer": newer,
+    }
     if side.format == "protobuf":
         return ProtobufDeserializer(registry, reader_id=side.reader_id, message=side.message, **common)
     cls = AvroDeserializer if side.format == "avro" else JsonSchemaDeserializer
