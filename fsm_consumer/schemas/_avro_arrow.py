@@ -121,6 +121,8 @@ def _union(branches: list, seen: tuple[str, ...]) -> tuple[pa.DataType, Convert]
     matchers = [(_matches(b), conv) for b, (_, conv) in zip(present, typed, strict=False)]
     names = [f"member{i}" for i in range(len(present))]
 
+    by_type: dict[type, tuple[str, Convert]] = {}  # the branch a Python type matches: the same for every value
+
     def to_members(value: Any) -> Any:
         if value is None:
             return None
@@ -130,10 +132,16 @@ def _union(branches: list, seen: tuple[str, ...]) -> tuple[pa.DataType, Convert]
                 if isinstance(branch, dict) and branch.get("name") == name:
                     conv = typed[i][1]
                     return {names[i]: conv(value) if conv else value}
-        for name, (matches, conv) in zip(names, matchers, strict=False):
-            if matches(value):
-                return {name: conv(value) if conv else value}
-        raise SchemaError(f"a union value {value!r} matches none of its branches")
+        found = by_type.get(type(value))
+        if found is None:
+            for name, (matches, conv) in zip(names, matchers, strict=True):
+                if matches(value):
+                    found = by_type[type(value)] = (name, conv)
+                    break
+            else:
+                raise SchemaError(f"a union value {value!r} matches none of its branches")
+        name, conv = found
+        return {name: conv(value) if conv else value}
 
     return members, to_members
 
