@@ -4,6 +4,7 @@ from the pyspark installation) against the session's broker."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -27,6 +28,16 @@ def run_ingest(start_ingest, *args: str, timeout: float = 240, **how: bool) -> s
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+
+
+def committed_rows(out) -> int:
+    """Rows of the files the file sink's log lists (``_spark_metadata``: what committed batches wrote)."""
+    log = out / "_spark_metadata"
+    paths = []
+    for entry in sorted(log.glob("[0-9]*")) if log.is_dir() else []:
+        for line in entry.read_text().splitlines()[1:]:  # the first line is the log's version
+            paths.append(json.loads(line)["path"])
+    return sum(pq.ParquetFile(path.removeprefix("file:")).metadata.num_rows for path in paths)
 
 
 def written(path: Path) -> list[tuple[int, int]]:

@@ -5,7 +5,6 @@ same command resumes exactly once."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -18,8 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: the helpers beside this file
-import pyarrow.parquet as pq  # noqa: E402
-from test_ingest import run_ingest, written  # noqa: E402
+from test_ingest import committed_rows, run_ingest, written  # noqa: E402
 
 NOISE = re.compile(r"Traceback|py4j|\tat |Exception|ERROR|WARN")
 
@@ -92,16 +90,6 @@ def test_a_bad_source_option_is_one_line_with_the_hint(tmp_path, start_ingest, a
 
 
 @pytest.mark.brokers("tansu")
-def _committed_rows(out) -> int:
-    """Rows of the files the file sink's log lists (``_spark_metadata``: what committed batches wrote)."""
-    log = out / "_spark_metadata"
-    paths = []
-    for entry in sorted(log.glob("[0-9]*")) if log.is_dir() else []:
-        for line in entry.read_text().splitlines()[1:]:  # the first line is the log's version
-            paths.append(json.loads(line)["path"])
-    return sum(pq.ParquetFile(path.removeprefix("file:")).metadata.num_rows for path in paths)
-
-
 def test_wait_for_topic_then_ctrl_c_stops_cleanly_and_the_same_command_resumes_exactly_once(
     tmp_path, broker, produce, start_ingest
 ):
@@ -133,9 +121,9 @@ def test_wait_for_topic_then_ctrl_c_stops_cleanly_and_the_same_command_resumes_e
         until(r"progress: 3,000 of 3,000 records read", 180)
         # read is not written: Ctrl-C abandons a batch under way, so it is sent once the batch is committed
         deadline = time.monotonic() + 60
-        while _committed_rows(out) < 3000 and time.monotonic() < deadline:
+        while committed_rows(out) < 3000 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _committed_rows(out) == 3000, "\n".join(seen)
+        assert committed_rows(out) == 3000, "\n".join(seen)
         os.killpg(job.pid, signal.SIGINT)
         rest, _ = job.communicate(timeout=120)
     finally:
