@@ -168,18 +168,21 @@ def _deserialize(out: list, start: int, topic: str, partition: int, key_fn, valu
             value = record[7] if value_fn is None else value_fn(topic, record[8], record[7])
         except Exception as exc:  # noqa: BLE001 - any deserializer failure is the user's to see
             del out[i:]
-            offset = record[3]
-            note = (
-                f"fsm_consumer: the {origin} deserializer failed on the record at offset {offset} of "
-                f"{topic}-{partition}; the partition's position stays there (it fails again when read), "
-                f"seek(TopicPartition({topic!r}, {partition}), {offset + 1}) skips the record"
-            )
-            if note not in getattr(exc, "__notes__", ()):  # a deserializer may raise one instance again and again
-                exc.add_note(note)
-            error = DeserializationError(
-                topic, partition, offset, f"{origin} deserializer failed: {exc!r}", origin=origin
-            )
-            error.__cause__ = exc
-            return error
+            return deserializer_failed(exc, topic, partition, record[3], origin)
         out[i] = new(ConsumerRecord, record[:6] + (key, value) + record[8:])
     return None
+
+
+def deserializer_failed(exc: Exception, topic: str, partition: int, offset: int, origin: str) -> DeserializationError:
+    """The partition's error for the deserializer's exception ``exc`` at ``offset`` (its ``__cause__``, which the
+    consumer raises as it is), the exception noted with where it happened (records and typed columns alike)."""
+    note = (
+        f"fsm_consumer: the {origin} deserializer failed on the record at offset {offset} of "
+        f"{topic}-{partition}; the partition's position stays there (it fails again when read), "
+        f"seek(TopicPartition({topic!r}, {partition}), {offset + 1}) skips the record"
+    )
+    if note not in getattr(exc, "__notes__", ()):  # a deserializer may raise one instance again and again
+        exc.add_note(note)
+    error = DeserializationError(topic, partition, offset, f"{origin} deserializer failed: {exc!r}", origin=origin)
+    error.__cause__ = exc
+    return error

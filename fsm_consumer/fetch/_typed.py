@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from ._assemble import PartitionColumns, Views
-from ._errors import DeserializationError
+from ._decode import deserializer_failed
 
 
 def typed(deserializer: Any) -> bool:
@@ -31,7 +31,7 @@ def type_columns(decoded: Any, topic: str, partition: int, key_des: Any, value_d
         return decoded
     keys, values, errors = cols.keys, cols.values, {}
     stop = cols.stop
-    failure: tuple[int, str, BaseException] | None = None
+    failure: tuple[int, str, Exception] | None = None
     for origin, des in (("key", key_des), ("value", value_des)):
         if des is None:
             continue
@@ -72,15 +72,7 @@ def type_columns(decoded: Any, topic: str, partition: int, key_des: Any, value_d
         return decoded._replace(columns=typed_cols)
     row, origin, exc = failure
     offset = int(cols.offsets[row])
-    note = (
-        f"fsm_consumer: the {origin} deserializer failed on the record at offset {offset} of {topic}-{partition}; "
-        f"the partition's position stays there (it fails again when read), "
-        f"seek(TopicPartition({topic!r}, {partition}), {offset + 1}) skips the record"
-    )
-    if note not in getattr(exc, "__notes__", ()):
-        exc.add_note(note)
-    error = DeserializationError(topic, partition, offset, f"{origin} deserializer failed: {exc!r}", origin=origin)
-    error.__cause__ = exc
+    error = deserializer_failed(exc, topic, partition, offset, origin)
     return decoded._replace(columns=typed_cols, next_offset=offset, error=error)
 
 

@@ -163,18 +163,9 @@ def parse(opt: dict[str, Any]) -> Formats:
         raise KafkaOptionError(
             "schema.registry.url", "required with valueFormat/keyFormat avro, protobuf or json-schema"
         )
-    if not formats.typed:
-        for name in (
-            "valueSchema",
-            "keySchema",
-            "valueSubject",
-            "keySubject",
-            "valueMessage",
-            "keyMessage",
-            "mode",
-            "newerSchemas",
-        ):
-            if name in opt:
+    if not formats.typed:  # the options that say how a typed side is read, given without one
+        for name in OPTIONS:
+            if name not in ("valueFormat", "keyFormat") and not name.startswith("schema.registry.") and name in opt:
                 raise KafkaOptionError(name, "only with valueFormat or keyFormat avro, protobuf or json-schema")
     return formats
 
