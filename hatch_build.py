@@ -1,11 +1,12 @@
 """Build hook: compile the optional C modules, fsm_consumer/fetch/_cdecode.c (the record decoder),
-fsm_consumer/fetch/_cwalk.c (a partition's batches walked in one call) and fsm_consumer/transport/_cbuffer.c
-(a frame body's buffer, not zeroed first).
+fsm_consumer/fetch/_cwalk.c (a partition's batches walked in one call), fsm_consumer/transport/_cbuffer.c
+(a frame body's buffer, not zeroed first) and fsm_consumer/schemas/_cavro.c (Avro values into Arrow columns).
 
 Optional: without a C compiler (or Python's headers) the build goes on with a warning and the package
-is pure Python (fetch/_decode_v2.py's loop decodes every record, bytearray() holds each frame; the same
-results, slower). The extensions are built in place, next to their sources, so an editable install and a
-checkout on PYTHONPATH import them too, and are added to the wheel as artifacts.
+is pure Python (fetch/_decode_v2.py's loop decodes every record, bytearray() holds each frame, fastavro
+types Avro columns; the same results, slower). The extensions are built in place, next to their sources,
+so an editable install and a checkout on PYTHONPATH import them too, and are added to the wheel as
+artifacts.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ MODULES = {  # module: source
     "fsm_consumer.fetch._cdecode": "fsm_consumer/fetch/_cdecode.c",
     "fsm_consumer.fetch._cwalk": "fsm_consumer/fetch/_cwalk.c",
     "fsm_consumer.transport._cbuffer": "fsm_consumer/transport/_cbuffer.c",
+    "fsm_consumer.schemas._cavro": "fsm_consumer/schemas/_cavro.c",
 }
 
 

@@ -1,12 +1,12 @@
 """A partition's decoded columns typed by schema deserializers (``fsm_consumer.schemas``): the raw key and
 value columns replaced by the Arrow arrays the deserializers make of them, a fetch at a time.
 
-A deserializer takes part when it has ``to_arrow(topic, values, permissive)``. A value it cannot decode
-(not framed, an unknown schema id, a payload its schema does not read) ends the partition's rows before it
-with a ``DeserializationError``, as ``poll()`` stops at it: the position stays at that record and the
-deserializer's own exception is raised (with a note saying where). With ``on_error="null"`` on the
-deserializer (Spark's PERMISSIVE) the row stays, its value null and the error's text in a ``value_error``
-(``key_error``) column.
+A deserializer takes part when it has ``to_arrow(topic, values, permissive)`` (values: a binary array). A
+value it cannot decode (not framed, an unknown schema id, a payload its schema does not read) ends the
+partition's rows before it with a ``DeserializationError``, as ``poll()`` stops at it: the position stays at
+that record and the deserializer's own exception is raised (with a note saying where). With
+``on_error="null"`` on the deserializer (Spark's PERMISSIVE) the row stays, its value null and the error's
+text in a ``value_error`` (``key_error``) column.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ._assemble import PartitionColumns, Views
+from ._assemble import PartitionColumns, _binary
 from ._decode import deserializer_failed
 
 
@@ -40,7 +40,7 @@ def type_columns(decoded: Any, topic: str, partition: int, key_des: Any, value_d
                 f"poll_batch() hands out columns: the {origin} deserializer {des!r} cannot type them (it has no "
                 "to_arrow); use poll(), or a deserializer of fsm_consumer.schemas"
             )
-        raw = _pylist(keys if origin == "key" else values, cols.start, stop)
+        raw = _binary([(keys if origin == "key" else values, cols.start, stop)])
         permissive = getattr(des, "on_error", "fail") == "null"
         array, failed = des.to_arrow(topic, raw, permissive)
         # an error that ends the column even when permissive (a record newer than the reader schema, when the
@@ -74,9 +74,3 @@ def type_columns(decoded: Any, topic: str, partition: int, key_des: Any, value_d
     offset = int(cols.offsets[row])
     error = deserializer_failed(exc, topic, partition, offset, origin)
     return decoded._replace(columns=typed_cols, next_offset=offset, error=error)
-
-
-def _pylist(data: Views | pa.Array, start: int, stop: int) -> list[bytes | None]:
-    from ._assemble import _binary
-
-    return _binary([(data, start, stop)]).to_pylist()

@@ -18,6 +18,8 @@ from fastavro import parse_schema, schemaless_reader
 from fastavro.read import SchemaResolutionError
 
 from ._avro_arrow import arrow_type, converter
+from ._avro_columns import compiled_column
+from ._avro_plan import Layout, Program, Unsupported, compile_pair
 from ._column import check_newer, check_on_error, stop_if_newer, typed_column
 from ._errors import SchemaDecodeError, SchemaError
 from ._framing import HEADER_SIZE, schema_id_of
@@ -65,6 +67,8 @@ class AvroDeserializer:
         )
         self._writers: dict[int, Any] = {}
         self._readers: dict[str, tuple[Any, pa.DataType, Any]] = {}
+        self._layouts: dict[str, Layout | None] = {}  # None: the reader schema is fastavro's to type
+        self._programs: dict[tuple[str, int], Program | Unsupported] = {}
 
     # poll()
     def deserialize(self, topic: str, headers: Any, data: bytes | None) -> Any:
@@ -82,10 +86,48 @@ class AvroDeserializer:
         return self._reader(topic)[1]
 
     def to_arrow(
-        self, topic: str, values: list[bytes | None], permissive: bool = False
+        self, topic: str, values: list[bytes | None] | pa.Array, permissive: bool = False
     ) -> tuple[pa.Array, list[tuple[int, Exception]]]:
-        """The column of ``values`` resolved to the reader schema, and the (index, error) of those that did not
-        decode: permissive, each is a null row; else the column ends before the first."""
+        """The column of ``values`` (a list or a binary array) resolved to the reader schema, and the (index,
+        error) of those that did not decode: permissive, each is a null row; else the column ends before the
+        first. The compiled decoder reads it where it can, fastavro where it cannot: the same column."""
+        reader, typ, conv = self._reader(topic)
+        if not isinstance(values, pa.Array):
+            values = pa.array(values, pa.binary())
+        layout = self._layout(topic)
+        if layout is not None:
+            done = compiled_column(values, layout, lambda schema_id: self._program(topic, schema_id), permissive)
+            if done is not None:
+                return done
+        return self._python_column(topic, values.to_pylist(), permissive)
+
+    def _layout(self, topic: str) -> Layout | None:
+        if topic not in self._layouts:
+            try:
+                self._layouts[topic] = Layout(parse_schema(self._reader(topic)[0], expand=True))
+            except Unsupported:
+                self._layouts[topic] = None
+        return self._layouts[topic]
+
+    def _program(self, topic: str, schema_id: int) -> Program:
+        """The compiled program of a writer schema id for the topic's reader (Unsupported: fastavro's)."""
+        stop_if_newer(self.newer, schema_id, self._reader_ids.get(topic))
+        got = self._programs.get((topic, schema_id))
+        if got is None:
+            layout = self._layout(topic)
+            assert layout is not None
+            try:
+                got = compile_pair(parse_schema(self._writer(schema_id), expand=True), layout)
+            except Unsupported as exc:
+                got = exc
+            self._programs[(topic, schema_id)] = got
+        if isinstance(got, Unsupported):
+            raise got
+        return got
+
+    def _python_column(
+        self, topic: str, values: list[bytes | None], permissive: bool
+    ) -> tuple[pa.Array, list[tuple[int, Exception]]]:
         reader, typ, conv = self._reader(topic)
 
         def row(data: bytes) -> Any:

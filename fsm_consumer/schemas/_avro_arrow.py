@@ -114,7 +114,7 @@ def _union(branches: list, seen: tuple[str, ...]) -> tuple[pa.DataType, Convert]
         return pa.null(), None
     if len(present) == 1:
         return _typed(present[0], seen)
-    if set(present) in ({"int", "long"}, {"float", "double"}):
+    if all(isinstance(b, str) for b in present) and set(present) in ({"int", "long"}, {"float", "double"}):
         return (pa.int64(), None) if "long" in present else (pa.float64(), None)
     typed = [_typed(b, seen) for b in present]
     members = pa.struct([pa.field(f"member{i}", t) for i, (t, _) in enumerate(typed)])

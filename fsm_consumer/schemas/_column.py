@@ -42,11 +42,16 @@ def check_on_error(on_error: str) -> str:
 
 
 def typed_column(
-    values: list[bytes | None], row: Callable[[bytes], Any], typ: Callable[[], pa.DataType], permissive: bool
+    values: list[bytes | None] | pa.Array,
+    row: Callable[[bytes], Any],
+    typ: Callable[[], pa.DataType],
+    permissive: bool,
 ) -> tuple[pa.Array, list[tuple[int, Exception]]]:
-    """``values`` as an array of ``typ()`` (asked after the rows: a format may learn it from the first), each
-    non-null one made by ``row``; the (index, error) of those that failed: permissive, each is a null row,
-    else the column ends before the first."""
+    """``values`` (a list or a binary array) as an array of ``typ()`` (asked after the rows: a format may learn
+    it from the first), each non-null one made by ``row``; the (index, error) of those that failed: permissive,
+    each is a null row, else the column ends before the first."""
+    if isinstance(values, pa.Array):
+        values = values.to_pylist()
     rows: list[Any] = []
     failed: list[tuple[int, Exception]] = []
     for i, data in enumerate(values):

@@ -62,7 +62,7 @@ class JsonSchemaDeserializer:
         return self._reader(topic)[0]
 
     def to_arrow(
-        self, topic: str, values: list[bytes | None], permissive: bool = False
+        self, topic: str, values: list[bytes | None] | pa.Array, permissive: bool = False
     ) -> tuple[pa.Array, list[tuple[int, Exception]]]:
         typ, conv = self._reader(topic)
 

@@ -105,7 +105,7 @@ class ProtobufDeserializer:
         return self._reader(topic)[1]
 
     def to_arrow(
-        self, topic: str, values: list[bytes | None], permissive: bool = False
+        self, topic: str, values: list[bytes | None] | pa.Array, permissive: bool = False
     ) -> tuple[pa.Array, list[tuple[int, Exception]]]:
         """The column of ``values``, each parsed into the reader's message of the writer's name (Protobuf's
         evolution: fields the reader does not know are skipped, those the writer did not know take defaults)."""
