@@ -42,7 +42,13 @@ def type_columns(decoded: Any, topic: str, partition: int, key_des: Any, value_d
             )
         raw = _binary([(keys if origin == "key" else values, cols.start, stop)])
         permissive = getattr(des, "on_error", "fail") == "null"
-        array, failed = des.to_arrow(topic, raw, permissive)
+        try:
+            array, failed = des.to_arrow(topic, raw, permissive)
+        except Exception as untyped:  # noqa: BLE001 - as poll() takes a deserializer's: raised, noting where
+            # nothing of the column could be typed (its reader schema not to be had: the registry down): the
+            # partition's rows end before its first record
+            array, failed = pa.array([], pa.null()), [(0, untyped)]
+            permissive = False
         # an error that ends the column even when permissive (a record newer than the reader schema, when the
         # reader asked to stop there): the rows before it are handed out, it is raised
         ending = [(i, e) for i, e in failed if not permissive or getattr(e, "ends_column", False)]
