@@ -116,8 +116,10 @@ class AvroDeserializer:
         if got is None:
             layout = self._layout(topic)
             assert layout is not None
+            writer = self._writer(schema_id)
             try:
-                got = compile_pair(parse_schema(self._writer(schema_id), expand=True), layout)
+                # equal to the reader: fastavro's schemaless_reader reads it unresolved (_read gets these two)
+                got = compile_pair(parse_schema(writer, expand=True), layout, writer == self._reader(topic)[0])
             except Unsupported as exc:
                 got = exc
             self._programs[(topic, schema_id)] = got

@@ -153,6 +153,10 @@ class Layout:
         raise Unsupported(f"the Avro type {kind!r}")
 
     def _union(self, branches: list, typ: pa.DataType) -> Node:
+        if any(b != "null" and _base(b) == "null" for b in branches):
+            # {"type": "null"}: a member of the Arrow type (_avro_arrow drops "null" only), yet the Python path's
+            # null value is a null union, not a member set
+            raise Unsupported('a union with a null branch spelled {"type": "null"}')
         present = [b for b in branches if b != "null"]
         widened = len(present) > 1 and not pa.types.is_struct(typ)  # [int, long] and [float, double]
         if len(present) > 1 and not widened and any(isinstance(b, dict) and _logical(b) for b in present):
@@ -209,8 +213,9 @@ def _same_name(w: dict, r: dict) -> bool:
 
 
 class _Compiler:
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, unresolved: bool = False) -> None:
         self.layout = layout
+        self.unresolved = unresolved
         self.code: list[int] = [0]  # word 0: the pc of the root's op
         self.consts: list[bytes | None] = []
 
@@ -230,22 +235,28 @@ class _Compiler:
         """The pc of the op reading a value of writer schema ``w`` into ``r`` (None: skipped)."""
         w = _base(w)
         if isinstance(w, list):
-            pcs = [self.resolve_branch(b, r) for b in w]
+            if self.unresolved and r is not None and r.kind == "union" and len(r.branches) == len(w):
+                # fastavro reads a payload of the reader's own schema unresolved: each branch as written, not
+                # the first reader branch it promotes to (in [long, float] a long stays a long)
+                pcs = [self.resolve_branch(b, r, only=k) for k, b in enumerate(w)]
+            else:
+                pcs = [self.resolve_branch(b, r) for b in w]
             return self.emit(OP["UNION"], len(pcs), *pcs)
         if r is not None and r.kind == "union":
             return self.resolve_branch(w, r)
         return self.value(w, r)
 
-    def resolve_branch(self, w: Any, r: Node | None) -> int:
-        """A writer union's branch (or a writer value into a reader union): the first reader branch it matches."""
+    def resolve_branch(self, w: Any, r: Node | None, only: int | None = None) -> int:
+        """A writer union's branch (or a writer value into a reader union): the first reader branch it matches
+        (``only``: the reader's branch of that index, if it matches)."""
         if r is None:
             return self.resolve(w, None)
         if r.kind != "union":
             if matches(w, r.schema):
                 return self.value(_base(w), r)
             return self.error(f"schema mismatch: {_show(w)} is not {_show(r.schema)}")
-        for branch, mode, node in r.branches:
-            if not matches(w, branch):
+        for k, (branch, mode, node) in enumerate(r.branches):
+            if (only is not None and k != only) or not matches(w, branch):
                 continue
             if mode == "null":
                 if _kind(_base(w)) != "null":
@@ -269,6 +280,9 @@ class _Compiler:
             if _logical(w) != _logical(r.schema):
                 raise Unsupported(f"the logical types {_logical(w)!r} and {_logical(r.schema)!r}")
             rk = _kind(r.schema)
+            if kind != rk and kind in _NAMED and rk in _NAMED and _same_name(w, r.schema):
+                # fastavro matches named types by name alone (a fixed read as a record of its name): its answer
+                raise Unsupported(f"a {kind} read as a {rk} of the same name")
             if rk != kind and rk not in _PROMOTE.get(kind, ()) and not (r.kind == "union" and kind == "null"):
                 return self.error(f"schema mismatch: {_show(w)} is not {_show(r.schema)}")
         if kind == "null":
@@ -361,12 +375,34 @@ class _Compiler:
     def default(self, field: dict, r: Node) -> int:
         if _has_binary(field["type"]):
             raise Unsupported(f"the default of the field {field['name']!r} (bytes, fixed or decimal)")
+        if not _read_as_written(field["type"], field["default"]):
+            raise Unsupported(f"the default of the field {field['name']!r} (a record's field left out, or a uuid)")
         try:
             out = io.BytesIO()
             schemaless_writer(out, parse_schema(field["type"], _write_hint=False), field["default"])
         except Exception as exc:  # noqa: BLE001 - fastavro's reading then decides
             raise Unsupported(f"the default of the field {field['name']!r}: {exc}") from exc
         return self.emit(OP["DEFAULT"], self.const(out.getvalue()), self.resolve(field["type"], r))
+
+
+def _read_as_written(schema: Any, value: Any) -> bool:
+    """Whether a default encoded with fastavro's writer reads back as fastavro's reader hands it out, which is
+    the JSON value as written: not so where the writer fills in a record's missing field with its own default
+    (the Python path has a null there) or the compiled path lower-cases a uuid."""
+    if isinstance(schema, list):
+        return all(_read_as_written(b, value) for b in schema)
+    if not isinstance(schema, dict):
+        return True
+    kind = schema["type"]
+    if schema.get("logicalType") == "uuid":
+        return not isinstance(value, str) or value == value.lower()
+    if kind in ("record", "error") and isinstance(value, dict):
+        return all(f["name"] in value and _read_as_written(f["type"], value[f["name"]]) for f in schema["fields"])
+    if kind == "array" and isinstance(value, list):
+        return all(_read_as_written(schema["items"], v) for v in value)
+    if kind == "map" and isinstance(value, dict):
+        return all(_read_as_written(schema["values"], v) for v in value.values())
+    return True
 
 
 def _has_binary(schema: Any) -> bool:
@@ -394,9 +430,10 @@ def _show(schema: Any) -> str:
     return str(schema)
 
 
-def compile_pair(writer: Any, layout: Layout) -> Program:
+def compile_pair(writer: Any, layout: Layout, unresolved: bool = False) -> Program:
     """The program reading a payload of ``writer`` (an expanded schema) into ``layout``'s builders: word 0
-    holds the pc of the root's op."""
-    c = _Compiler(layout)
+    holds the pc of the root's op. ``unresolved``: the writer's schema is the reader's (fastavro then reads
+    without resolving: a union's value stays in the branch it was written with)."""
+    c = _Compiler(layout, unresolved)
     c.code[0] = c.resolve(writer, layout.root)
     return Program(array("q", c.code), tuple(c.consts))

@@ -64,7 +64,8 @@ typedef struct {
     char msg[200];
 } ctx_t;
 
-typedef struct { const uint8_t *p, *end; } cur_t;
+/* items: what the blocks of arrays and maps read from these bytes may still hold (as many as the bytes) */
+typedef struct { const uint8_t *p, *end; int64_t items; } cur_t;
 
 static int grow(buf_t *b, Py_ssize_t more) {
     if (more > PY_SSIZE_T_MAX - b->len) return -1;
@@ -93,7 +94,9 @@ static int fail(ctx_t *c, int status, const char *fmt, ...) {
 #define NOMEM(c) fail((c), ST_DECLINE, "out of memory")
 
 static int push_bit(ctx_t *c, buf_t *b, Py_ssize_t index, int on) {
-    if ((index & 7) == 0) {
+    /* grown to the bit, not by a byte at every eighth: a program aiming a bit at a builder whose bitmap is not
+       as long as its rows (an op for another kind of builder) must not write past it */
+    while (b->len <= (index >> 3)) {
         if (grow(b, 1) < 0) return NOMEM(c);
         b->p[b->len++] = 0;
     }
@@ -177,6 +180,15 @@ static int need(ctx_t *c, cur_t *r, int64_t n, const char *what) {
     return 0;
 }
 
+/* a value skipped (a writer's field the reader lacks) whose bytes run past the payload or whose length is
+   negative: fastavro skips by moving its position unchecked (past the end: the record still reads if nothing
+   follows; back: it reads bytes again) and goes on from there: its answer, not ours to guess */
+static int need_skip(ctx_t *c, cur_t *r, int64_t n, const char *what, int skipped) {
+    if (skipped && (n < 0 || n > r->end - r->p))
+        return fail(c, ST_DECLINE, "a skipped %s runs outside the payload", what);
+    return need(c, r, n, what);
+}
+
 static int utf8_ok(const uint8_t *s, Py_ssize_t n) {
     Py_ssize_t i = 0;
     while (i < n) {
@@ -257,7 +269,9 @@ static int push_int(ctx_t *c, builder_t *b, int64_t v, int64_t conv) {
         if (conv == C_TS_MS && (v < -62135596800000LL || v > 253402300799999LL)) return fail(c, ST_DECLINE, "a timestamp out of Python's range");
         if (conv == C_TS_US && (v < -62135596800000000LL || v > 253402300799999999LL)) return fail(c, ST_DECLINE, "a timestamp out of Python's range");
         return push_fixed(c, b, &v, 8);
-    case C_F32: { float x = (float)v; return push_fixed(c, b, &x, 4); }
+    /* through a double, as fastavro's float(v) then pyarrow's float32 round it: a long rounded straight to a
+       float can land one step away (2**54 + 2**30 + 1) */
+    case C_F32: { float x = (float)(double)v; return push_fixed(c, b, &x, 4); }
     case C_F64: { double x = (double)v; return push_fixed(c, b, &x, 8); }
     }
     return fail(c, ST_DECLINE, "an unknown conversion");
@@ -278,13 +292,17 @@ static int blocks(ctx_t *c, cur_t *r, Py_ssize_t item_pc, builder_t *keys) {
         if (count == 0) return 0;
         if (count < 0) {
             int64_t size;
-            if (count == INT64_MIN) return fail(c, ST_ERROR, "a block count out of range");
+            /* fastavro negates it in 64 bits too (still negative) and reads on: its answer, not ours to guess */
+            if (count == INT64_MIN) return fail(c, ST_DECLINE, "a block count out of range");
             count = -count;
             if (read_long(c, r, &size) < 0) return -1;
         }
         /* every item takes a byte but a null's or an empty record's: more than the bytes left is fastavro's
-           call (a hostile count must not size anything here) */
+           call (a hostile count must not size anything here); so are more than the bytes in all the blocks read
+           from them together (else items of no bytes, block after block, grow with the square of the bytes) */
         if (count > r->end - r->p) return fail(c, ST_DECLINE, "a block count of %lld past the bytes left", (long long)count);
+        if (count > r->items) return fail(c, ST_DECLINE, "more items in the blocks than the payload has bytes");
+        r->items -= count;
         for (int64_t i = 0; i < count; i++) {
             if (keys) {
                 int64_t n;
@@ -311,9 +329,11 @@ static int skip_blocks(ctx_t *c, cur_t *r, Py_ssize_t item_pc, int is_map) {
             continue;
         }
         if (count > r->end - r->p) return fail(c, ST_DECLINE, "a block count of %lld past the bytes left", (long long)count);
+        if (count > r->items) return fail(c, ST_DECLINE, "more items in the blocks than the payload has bytes");
+        r->items -= count;
         for (int64_t i = 0; i < count; i++) {
             if (is_map) {
-                if (read_long(c, r, &n) < 0 || need(c, r, n, "map key") < 0) return -1;
+                if (read_long(c, r, &n) < 0 || need_skip(c, r, n, "map key", 1) < 0) return -1;
                 r->p += n;
             }
             if (run(c, item_pc, r) < 0) return -1;
@@ -333,6 +353,7 @@ static int run(ctx_t *c, Py_ssize_t pc, cur_t *r) {
     }
     case OP_BOOL: {
         TARGET(1);
+        if (!b && need_skip(c, r, 1, "boolean", 1) < 0) break;
         if (r->p >= r->end) { rc = fail(c, ST_ERROR, "the payload ends inside a boolean"); break; }
         int on = *r->p++ != 0;
         rc = 0;
@@ -353,6 +374,7 @@ static int run(ctx_t *c, Py_ssize_t pc, cur_t *r) {
         int64_t conv = ARG(2);
         int w = c->prog[pc] == OP_FLOAT ? 4 : 8;
         if (c->fail) break;
+        if (!b && need_skip(c, r, w, w == 4 ? "float" : "double", 1) < 0) break;
         if (r->end - r->p < w) { rc = fail(c, ST_ERROR, "the payload ends inside a %s", w == 4 ? "float" : "double"); break; }
         double d;
         if (w == 4) { float f; memcpy(&f, r->p, 4); d = f; } else memcpy(&d, r->p, 8);
@@ -367,7 +389,7 @@ static int run(ctx_t *c, Py_ssize_t pc, cur_t *r) {
     case OP_BYTES: case OP_DEC_BYTES: {
         TARGET(1);
         int64_t check = ARG(2), n;
-        if (c->fail || read_long(c, r, &n) < 0 || need(c, r, n, c->prog[pc] == OP_BYTES ? "string" : "decimal") < 0) break;
+        if (c->fail || read_long(c, r, &n) < 0 || need_skip(c, r, n, c->prog[pc] == OP_BYTES ? "string" : "decimal", !b) < 0) break;
         const uint8_t *s = r->p;
         r->p += n;
         rc = 0;
@@ -382,7 +404,7 @@ static int run(ctx_t *c, Py_ssize_t pc, cur_t *r) {
     case OP_FIXED: case OP_DEC_FIXED: {
         TARGET(1);
         int64_t size = ARG(2), precision = ARG(3);
-        if (c->fail || need(c, r, size, "fixed") < 0) break;
+        if (c->fail || need_skip(c, r, size, "fixed", !b) < 0) break;
         const uint8_t *s = r->p;
         r->p += size;
         rc = !b ? 0 : c->prog[pc] == OP_FIXED ? push_bin(c, b, s, size) : push_decimal(c, b, s, size, precision);
@@ -425,8 +447,10 @@ static int run(ctx_t *c, Py_ssize_t pc, cur_t *r) {
         }
         if (blocks(c, r, item, keys) < 0) break;
         rc = 0;
-        if (entries) {  /* each entry a valid struct row */
-            for (Py_ssize_t i = before; i < keys->length && rc == 0; i++) rc = close_row(c, entries, 1);
+        if (entries) {  /* each entry a valid struct row (the end taken once: a program naming one builder as
+                           both entries and keys must not chase its own rows) */
+            Py_ssize_t end = keys->length;
+            for (Py_ssize_t i = before; i < end && rc == 0; i++) rc = close_row(c, entries, 1);
         }
         if (rc == 0 && b) {
             builder_t *items = entries ? entries : (b->nchild ? &c->cols->b[b->child[0]] : NULL);
@@ -466,7 +490,7 @@ static int run(ctx_t *c, Py_ssize_t pc, cur_t *r) {
         int64_t k = ARG(1), inner = ARG(2);
         if (c->fail) break;
         if (k < 0 || k >= c->nconst || !c->cdata[k]) { rc = fail(c, ST_DECLINE, "a program names const %lld", (long long)k); break; }
-        cur_t d = {c->cdata[k], c->cdata[k] + c->clen[k]};
+        cur_t d = {c->cdata[k], c->cdata[k] + c->clen[k], c->clen[k]};
         rc = run(c, inner, &d);
         break;
     }
@@ -606,7 +630,7 @@ static PyObject *columns_decode(Columns *self, PyObject *const *args, Py_ssize_t
         if (z - a < HEADER || p[0] != 0) { status = ST_FRAMING; break; }
         long long sid = ((long long)p[1] << 24) | (p[2] << 16) | (p[3] << 8) | p[4];
         if (sid != want) { status = ST_SCHEMA; other = sid; break; }
-        cur_t r = {p + HEADER, bytes + z};
+        cur_t r = {p + HEADER, bytes + z, z - a - HEADER};
         snapshot(self);
         c.fail = 0;
         c.depth = 0;
