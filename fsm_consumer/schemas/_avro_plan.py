@@ -194,6 +194,10 @@ def matches(w: Any, r: Any) -> bool:
     if isinstance(w, list) or isinstance(r, list):
         return True
     wk, rk = _kind(w), _kind(r)
+    if wk != rk and wk in _NAMED and rk in _NAMED and _same_name(w, r):
+        # fastavro matches named types by name alone, a union's branch too (a fixed taken for a record of its
+        # name): its answer
+        raise Unsupported(f"a {wk} matched to a {rk} of the same name")
     if wk != rk and rk not in _PROMOTE.get(wk, ()):
         return False
     if wk in ("map", "array"):

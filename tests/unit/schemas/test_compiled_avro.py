@@ -518,3 +518,18 @@ def test_a_program_aiming_ops_at_the_wrong_builders_neither_writes_past_them_nor
     cols = _avro_columns._cavro.Columns(spec)
     assert cols.decode(code, (), 0, *record.buffers(), 0, 0, 1)[:2] == (1, 0)
     cols.finish()
+
+
+@pytest.mark.parametrize("permissive", [False, True])
+def test_a_named_type_taken_for_a_union_branch_of_another_kind_by_its_name_is_fastavros(permissive):
+    """fastavro matches named types by name alone: a fixed N written where the reader has [record N, float]
+    goes to the record branch (the Python path's conversion then fails the row: a SchemaError), where the
+    compiled program found no branch (a SchemaDecodeError). Declined."""
+    client = _registry()
+    sid = _register(client, {"type": "fixed", "name": "N", "size": 2})
+    reader = [{"type": "record", "name": "N", "fields": [{"name": "a", "type": "int"}]}, "float"]
+    (col, failed), (col2, failed2), _ = _both(
+        client, [_framed(sid, b"\x01\x02")], permissive, declined_ok=True, reader_schema=reader
+    )
+    assert failed == failed2 and col.to_pylist() == col2.to_pylist()
+    assert not any(OUTCOMES)
