@@ -80,7 +80,7 @@ def demo_values(fmt: str, registry_url: str, topic: str, records: int) -> Callab
 
     from ..testing import _schema_peer as peer
 
-    client = SchemaRegistryClient({"url": registry_url})
+    client = SchemaRegistryClient({"url": registry_url, "timeout": 30})  # its default waits for ever
     serializers = peer.serializers(fmt, client)
     make = {"avro": peer.record, "json-schema": peer.json_record, "protobuf": peer.proto_record}[fmt]
     ctx = SerializationContext(topic, MessageField.VALUE)

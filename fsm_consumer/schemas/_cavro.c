@@ -127,8 +127,8 @@ static builder_t *builder(ctx_t *c, int64_t index) {
     return &c->cols->b[index];
 }
 
-/* a null row in b and, for a struct, in each child (they keep the struct's length) */
-static int append_null(ctx_t *c, builder_t *b) {
+/* a slot's data with nothing in it (zero, "", []): under a null or an empty row */
+static int push_nothing(ctx_t *c, builder_t *b) {
     int w = WIDTH[b->kind];
     if (w) {
         if (grow(&b->data, w) < 0) return NOMEM(c);
@@ -142,10 +142,26 @@ static int append_null(ctx_t *c, builder_t *b) {
         int32_t last;
         memcpy(&last, b->offs.p + b->offs.len - 4, 4);
         if (push_offset(c, b, last) < 0) return -1;
-    } else if (b->kind == K_STRUCT) {
-        for (Py_ssize_t i = 0; i < b->nchild; i++)
-            if (append_null(c, &c->cols->b[b->child[i]]) < 0) return -1;
     }
+    return 0;
+}
+
+/* a valid empty value in b (zero, "", [], a struct of such): what a null struct's children hold, so a field
+   declared not nullable has no null under a null parent (pyarrow refuses to cast such a column to Spark's
+   types, and the Python path has none there) */
+static int append_empty(ctx_t *c, builder_t *b) {
+    if (b->kind == K_NULL) return close_row(c, b, 0);
+    if (push_nothing(c, b) < 0) return -1;
+    for (Py_ssize_t i = 0; b->kind == K_STRUCT && i < b->nchild; i++)
+        if (append_empty(c, &c->cols->b[b->child[i]]) < 0) return -1;
+    return close_row(c, b, 1);
+}
+
+/* a null row in b; a struct's children (they keep its length) get empty values under it */
+static int append_null(ctx_t *c, builder_t *b) {
+    if (push_nothing(c, b) < 0) return -1;
+    for (Py_ssize_t i = 0; b->kind == K_STRUCT && i < b->nchild; i++)
+        if (append_empty(c, &c->cols->b[b->child[i]]) < 0) return -1;
     return close_row(c, b, 0);
 }
 

@@ -58,7 +58,7 @@ def test_a_new_version_registered_while_the_job_runs_adds_its_columns_beside_the
     """A running job restarts its query with the new version when its first record comes: every record of it
     is landed with its new fields, none resolved to the older version; the rows landed before keep theirs."""
     topic = make_topic(2)
-    client = SchemaRegistryClient({"url": registry.url})
+    client = SchemaRegistryClient({"url": registry.url, "timeout": 30})
     serializers = peer.serializers("avro", client)
     ctx = SerializationContext(topic, MessageField.VALUE)
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers})

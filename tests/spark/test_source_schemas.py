@@ -23,7 +23,7 @@ PARTITIONS = 2
 
 def _topic(broker, make_topic, registry, fmt, extra=()):
     topic = make_topic(PARTITIONS)
-    client = SchemaRegistryClient({"url": registry.url})
+    client = SchemaRegistryClient({"url": registry.url, "timeout": 30})
     payloads = peer.payloads(fmt, client, topic, N)
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
     for i, payload in enumerate([*payloads, *extra]):

@@ -77,7 +77,7 @@ class _Relay:
 @pytest.mark.parametrize("way", ["poll", "poll_batch"])
 def test_a_registry_outage_fails_the_read_within_seconds_and_loses_nothing(broker, make_topic, registry, way, caplog):
     topic = make_topic(1)
-    client = SchemaRegistryClient({"url": registry.url})
+    client = SchemaRegistryClient({"url": registry.url, "timeout": 30})
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers})
     payloads = peer.payloads("avro", client, topic, N)
     for payload in payloads:

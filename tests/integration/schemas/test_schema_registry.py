@@ -29,7 +29,7 @@ JSON_SCHEMA = {
 
 
 def test_schemas_round_trip_by_id(registry: SchemaRegistry) -> None:
-    client = SchemaRegistryClient({"url": registry.url})
+    client = SchemaRegistryClient({"url": registry.url, "timeout": 30})
     client.set_compatibility("t-value", "BACKWARD")
     avro_v1 = client.register_schema("t-value", Schema(json.dumps(AVRO_V1), "AVRO"))
     assert client.test_compatibility("t-value", Schema(json.dumps(AVRO_V2), "AVRO"))
@@ -44,7 +44,7 @@ def test_schemas_round_trip_by_id(registry: SchemaRegistry) -> None:
     # Confluent's id is the schema's: the same text under another subject has the same id
     assert client.register_schema("u-value", Schema(json.dumps(AVRO_V1), "AVRO")) == avro_v1
 
-    fresh = SchemaRegistryClient({"url": registry.url})  # no cache: each answer comes from the registry
+    fresh = SchemaRegistryClient({"url": registry.url, "timeout": 30})  # no cache: each answer comes from the registry
     for schema_id, kind, text in [
         (avro_v1, "AVRO", AVRO_V1),
         (avro_v2, "AVRO", AVRO_V2),
@@ -57,12 +57,12 @@ def test_schemas_round_trip_by_id(registry: SchemaRegistry) -> None:
 
 
 def test_avro_serializer_frames_with_the_schema_id(registry: SchemaRegistry) -> None:
-    client = SchemaRegistryClient({"url": registry.url})
+    client = SchemaRegistryClient({"url": registry.url, "timeout": 30})
     serializer = AvroSerializer(client, json.dumps(AVRO_V2))
     context = SerializationContext("t", MessageField.VALUE)
     data = serializer({"sym": "ABC", "qty": 7}, context)
     assert data is not None
     schema_id = client.get_latest_version("t-value").schema_id
     assert data[0] == 0 and int.from_bytes(data[1:5], "big") == schema_id
-    reader = AvroDeserializer(SchemaRegistryClient({"url": registry.url}))
+    reader = AvroDeserializer(SchemaRegistryClient({"url": registry.url, "timeout": 30}))
     assert reader(data, context) == {"sym": "ABC", "qty": 7}

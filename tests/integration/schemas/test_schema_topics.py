@@ -38,7 +38,8 @@ def written(request, broker, make_topic, registry):
     """A topic of N records in one format (version 1, then version 2), written by confluent-kafka."""
     fmt = request.param
     topic = make_topic(PARTITIONS)
-    client = SchemaRegistryClient({"url": registry.url})
+    # a timeout: confluent-kafka's client waits for ever for an answer, and one answer lost hung a CI run
+    client = SchemaRegistryClient({"url": registry.url, "timeout": 30})
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5})
     for i, payload in enumerate(peer.payloads(fmt, client, topic, N)):
         producer.produce(topic, value=payload, partition=i % PARTITIONS)

@@ -533,3 +533,33 @@ def test_a_named_type_taken_for_a_union_branch_of_another_kind_by_its_name_is_fa
     )
     assert failed == failed2 and col.to_pylist() == col2.to_pylist()
     assert not any(OUTCOMES)
+
+
+def _no_nulls_where_not_nullable(array: pa.Array) -> None:
+    """No null in a child declared not nullable, whether or not its parent row is null (pyarrow refuses to
+    cast such a column, and Spark's types are cast so)."""
+    if pa.types.is_struct(array.type):
+        for i, field in enumerate(array.type):
+            child = array.field(i)
+            if not field.nullable:
+                assert child.null_count == 0, field.name
+            _no_nulls_where_not_nullable(child)
+    elif pa.types.is_list(array.type) or pa.types.is_map(array.type):
+        _no_nulls_where_not_nullable(array.values)
+
+
+@pytest.mark.parametrize("permissive", [False, True])
+def test_null_rows_leave_no_null_in_a_field_declared_not_nullable(permissive):
+    """A record that fails (permissive), a tombstone and a null union leave empty values, not nulls, in the
+    fields of a null struct that are not nullable; the column casts to its own type, as Spark's source casts."""
+    client = _registry()
+    data = peer.payloads("avro", client, "t", 6)
+    column = [data[0], None, b"not framed", data[1]] if permissive else [data[0], None, data[1]]
+    (col, failed), (col2, failed2), _ = _both(client, column, permissive)
+    assert failed == failed2 and col.to_pylist() == col2.to_pylist()
+    assert col.null_count == (2 if permissive else 1)
+    _no_nulls_where_not_nullable(col)
+    col.cast(col.type)  # what failed in fsm_kafka's PERMISSIVE read
+    nested = _write(client, "n-value", KITCHEN, [_value(KITCHEN, random.Random(3), {}) for _ in range(20)])
+    col, _ = _same(client, nested, subject="n-value")
+    _no_nulls_where_not_nullable(col)
