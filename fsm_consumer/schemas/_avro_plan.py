@@ -294,9 +294,9 @@ class _Compiler:
         if kind == "boolean":
             return self.emit(OP["BOOL"], b)
         if kind in ("int", "long"):
-            return self.emit(OP["INT" if kind == "int" else "LONG"], b, C_I64 if r is None else self._conv(r))
+            return self.emit(OP["INT" if kind == "int" else "LONG"], b, C_I64 if r is None else r.conv)
         if kind in ("float", "double"):
-            return self.emit(OP["FLOAT" if kind == "float" else "DOUBLE"], b, C_F64 if r is None else self._conv(r))
+            return self.emit(OP["FLOAT" if kind == "float" else "DOUBLE"], b, C_F64 if r is None else r.conv)
         if kind in ("bytes", "string"):
             if _logical(w) == "decimal":
                 self._same_decimal(w, r)
@@ -338,9 +338,6 @@ class _Compiler:
             item = self.resolve(w["values"], None if r is None else r.children[0])
             return self.emit(OP["MAP"], b, item, -1 if r is None else r.entries, -1 if r is None else r.keys)
         raise Unsupported(f"the Avro type {kind!r}")
-
-    def _conv(self, r: Node) -> int:
-        return r.conv
 
     def _same_decimal(self, w: Any, r: Node | None) -> None:
         if r is None:

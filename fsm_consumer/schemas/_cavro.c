@@ -691,15 +691,10 @@ static PyObject *columns_finish(Columns *self, PyObject *Py_UNUSED(unused)) {
     return out;
 }
 
-static PyObject *columns_length(Columns *self, PyObject *Py_UNUSED(unused)) {
-    return PyLong_FromSsize_t(self->n ? self->b[0].length : 0);
-}
-
 static PyMethodDef columns_methods[] = {
     {"decode", (PyCFunction)(void (*)(void))columns_decode, METH_FASTCALL, NULL},
     {"append_null", (PyCFunction)columns_append_null, METH_NOARGS, NULL},
     {"finish", (PyCFunction)columns_finish, METH_NOARGS, NULL},
-    {"length", (PyCFunction)columns_length, METH_NOARGS, NULL},
     {NULL},
 };
 
