@@ -38,6 +38,7 @@ def run(
     *,
     duration_s: float = 30.0,
     bounce_every_s: float = 4.0,
+    min_bounces: int = 2,
     members: int = 3,
     rate: float = 300.0,
     session_timeout_ms: int = 6000,
@@ -46,7 +47,9 @@ def run(
     log: Callable[[str], None] | None = None,
     client: str | Sequence[str] = "fsm",
 ) -> CheckResult:
-    """For ``duration_s``, every ``bounce_every_s`` (once the group has settled), bounce the next member."""
+    """For ``duration_s``, every ``bounce_every_s`` (once the group has settled), bounce the next member; at
+    least ``min_bounces`` times, however long a slow rebalance keeps the group from settling (a loaded machine
+    once let one settle take the whole duration, and the run moved no partition a second time)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     say = log or (lambda _: None)
@@ -72,11 +75,12 @@ def run(
     try:
         group.start()
         end = time.monotonic() + duration_s
-        while time.monotonic() < end:
+        while bounces < min_bounces or time.monotonic() < end:
             time.sleep(bounce_every_s)
             new = group.bounce(bounces % members)
             bounces += 1
-            group.settle(settle_timeout_s, None)
+            if not group.settle(settle_timeout_s, None):
+                say(f"the group did not settle within {settle_timeout_s:.0f} s")
             say(f"bounced {new.name} (#{bounces}): {group.watch.describe()}")
         result = group.finish(commit_log=commit_log)
     finally:
