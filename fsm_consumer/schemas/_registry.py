@@ -47,7 +47,11 @@ class Registry:
 
     ``basic_auth``: ``"user:password"``; ``bearer_token``: a static token; ``ca_location``,
     ``cert_location``, ``key_location``: TLS files (https URLs). ``timeout_s`` bounds one lookup, retries
-    included. ``client``: a ``SchemaRegistryClient`` made elsewhere, used instead of one made from these."""
+    included. ``client``: a ``SchemaRegistryClient`` made elsewhere, used instead of one made from these.
+    ``shared``: one confluent-kafka client per process for these settings, whichever ``Registry`` asks (making
+    one loads the CA bundle, about 25 ms even for an http URL: a Spark task made two per partition); schemas by
+    id are the same for ever, but its latest versions are then another Registry's answers too: call
+    ``refresh_latest`` first where a fresh one matters."""
 
     def __init__(
         self,
@@ -60,13 +64,13 @@ class Registry:
         key_location: str | None = None,
         timeout_s: float = 10.0,
         client: Any = None,
+        shared: bool = False,
     ) -> None:
         if client is None:
             if not url:
                 raise ValueError("Registry needs url (e.g. http://127.0.0.1:8081) or client")
-            client = SchemaRegistryClient(
-                _client_conf(url, timeout_s, basic_auth, bearer_token, ca_location, cert_location, key_location)
-            )
+            conf = _client_conf(url, timeout_s, basic_auth, bearer_token, ca_location, cert_location, key_location)
+            client = _shared_client(conf) if shared else SchemaRegistryClient(conf)
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         self.url = url or "(a given client)"
@@ -183,6 +187,18 @@ def _what(key: tuple) -> str:
     if key[0] == "latest":
         return f"the latest version of subject {key[1]!r}"
     return f"version {key[2]} of subject {key[1]!r}"
+
+
+_shared: dict[tuple, SchemaRegistryClient] = {}
+_shared_lock = threading.Lock()
+
+
+def _shared_client(conf: dict) -> SchemaRegistryClient:
+    key = tuple(sorted(conf.items()))
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = SchemaRegistryClient(conf)
+        return _shared[key]
 
 
 def _client_conf(url, timeout_s, basic_auth, bearer_token, ca_location, cert_location, key_location) -> dict:

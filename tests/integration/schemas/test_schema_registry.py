@@ -66,3 +66,24 @@ def test_avro_serializer_frames_with_the_schema_id(registry: SchemaRegistry) -> 
     assert data[0] == 0 and int.from_bytes(data[1:5], "big") == schema_id
     reader = AvroDeserializer(SchemaRegistryClient({"url": registry.url, "timeout": 30}))
     assert reader(data, context) == {"sym": "ABC", "qty": 7}
+
+
+def test_a_read_planned_after_a_new_version_pins_it_whatever_the_process_asked_before(registry: SchemaRegistry) -> None:
+    """fsm_kafka's registry clients are one per process and settings (a Spark worker reads task after task), so
+    a planning worker that pinned version 1 must still pin version 2 once it is registered: the client's cached
+    latest versions are asked again at each planning."""
+    from fsm_consumer.spark._formats import parse
+
+    client = SchemaRegistryClient({"url": registry.url, "timeout": 30})
+    client.set_compatibility("pin-value", "BACKWARD")
+    v1 = client.register_schema("pin-value", Schema(json.dumps(AVRO_V1), "AVRO"))
+    formats = parse({"valueFormat": "avro", "schema.registry.url": registry.url})
+    first = formats.pinned(("pin",))
+    assert first.value.reader_id == v1
+    assert formats.client()._client is first.client()._client  # the process's one client for these settings
+    v2 = client.register_schema("pin-value", Schema(json.dumps(AVRO_V2), "AVRO"))
+    assert v2 != v1
+    assert formats.pinned(("pin",)).value.reader_id == v2
+    # and the types follow the version pinned (cached per chosen schema, never per subject)
+    assert "qty" not in str(first.spark_types("pin")[1])
+    assert "qty" in str(formats.pinned(("pin",)).spark_types("pin")[1])
