@@ -293,7 +293,8 @@ static int push_int(ctx_t *c, builder_t *b, int64_t v, int64_t conv) {
     return fail(c, ST_DECLINE, "an unknown conversion");
 }
 
-#define ARG(k) (pc + (k) < c->nprog ? c->prog[pc + (k)] : (fail(c, ST_DECLINE, "a program runs past its end"), -1))
+/* k is never negative, and compared with what is left so that a hostile count in a program cannot overflow pc + k */
+#define ARG(k) ((k) < c->nprog - pc ? c->prog[pc + (k)] : (fail(c, ST_DECLINE, "a program runs past its end"), -1))
 #define TARGET(k) int64_t bi = ARG(k); builder_t *b = NULL; \
     if (c->fail) return -1; \
     if (bi >= 0 && !(b = builder(c, bi))) return -1;
@@ -430,6 +431,9 @@ static int run(ctx_t *c, Py_ssize_t pc, cur_t *r) {
         TARGET(1);
         int64_t nsym = ARG(2), first = ARG(3), index;
         if (c->fail || read_long(c, r, &index) < 0) break;
+        /* a program is built by _avro_plan, but the module is callable with any program: counts are bounded
+           before they are negated or added (INT64_MIN, first + index) */
+        if (nsym < 0 || nsym > c->nconst || first < 0 || first > c->nconst) { rc = fail(c, ST_DECLINE, "a program gives %lld enum symbols from const %lld", (long long)nsym, (long long)first); break; }
         if (index < 0 && index >= -nsym) { rc = fail(c, ST_DECLINE, "a negative enum index"); break; }  /* fastavro counts from the end */
         if (index < 0 || index >= nsym) { rc = fail(c, ST_ERROR, "an enum index of %lld (%lld symbols)", (long long)index, (long long)nsym); break; }
         int64_t k = first + index;
@@ -442,9 +446,11 @@ static int run(ctx_t *c, Py_ssize_t pc, cur_t *r) {
         TARGET(1);
         int64_t nf = ARG(2);
         if (c->fail) break;
+        if (nf < 0 || nf > c->nprog) { rc = fail(c, ST_DECLINE, "a program gives %lld fields", (long long)nf); break; }
         rc = 0;
         for (int64_t i = 0; i < nf && rc == 0; i++) rc = run(c, ARG(3 + i), r);
         int64_t nd = rc ? 0 : ARG(3 + nf);
+        if (rc == 0 && !c->fail && (nd < 0 || nd > c->nprog)) { rc = fail(c, ST_DECLINE, "a program gives %lld defaults", (long long)nd); break; }
         for (int64_t i = 0; i < nd && rc == 0; i++) rc = run(c, ARG(4 + nf + i), r);
         if (rc == 0 && b) rc = close_row(c, b, 1);
         break;
@@ -479,6 +485,7 @@ static int run(ctx_t *c, Py_ssize_t pc, cur_t *r) {
     case OP_UNION: {  /* n, branch pcs... */
         int64_t nb = ARG(1), index;
         if (c->fail || read_long(c, r, &index) < 0) break;
+        if (nb < 0 || nb > c->nprog) { rc = fail(c, ST_DECLINE, "a program gives %lld branches", (long long)nb); break; }
         if (index < 0 && index >= -nb) { rc = fail(c, ST_DECLINE, "a negative union index"); break; }  /* fastavro counts from the end */
         if (index < 0 || index >= nb) { rc = fail(c, ST_ERROR, "a union branch index of %lld (%lld branches)", (long long)index, (long long)nb); break; }
         rc = run(c, ARG(2 + index), r);
