@@ -61,6 +61,18 @@ _BROKER_DEFAULTS = {
     # a classic group becomes a consumer-protocol group when a member of the new protocol joins it, and back
     # (online migration; the rolling upgrade of docs/usage.md): said here, whatever the release's default
     "group.consumer.migration.policy": "bidirectional",
+    # share groups (KIP-932, on by default from 4.2): the share state topic on this one node (3 replicas and 50
+    # partitions by default), and locks, heartbeats and sessions at test speed (30 s locks floored at 15 s,
+    # 5 s heartbeats and 45 s sessions by default); a group may still set its own lock duration from 1 s
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "share.coordinator.state.topic.num.partitions": "4",
+    "group.share.min.record.lock.duration.ms": "1000",
+    "group.share.record.lock.duration.ms": "5000",
+    "group.share.min.heartbeat.interval.ms": "100",
+    "group.share.heartbeat.interval.ms": "1000",
+    "group.share.min.session.timeout.ms": "1000",
+    "group.share.session.timeout.ms": "10000",
     "num.partitions": "1",
     "auto.create.topics.enable": "true",  # as Tansu: asking for an unknown topic creates it
     "log.segment.bytes": str(64 * 1024 * 1024),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ._errors import BrokerError
 
-KAFKA_VERSION = "4.1.1"
+KAFKA_VERSION = "4.2.2"
 POM = Path(__file__).with_name("kafka") / "pom.xml"
 FETCH_COMMAND = "fsm-consumer broker fetch --kind kafka"
 # Spark's connector is published up to 4.2.0 (none yet for PySpark 4.3); the 4.2.0 jar runs on PySpark 4.3

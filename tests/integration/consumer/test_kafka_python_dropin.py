@@ -274,8 +274,8 @@ def test_kafka_python_surface(broker, make_topic, produce):
     ) as consumer:
         consumer.bootstrap(timeout_ms=5000)
         assert consumer.bootstrap_connected()
-        # inferred from the broker's ApiVersions: (3, 9) for Tansu 0.6, (4, 1) for Kafka 4.1
-        assert consumer.config["api_version"] == {"tansu": (3, 9), "kafka": (4, 1)}[broker.kind]
+        # inferred from the broker's ApiVersions: (3, 9) for Tansu 0.6, (4, 2) for Kafka 4.2
+        assert consumer.config["api_version"] == {"tansu": (3, 9), "kafka": (4, 2)}[broker.kind]
         assert consumer.config["max_poll_records"] == 500 and "group_id" in consumer.config
         meta = consumer.group_metadata()
         assert isinstance(meta, kafka.structs.ConsumerGroupMetadata)
