@@ -18,6 +18,10 @@ _LAZY = {
     "Consumer": ".consumer",
     "ConsumerRebalanceListener": ".consumer",
     "KafkaConsumer": ".consumer",
+    "AcknowledgeType": ".share",
+    "AcknowledgementFailedError": ".errors",
+    "ShareConsumer": ".share",
+    "ShareRecord": ".share",
     "BackgroundThreadError": ".errors",
     "CommitFailedError": ".errors",
     "ConfigError": ".errors",
@@ -66,6 +70,8 @@ if TYPE_CHECKING:  # what a type checker sees; at run time each is imported on f
     from .parallel import ParallelConsumer
 
 __all__ = [
+    "AcknowledgeType",
+    "AcknowledgementFailedError",
     "Assignor",
     "BackgroundThreadError",
     "CommitFailedError",
@@ -87,6 +93,8 @@ __all__ = [
     "RebalanceProtocol",
     "RecordError",
     "RecordTooLargeError",
+    "ShareConsumer",
+    "ShareRecord",
     "TopicPartition",
     "WakeupException",
     "__version__",

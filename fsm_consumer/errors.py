@@ -75,3 +75,17 @@ class AuthenticationFailedError(FsmConsumerError):
     """TLS or SASL refused the connection (untrusted certificate, wrong credentials or mechanism, TLS
     against a plaintext listener). Held and raised by every call until a connection succeeds; the
     message says what failed and how to fix it, ``__cause__`` is the transport's error."""
+
+
+class AcknowledgementFailedError(FsmConsumerError):
+    """A share consumer's acknowledgements of ``offsets`` of ``partition`` did not take effect: the broker refused
+    them (``error_code``, e.g. INVALID_RECORD_STATE: the records were no longer acquired by this member), or their
+    acquisition lock ran out or their share session ended before they were sent (``error_code`` None). The
+    records go back to the group (delivered again while under the delivery limit): processing must be idempotent
+    to survive it."""
+
+    def __init__(self, partition: TopicPartition, offsets: Iterable[int], message: str, error_code: int | None = None):
+        super().__init__(message)
+        self.partition = partition
+        self.offsets = sorted(offsets)
+        self.error_code = error_code

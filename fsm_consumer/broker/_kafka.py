@@ -109,11 +109,15 @@ class KafkaBroker(LoopbackBroker):
         start_timeout: float = 60.0,
         stop_grace: float = 10.0,
         advertised_port: int | None = None,
+        features: Mapping[str, int] | None = None,
     ) -> None:
         self.version = version
         #: the port Metadata names for the PLAINTEXT listener (default its own): a proxy in front of it
         #: (testing.FaultProxy)
         self.advertised_port = advertised_port
+        # feature levels the storage is formatted with (kafka-storage format --feature), e.g. {"share.version": 0}:
+        # a cluster with share groups switched off
+        self.features = dict(features or {})
         #: user -> password on a SASL_PLAINTEXT listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512);
         #: see sasl_bootstrap_servers
         self.sasl_users = dict(sasl_users or {})
@@ -317,6 +321,7 @@ class KafkaBroker(LoopbackBroker):
             str(self._properties_path),
             "--ignore-formatted",
             *scram,
+            *(arg for name, level in self.features.items() for arg in ("--feature", f"{name}={level}")),
         )
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:

@@ -46,12 +46,19 @@ def _broker(argv: list[str]) -> int:
     return broker(argv)
 
 
+def _share_group(argv: list[str]) -> int:
+    from ._share_group import share_group
+
+    return share_group(argv)
+
+
 _COMMANDS["ingest"] = _ingest
 _COMMANDS["broker"] = _broker
 _COMMANDS["demo"] = _demo
 _COMMANDS["consume"] = _consume
 _COMMANDS["check-history"] = _check_history
 _COMMANDS["timeline"] = _timeline
+_COMMANDS["share-group"] = _share_group
 
 
 # each command's line in `fsm-consumer --help`, in the order shown
@@ -59,6 +66,7 @@ _SUMMARIES = {
     "ingest": "the main job: a topic into parquet with Spark (on the embedded broker unless --bootstrap-servers)",
     "consume": "print a topic's records, kcat-style or as JSON lines",
     "demo": "a tour without Spark: fill a topic, read it back, draw the state machines",
+    "share-group": "describe a share group (members, start offsets, lag), show or set its settings, reset offsets",
     "broker": "start a broker for development (until Ctrl-C), or fetch Apache Kafka's jars",
     "check-history": "judge consumers' histories: nothing lost, one owner at a time, no commit backwards",
     "timeline": "draw consumers' histories as one SVG",

@@ -54,7 +54,7 @@ def _fault(err: jsonschema.ValidationError, doc: Located) -> tuple[tuple, str, b
     path = tuple(err.absolute_path)
     if err.validator == "additionalProperties" and isinstance(err.instance, dict):
         allowed = list(err.schema.get("properties", {}))
-        extra = sorted(k for k in err.instance if k not in allowed)
+        extra = sorted((k for k in err.instance if k not in allowed), key=str)  # YAML keys may mix int and str
         if extra:
             key = extra[0]
             hint = difflib.get_close_matches(str(key), allowed, n=1)

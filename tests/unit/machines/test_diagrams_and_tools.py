@@ -48,7 +48,20 @@ def test_mermaid_lists_every_transition():
 
 
 @needs_dot
-@pytest.mark.parametrize("name", ["background", "connection", "consumer_membership", "fetch", "membership", "parallel"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "background",
+        "connection",
+        "consumer_membership",
+        "fetch",
+        "membership",
+        "parallel",
+        "share_batch",
+        "share_membership",
+        "share_session",
+    ],
+)
 def test_rendering_is_deterministic(name):
     spec = shipped_spec(name)
     assert render_all(spec) == render_all(spec)
@@ -67,7 +80,7 @@ def test_check_names_stale_and_missing_files(tmp_path, capsys):
     out = tmp_path / "diagrams"
     assert main(["diagrams", "--specs", str(specs), "--out", str(out)]) == 0
     first = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert len(first) == 3 * 6  # .dot, .svg, .mmd of each spec
+    assert len(first) == 3 * 9  # .dot, .svg, .mmd of each spec
     assert main(["diagrams", "--specs", str(specs), "--out", str(out)]) == 0
     assert {p.name: p.read_bytes() for p in out.iterdir()} == first  # byte-identical rerun
     capsys.readouterr()
@@ -89,6 +102,9 @@ def test_check_specs_prints_one_line_per_machine(capsys):
         "fetch",
         "membership",
         "parallel",
+        "share_batch",
+        "share_membership",
+        "share_session",
     ]
     assert lines[0].startswith("background: 8 states, 12 transitions, 3 timeouts")
 
@@ -174,7 +190,17 @@ def test_render_diagrams_without_dot_says_what_to_install(tmp_path):
     assert "Traceback" not in done.stderr and "apt-get install graphviz" in done.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(
         f"{m}{s}"
-        for m in ("background", "connection", "consumer_membership", "fetch", "membership", "parallel")
+        for m in (
+            "background",
+            "connection",
+            "consumer_membership",
+            "fetch",
+            "membership",
+            "parallel",
+            "share_batch",
+            "share_membership",
+            "share_session",
+        )
         for s in (".dot", ".mmd")
     )
     check = subprocess.run(

@@ -1,11 +1,11 @@
-"""The three shipped machines: every transition taken with a fake clock, plus the main stories."""
+"""The shipped machines: every transition taken with a fake clock, plus the main stories."""
 
 import pytest
 
 from fsm_consumer.machines import FakeClock, IllegalTransition, SpecMachine, shipped_spec
 from fsm_consumer.machines.testing import SpecDouble, cover_plan
 
-MACHINES = ["background", "connection", "membership"]
+MACHINES = ["background", "connection", "membership", "share_batch", "share_membership", "share_session"]
 
 
 def machine(name, **kw):

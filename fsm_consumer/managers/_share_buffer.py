@@ -1,0 +1,341 @@
+"""The acquired records of a share consumer (KIP-932), sans-IO: Java's ShareFetchBuffer, ShareInFlightBatch and
+Acknowledgements in one place, each batch a share_batch machine (_share_batch.py).
+
+``add`` keeps what one ShareFetch answer acquired for a partition, in arrival order; ``take(max_records, now)``
+hands out only records whose batch allows it (its lock has not run out, its session has not ended), splitting
+a batch it hands out in part; ``acknowledge`` records each record's type; ``take_acks`` (the application's
+next poll() or commit) queues those of fully acknowledged batches, and ``pending_acks(node)`` gives them in
+Kafka's AcknowledgementBatch form, as Java's Acknowledgements.getAcknowledgementBatches builds it. Outcomes
+(done, refused by the broker, or failed because the lock ran out or the session ended first) are collected
+for the application in ``outcomes``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import kafka.errors as ke
+
+from ._share_batch import AckType, ShareBatch, ShareRecord
+from ._share_session import TopicIdPartition
+
+log = logging.getLogger("fsm_consumer.share")
+
+MAX_RECORDS_WITH_SAME_ACKNOWLEDGE_TYPE = 10  # Java's Acknowledgements: a longer run becomes a batch of one type
+
+
+@attrs.frozen
+class AckBatch:
+    """One AcknowledgementBatch: offsets first..last, with one type for them all or one per offset (0: a gap)."""
+
+    first_offset: int
+    last_offset: int
+    acknowledge_types: tuple[int, ...]
+
+
+@attrs.frozen
+class AckOutcome:
+    """What became of acknowledgements of one partition's records: done (``error_code`` 0 and no ``reason``),
+    refused by the broker (its code), or failed here (``reason``: the lock ran out, the session ended)."""
+
+    partition: TopicIdPartition
+    acks: tuple[tuple[int, int], ...]  # (offset, acknowledge type)
+    error_code: int = 0
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code == 0 and self.reason is None
+
+
+def ack_batches(acks: Mapping[int, int]) -> list[AckBatch]:
+    """Offset -> type as AcknowledgementBatches, as Java's getAcknowledgementBatches: a new batch at every gap in
+    the offsets; within a contiguous run, a stretch of more than ten offsets of one type becomes a batch of its
+    own; a batch whose offsets all have one type carries that type once."""
+    out: list[AckBatch] = []
+    run_first: int | None = None
+    run: list[int] = []
+    for offset in sorted(acks):
+        if run_first is not None and offset != run_first + len(run):
+            out.extend(_single_typed(_optimise(run_first, run)))
+            run_first, run = None, []
+        if run_first is None:
+            run_first = offset
+        run.append(int(acks[offset]))
+    if run_first is not None:
+        out.extend(_single_typed(_optimise(run_first, run)))
+    return out
+
+
+def _optimise(first: int, types: list[int]) -> list[AckBatch]:
+    """Java's maybeOptimiseAcknowledgementTypes, step for step (the for loop's own i++ included)."""
+    batches: list[AckBatch] = []
+    current, start, same = first, 0, 1
+    i = 1
+    while i < len(types):
+        kind, prev = types[i], types[i - 1]
+        if kind == prev and same >= MAX_RECORDS_WITH_SAME_ACKNOWLEDGE_TYPE:
+            while i < len(types) and types[i] == types[i - 1]:
+                i += 1
+                same += 1
+            last1 = current + i - same - start - 1
+            if last1 >= current:
+                batches.append(AckBatch(current, last1, tuple(types[start : i - same])))
+            batches.append(AckBatch(current + i - same - start, current + i - start - 1, (kind,)))
+            same = 1
+            current = current + i - start
+            start = i
+        elif kind == prev:
+            same += 1
+        else:
+            same = 1
+        i += 1
+    if start < len(types):
+        batches.append(AckBatch(current, current + len(types) - start - 1, tuple(types[start:])))
+    return batches
+
+
+def _single_typed(batches: list[AckBatch]) -> list[AckBatch]:
+    return [
+        AckBatch(b.first_offset, b.last_offset, b.acknowledge_types[:1]) if len(set(b.acknowledge_types)) == 1 else b
+        for b in batches
+    ]
+
+
+def _offset_of(item: Any) -> int:
+    return item if isinstance(item, int) else item.offset
+
+
+class ShareBuffer:
+    """Every live acquired batch, in arrival order."""
+
+    def __init__(self, *, decode: Callable[[Any], Iterable[Any]] | None = None) -> None:
+        # records_bytes -> records with an .offset (or plain offsets): the wiring layer's decoder
+        self._decode = decode or (lambda records: records or ())
+        self._batches: list[ShareBatch] = []
+        self.outcomes: list[AckOutcome] = []
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def batches(self, node: int | None = None) -> list[ShareBatch]:
+        return [b for b in self._batches if node is None or b.node == node]
+
+    def drain_outcomes(self) -> list[AckOutcome]:
+        out, self.outcomes = self.outcomes, []
+        return out
+
+    # -- what an answer brings -----------------------------------------------------------------------------
+    def add(
+        self,
+        node: int,
+        generation: int,
+        partition: TopicIdPartition,
+        acquired: Sequence[tuple[int, int, int]],
+        records: Any,
+        *,
+        sent_at: float,
+        now: float,
+        lock_ms: float | None = None,
+    ) -> ShareBatch | None:
+        """Keep what one answer acquired for ``partition``: ``acquired`` as (first, last, delivery count) ranges,
+        ``records`` whatever the decoder reads (records outside the ranges were not acquired: skipped, as Java's
+        ShareCompletedFetch). The lock counts from ``sent_at``, the ShareFetch's sending."""
+        counts: dict[int, int] = {}
+        for first, last, delivery_count in acquired:
+            for offset in range(first, last + 1):
+                counts[offset] = delivery_count
+        if not counts:
+            return None
+        delivered: dict[int, ShareRecord] = {}
+        for item in self._decode(records):
+            offset = _offset_of(item)
+            if offset in counts and offset not in delivered:
+                delivered[offset] = ShareRecord(
+                    partition, offset, counts[offset], None if isinstance(item, int) else item
+                )
+        gaps = [o for o in counts if o not in delivered]
+        batch = ShareBatch(
+            node,
+            generation,
+            partition,
+            list(delivered.values()),
+            gaps,
+            lock_from=sent_at,
+            lock_ms=lock_ms,
+            on_lost=self._batch_lost,
+        )
+        self._batches.append(batch)
+        batch.machine.tick(now)  # an answer read after the lock ran out: lost before anything is handed out
+        if not batch.records and batch.machine.attribute("hand_out") == "allowed":
+            batch.delivered = True
+            batch.machine.fire("delivered", now)  # gaps only: nothing to hand out, acknowledged as gaps
+            batch.machine.fire("acknowledged", now)
+        return batch
+
+    # -- the application's side -------------------------------------------------------------------------
+    def take(self, max_records: int, now: float) -> list[ShareRecord]:
+        """Up to ``max_records`` records, in arrival order, of batches whose lock still runs (ticked first): a
+        record is never handed out after its lock ran out."""
+        self.tick(now)
+        out: list[ShareRecord] = []
+        i = 0
+        while i < len(self._batches) and len(out) < max_records:
+            batch = self._batches[i]
+            i += 1
+            if batch.machine.attribute("hand_out") != "allowed" or not batch.records:
+                continue
+            room = max_records - len(out)
+            if len(batch.records) > room:
+                self._batches.insert(i, batch.split(room))
+            out.extend(batch.records)
+            batch.delivered = True
+            batch.machine.fire("delivered", now)
+        return out
+
+    def acknowledge(self, partition: TopicIdPartition, offset: int, ack_type: int, now: float) -> bool:
+        """The application acknowledged a record it was handed. False when its batch is lost (reported failed at
+        once, never sent); IllegalStateError when it was not handed out or is acknowledged already."""
+        batch = self._holding(partition, offset)
+        what = batch.machine.attribute("acknowledge") if batch is not None else "refused"
+        if batch is None or what == "refused" or not batch.delivered:
+            raise ke.IllegalStateError(
+                f"record {partition.topic_id}-{partition.partition}@{offset} cannot be acknowledged: it is not "
+                "handed out, or its acknowledgement is taken already"
+            )
+        kind = AckType(ack_type)
+        batch.acks[offset] = kind
+        if what == "failed":
+            self.outcomes.append(AckOutcome(partition, ((offset, int(kind)),), reason=batch.lost_why))
+            return False
+        batch.machine.fire("acknowledged", now)
+        return True
+
+    def acknowledge_all(self, ack_type: int, now: float) -> None:
+        """Every handed-out record without an acknowledgement gets ``ack_type`` (Java's acknowledgeAll, and the
+        implicit mode at the next poll); records of lost batches are reported failed."""
+        kind = AckType(ack_type)
+        for batch in list(self._batches):
+            what = batch.machine.attribute("acknowledge")
+            missing = [r.offset for r in batch.records if r.offset not in batch.acks]
+            if not missing or what == "refused" or not batch.delivered:
+                continue
+            batch.acks.update(dict.fromkeys(missing, kind))
+            if what == "failed":
+                self.outcomes.append(
+                    AckOutcome(batch.partition, tuple((o, int(kind)) for o in missing), reason=batch.lost_why)
+                )
+            else:
+                batch.machine.fire("acknowledged", now)
+
+    def take_acks(self, now: float) -> int:
+        """The application's next poll() or commit: the acknowledgements of every fully acknowledged batch are
+        queued for their session's leader; lost batches are let go. Returns how many batches were queued."""
+        self.tick(now)
+        queued = 0
+        for batch in self._batches:
+            if batch.state == "marked":
+                batch.machine.fire("acks_taken", now)
+                queued += 1
+        self._batches = [b for b in self._batches if b.state != "lost"]
+        return queued
+
+    # -- the fetch manager's side ------------------------------------------------------------------------
+    def _queued(self, node: int) -> list[ShareBatch]:
+        return [b for b in self._batches if b.node == node and b.machine.attribute("acks") == "to_send"]
+
+    def pending_acks(self, node: int) -> dict[TopicIdPartition, tuple[AckBatch, ...]]:
+        """The queued acknowledgements for ``node``'s session, per partition, as AcknowledgementBatches."""
+        per: dict[TopicIdPartition, dict[int, int]] = {}
+        for batch in self._queued(node):
+            per.setdefault(batch.partition, {}).update({o: int(t) for o, t in batch.acks.items()})
+        return {tp: tuple(ack_batches(acks)) for tp, acks in per.items()}
+
+    def renew_pending(self, node: int) -> bool:
+        return any(b.renews() for b in self._queued(node))
+
+    def acks_sent(self, node: int, now: float) -> list[ShareBatch]:
+        """The queued acknowledgements for ``node`` went out (the request of ``pending_acks``); their batches."""
+        sent = self._queued(node)
+        for batch in sent:
+            batch.ack_sent_at = now
+            batch.machine.fire("ack_sent", now)
+        return sent
+
+    def acks_answered(
+        self,
+        batches: Iterable[ShareBatch],
+        errors: Mapping[TopicIdPartition, int],
+        now: float,
+        *,
+        retry: Callable[[int], bool] = lambda code: False,
+        lock_ms: float | None = None,
+    ) -> None:
+        """The answer to acknowledgements in flight: the acknowledge error code of each partition (absent: not
+        processed, sent again; ``retry(code)``: the same). A batch lost meanwhile stays failed."""
+        for batch in batches:
+            code = errors.get(batch.partition)
+            if batch.state == "renewing":
+                if code == 0:
+                    self._settle(batch, 0, skip=AckType.RENEW)
+                    if lock_ms:
+                        batch.lock_ms = lock_ms
+                    batch.machine.fire("renewed", now)
+                else:
+                    batch.lost_why = "the renewal was refused" + (f" (error {code})" if code else "")
+                    batch.machine.fire("renew_failed", now)
+            elif batch.state == "ack_in_flight":
+                if code is None or retry(code):
+                    batch.machine.fire("ack_retry", now)
+                else:
+                    self._settle(batch, code)
+                    batch.machine.fire("ack_answered", now)
+            elif batch.state == "lost":  # lost meanwhile: reported failed when it was lost, whatever the answer says
+                batch.machine.fire("ack_answered", now)
+
+    def acks_not_processed(self, batches: Iterable[ShareBatch], why: str, now: float) -> None:
+        """A top-level error that keeps the session: nothing of the request was processed. Acknowledgements go
+        again with the next request; a renewal is given up (the old lock goes on running)."""
+        for batch in batches:
+            if batch.state == "ack_in_flight":
+                batch.machine.fire("ack_retry", now)
+            elif batch.state == "renewing":
+                batch.lost_why = f"the renewal was not processed: {why}"
+                batch.machine.fire("renew_failed", now)
+
+    def lose(self, node: int, generation: int, why: str, now: float) -> list[ShareBatch]:
+        """The session ``generation`` with ``node`` ended: every batch it acquired is lost."""
+        lost = []
+        for batch in self._batches:
+            if batch.node == node and batch.generation == generation and not batch.machine.is_terminal:
+                batch.lost_why = f"its share session ended: {why}"
+                batch.machine.fire("session_ended", now)
+                lost.append(batch)
+        return lost
+
+    def tick(self, now: float) -> None:
+        for batch in self._batches:
+            batch.machine.tick(now)
+        self._batches = [b for b in self._batches if b.state != "settled"]
+
+    # -- helpers ------------------------------------------------------------------------------------------
+    def _holding(self, partition: TopicIdPartition, offset: int) -> ShareBatch | None:
+        for batch in self._batches:
+            if batch.partition == partition and batch.holds(offset):
+                return batch
+        return None
+
+    def _settle(self, batch: ShareBatch, code: int, skip: AckType | None = None) -> None:
+        acks = tuple((o, int(t)) for o, t in sorted(batch.record_acks().items()) if t is not skip)
+        if acks:
+            self.outcomes.append(AckOutcome(batch.partition, acks, error_code=code))
+
+    def _batch_lost(self, batch: ShareBatch) -> None:
+        """A batch was lost: the acknowledgements it had recorded are reported failed (never done)."""
+        acks = tuple((o, int(t)) for o, t in sorted(batch.record_acks().items()))
+        log.info("share batch %r lost: %s", batch, batch.lost_why)
+        if acks:
+            self.outcomes.append(AckOutcome(batch.partition, acks, reason=batch.lost_why))
