@@ -110,10 +110,12 @@ class SharePartitionOffsets:
     """Where a share group stands in one partition.
 
     ``start_offset``: the share-partition start offset (records before it are done with for the group);
-    None when the group has no state there yet (no member fetched it, no offset was set).
-    ``end_offset``: the partition's end (ListOffsets latest, read uncommitted), None if the leader did not
-    say. ``lag``: ``end_offset - start_offset``, None when either is unknown; records acquired or
-    acknowledged past the start offset are counted in it.
+    None while the broker has written no state for it: no member acknowledged a record there yet (Kafka
+    writes the start offset with the first acknowledgement) and no offset was set.
+    ``end_offset``: the partition's end (ListOffsets latest, read uncommitted), None if its leader did not say.
+    ``lag``: the records from the start offset on that the group is not done with, as the broker counts them
+    (DescribeShareGroupOffsets v1, Kafka 4.2: records accepted or rejected past the start offset are not
+    counted); from a broker that does not count, ``end_offset - start_offset``; None when unknown.
     """
 
     topic: str
@@ -245,9 +247,10 @@ class ShareGroupAdmin:
     # -- offsets ----------------------------------------------------------------------------------
     @_names("ShareGroupAdmin.describe_offsets({0!r})")
     def describe_offsets(self, group_id: str) -> dict[TopicPartition, SharePartitionOffsets]:
-        """Per partition, sorted: the group's start offset (DescribeShareGroupOffsets), the partition's end
-        offset (ListOffsets latest, from its leader) and the lag between them. The partitions are those the
-        group has state in and every partition of the topics its members subscribe to."""
+        """Per partition, sorted: the group's start offset and lag (DescribeShareGroupOffsets) and the
+        partition's end offset (ListOffsets latest, from its leader); see ``SharePartitionOffsets``. The
+        partitions are those the group has state in and every partition of the topics its members subscribe
+        to."""
         deadline = self._wire.deadline()
         what = f"describing the offsets of share group {group_id!r}"
         G = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup
@@ -258,7 +261,7 @@ class ShareGroupAdmin:
             deadline,
             lambda r: r.groups[0].error_code if r.groups else 0,
         )
-        starts: dict[TopicPartition, tuple[int | None, int | None]] = {}
+        starts: dict[TopicPartition, tuple[int | None, int | None, int | None]] = {}  # start, epoch, lag
         for group in response.groups:
             if group.error_code:
                 raise broker_error(group.error_code, what, group.error_message)
@@ -267,10 +270,7 @@ class ShareGroupAdmin:
                     tp = TopicPartition(t.topic_name, p.partition_index)
                     if p.error_code:
                         raise broker_error(p.error_code, f"{what} ({tp.topic}-{tp.partition})", p.error_message)
-                    starts[tp] = (
-                        p.start_offset if p.start_offset >= 0 else None,
-                        p.leader_epoch if p.leader_epoch >= 0 else None,
-                    )
+                    starts[tp] = (_known(p.start_offset), _known(p.leader_epoch), _known(p.lag))
         try:
             subscribed = {t for m in self.describe_group(group_id).members for t in m.subscribed_topics}
         except ke.GroupIdNotFoundError:  # offsets set, nobody joined yet
@@ -278,13 +278,14 @@ class ShareGroupAdmin:
         topics = sorted(subscribed | {tp.topic for tp in starts})
         leaders = self._wire.leaders(topics, deadline)
         for tp in leaders:
-            starts.setdefault(tp, (None, None))
+            starts.setdefault(tp, (None, None, None))
         ends = self._wire.list_offsets(leaders, {tp: _LATEST for tp in starts}, deadline, what)
         out = {}
         for tp in sorted(starts):
-            start, epoch = starts[tp]
+            start, epoch, lag = starts[tp]
             end = ends.get(tp)
-            lag = end - start if start is not None and end is not None else None
+            if lag is None and start is not None and end is not None:
+                lag = max(0, end - start)
             out[tp] = SharePartitionOffsets(tp.topic, tp.partition, start, end, lag, epoch)
         return out
 
@@ -447,6 +448,11 @@ class ShareGroupAdmin:
         for result in response.responses:
             if result.error_code:
                 raise broker_error(result.error_code, what, result.error_message)
+
+
+def _known(value: int) -> int | None:
+    """Kafka's -1 (unknown, none) as None."""
+    return value if value >= 0 else None
 
 
 def _config_text(value: str | int | bool) -> str:

@@ -6,7 +6,7 @@ A share group keeps no positions of its members and assigns on the broker: where
 (``share.auto.offset.reset``), what a read sees (``share.isolation.level``), how long a record stays
 acquired (``share.record.lock.duration.ms``) and how often it may be delivered (``share.delivery.count.limit``)
 are the group's settings, set with ``fsm_consumer.share.set_group_config`` or ``fsm-consumer share-group
-set``, never per member.
+config GROUP --set KEY=VALUE``, never per member.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ from .._config import ConsumerConfig, _config_error
 
 __all__ = ["REFUSED", "ShareSettings", "share_config"]
 
-_GROUP_SETTING = "the group's setting {name!r} (fsm_consumer.share.set_group_config or fsm-consumer share-group set)"
+_GROUP_SETTING = (
+    "the group's setting {name!r} (fsm_consumer.share.set_group_config, or fsm-consumer share-group config GROUP "
+    "--set {name}=VALUE)"
+)
 
 #: consumer-group keys a share consumer refuses, and what replaces each
 REFUSED: dict[str, str] = {

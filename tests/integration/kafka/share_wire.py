@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse, MetadataRequest, MetadataResponse
 
 from fsm_consumer.broker._wire import Connection, pick_version, send_request
 from fsm_consumer.protocol import (
@@ -32,6 +32,7 @@ ACCEPT, RELEASE, REJECT = 1, 2, 3  # acknowledge types
 # error codes
 INVALID_RECORD_STATE, SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH = 121, 122, 123
 GROUP_ID_NOT_FOUND, UNKNOWN_MEMBER_ID = 69, 25
+COORDINATOR_NOT_READY = frozenset({14, 15, 16})  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
 
 #: {(topic id, partition): [(first offset, last offset, acknowledge type), ...]}
 Acks = Mapping[tuple[uuid.UUID, int], Sequence[tuple[int, int, int]]]
@@ -89,13 +90,32 @@ def describe_group(kafka, group: str) -> Any:
     return described
 
 
-def start_offsets(kafka, group: str) -> dict[tuple[str, int], int]:
-    """{(topic, partition): start offset} of every partition the group has state in (DescribeShareGroupOffsets)."""
+def describe_offsets(kafka, group: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """{(topic, partition): (start offset, lag)} of every partition the group has state in
+    (DescribeShareGroupOffsets v1)."""
     G = DescribeShareGroupOffsetsRequest.DescribeShareGroupOffsetsRequestGroup
     request = DescribeShareGroupOffsetsRequest(groups=[G(group_id=group, topics=None)])
     (answer,) = _request(kafka, request, DescribeShareGroupOffsetsResponse).groups
     assert answer.error_code == 0, answer
-    return {(t.topic_name, p.partition_index): p.start_offset for t in answer.topics for p in t.partitions}
+    return {(t.topic_name, p.partition_index): (p.start_offset, p.lag) for t in answer.topics for p in t.partitions}
+
+
+def start_offsets(kafka, group: str) -> dict[tuple[str, int], int]:
+    """{(topic, partition): start offset} of every partition the group has state in."""
+    return {tp: start for tp, (start, _) in describe_offsets(kafka, group).items()}
+
+
+def find_coordinator(kafka, group: str, timeout_s: float = 30) -> Any:
+    """FindCoordinator (key type GROUP) until it names a node. On a broker just started, this is what creates
+    __consumer_offsets: until then every ShareGroupHeartbeat is answered NOT_COORDINATOR, however long."""
+    request = FindCoordinatorRequest(key=group, key_type=0, coordinator_keys=[group])
+
+    def found() -> Any:
+        answer = _request(kafka, request, FindCoordinatorResponse)
+        c = answer.coordinators[0] if getattr(answer, "coordinators", None) else answer
+        return c if c.error_code == 0 and c.node_id >= 0 else None
+
+    return wait_until(found, timeout_s, f"a coordinator for group {group}")
 
 
 class RawShareMember:
@@ -104,6 +124,7 @@ class RawShareMember:
     the member stays in the group while a test fetches) until ``leave()`` sends epoch -1."""
 
     def __init__(self, kafka, group: str, topics: Sequence[str], *, client_id: str = "raw-share-member") -> None:
+        self._kafka = kafka
         self.group = group
         self.topics = list(topics)
         self.member_id = str(uuid.uuid4())
@@ -141,8 +162,15 @@ class RawShareMember:
 
     def join(self) -> Any:
         """Epoch 0 with the subscription; then heartbeats in the background. The first answer."""
-        first = self.heartbeat(epoch=0, topics=self.topics)
+        find_coordinator(self._kafka, self.group)
+        deadline = time.monotonic() + 30
+        while True:
+            first = self.heartbeat(epoch=0, topics=self.topics)
+            if first.error_code not in COORDINATOR_NOT_READY or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert first.error_code == 0, f"joining share group {self.group}: {first}"
+        self.errors.clear()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{self.group}", daemon=True)
         self._thread.start()
         return first
@@ -281,6 +309,7 @@ __all__ = [
     "ShareSession",
     "acquired",
     "describe_group",
+    "describe_offsets",
     "offsets_by_count",
     "partition_answer",
     "set_group_config",

@@ -4,22 +4,28 @@ fails here first, in words.
 
 Pinned down:
 
-- membership: ShareGroupHeartbeat at epoch 0 with the subscription joins with the client's own member id
-  (a fresh UUID string) and an epoch >= 1, and the answer carries the broker's heartbeat interval; the
-  assignment names the topic by id (as Metadata v10+ does) and gives a lone member every partition; epoch
-  -1 leaves (the answer's epoch is -1) and the group is Empty; ShareGroupDescribe shows the member, its
-  client id, subscription and assignment (by id and name), the ``simple`` assignor, and GROUP_ID_NOT_FOUND
-  for a group that does not exist.
+- membership: on a broker just started, ShareGroupHeartbeat is answered NOT_COORDINATOR until a
+  FindCoordinator (key type GROUP) has made __consumer_offsets: a member finds its coordinator first. Then
+  epoch 0 with the subscription joins with the client's own member id (a fresh UUID string) and an epoch
+  >= 1, and the answer carries the broker's heartbeat interval; the assignment names the topic by id (as
+  Metadata v10+ does) and gives a lone member every partition; epoch -1 leaves (the answer's epoch is -1)
+  and the group is Empty; ShareGroupDescribe shows the member, its client id, subscription and assignment
+  (by id and name), the ``simple`` assignor, and GROUP_ID_NOT_FOUND for a group that does not exist.
 - delivery: with the group's ``share.auto.offset.reset`` set to earliest (IncrementalAlterConfigs on the
-  GROUP resource, before anyone joined) the group starts at offset 0; a ShareFetch at session epoch 0
-  acquires the produced records (``acquired_records`` ranges, delivery count 1) with the lock duration the
-  broker is configured with; RELEASE acknowledged in the next ShareFetch (epoch 1) makes those records
-  come back with delivery count 2; ACCEPT of everything leaves nothing more to acquire and moves the
-  start offset to the end; acknowledging an offset again is INVALID_RECORD_STATE for that partition; a
-  lock left to run out gives the records back with delivery count 2.
+  GROUP resource, before anyone joined) the partition is ready once assigned: the ShareFetch at session
+  epoch 0 acquires every produced record (``acquired_records`` ranges, delivery count 1), with the lock
+  duration the group sets (``acquisition_lock_timeout_ms``). RELEASE acknowledged in the next ShareFetch
+  (epoch 1) gives those records back with delivery count 2 in that fetch's own answer (once its
+  max_wait_ms is out: a release does not wake a waiting fetch). ACCEPT of everything leaves nothing to
+  acquire. A lock left to run out gives the records back with delivery count 2.
+- acknowledgements: records this member has not acquired are INVALID_RECORD_STATE (and stay untouched);
+  offsets before the start offset (accepted already) are let through without error.
+- DescribeShareGroupOffsets shows the state as of its last write: -1 (no start offset) until the first
+  acknowledgement, and a write carries the start offset from before the acknowledgement it writes, so
+  with everything accepted it still shows 0; its lag (v1) is right all along (0, then 3 after 3 more records).
 - sessions: a wrong session epoch is INVALID_SHARE_SESSION_EPOCH (the session stays usable at the right
   one); ShareFetch or ShareAcknowledge at epoch -1 closes the session, after which the next epoch finds
-  SHARE_SESSION_NOT_FOUND.
+  SHARE_SESSION_NOT_FOUND, and epoch 0 opens a new one on the same connection.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from share_wire import (  # noqa: E402
     ShareSession,
     acquired,
     describe_group,
+    describe_offsets,
     offsets_by_count,
     partition_answer,
     set_group_config,
@@ -146,7 +153,10 @@ def test_a_member_joins_gets_every_partition_by_topic_id_and_leaves(kafka, make_
 def test_records_are_acquired_released_redelivered_and_accepted(kafka, make_topic, produce, members, sessions):
     topic = make_topic(partitions=1)
     produce(topic, 10, partition=0)
-    member, tid = joined(kafka, members, topic, 1)
+    group = new_group()
+    # locks long enough for the whole test (KafkaBroker's default is 5 s): none may run out on the way
+    set_group_config(kafka, group, {"share.record.lock.duration.ms": "30000"})
+    member, tid = joined(kafka, members, topic, 1, group=group)
     tp = (tid, 0)
     session = ShareSession(kafka, member.group, member.member_id)
     sessions.append(session)
@@ -158,28 +168,47 @@ def test_records_are_acquired_released_redelivered_and_accepted(kafka, make_topi
     assert len(answers) == 1, "the partition was initialized on assignment: the first fetch acquires"
     assert got == dict.fromkeys(range(10), 1)  # each offset acquired once, delivery count 1
     (answer,) = answers
-    assert answer.acquisition_lock_timeout_ms == LOCK_MS
+    assert answer.acquisition_lock_timeout_ms == 30000  # the group's setting, not the broker's default
     part = partition_answer(answer, tid, 0)
     assert part.error_code == 0 and part.acknowledge_error_code == 0 and len(part.records) > 0
-    assert start_offsets(kafka, member.group) == {(topic, 0): 0}
+    # the partition is listed (initialized on assignment) but its start offset is written only with the
+    # first acknowledgement: -1 until then, although the group reads from 0
+    assert start_offsets(kafka, member.group) == {(topic, 0): -1}
 
-    # RELEASE 0-2 in the next ShareFetch (epoch 1): they come back, delivery count 2; 3-9 stay ours
-    again, answers, epoch = fetch_until(session, epoch, tp, lambda got: got, acks={tp: [(0, 2, RELEASE)]})
-    assert again == {0: 2, 1: 2, 2: 2}
+    # RELEASE 0-2 in the next ShareFetch (epoch 1): they come back, delivery count 2, in that same answer
+    # (it waits out max_wait_ms first: a release does not wake a waiting fetch); 3-9 stay ours
+    again, answers, epoch = fetch_until(
+        session, epoch, tp, lambda got: got, acks={tp: [(0, 2, RELEASE)]}, max_wait_ms=500
+    )
+    assert again == {0: 2, 1: 2, 2: 2} and len(answers) == 1
     assert partition_answer(answers[0], tid, 0).acknowledge_error_code == 0
+    # the first acknowledgement wrote the partition's state: the start offset is known from now on
+    wait_until(lambda: start_offsets(kafka, group) == {(topic, 0): 0}, 10, "start offset 0")
 
     # ACCEPT everything: nothing more to acquire, and the start offset moves past it
     answer = session.fetch(epoch, acks={tp: [(0, 9, ACCEPT)]}, max_wait_ms=500)
     epoch += 1
     assert answer.error_code == 0 and acquired(answer) == {}
     assert partition_answer(answer, tid, 0).acknowledge_error_code == 0
-    wait_until(lambda: start_offsets(kafka, member.group) == {(topic, 0): 10}, 10, "the start offset to move to 10")
+    # what DescribeShareGroupOffsets says is the state as of its last write, and a write carries the start
+    # offset from before the acknowledgement it writes: everything is accepted, yet the start offset shown
+    # stays 0; its lag (v1) counts right: nothing left
+    assert describe_offsets(kafka, group) == {(topic, 0): (0, 0)}
+    produce(topic, 3, partition=0)
+    wait_until(lambda: describe_offsets(kafka, group) == {(topic, 0): (0, 3)}, 10, "lag 3 after 3 more records")
 
-    # the same offsets again: no longer acquired by this member
-    answer = session.acknowledge(epoch, {tp: [(0, 9, ACCEPT)]})
+    # records this member has not acquired (10-12, just produced) cannot be acknowledged...
+    answer = session.acknowledge(epoch, {tp: [(10, 12, ACCEPT)]})
     epoch += 1
     assert answer.error_code == 0
     assert [p.error_code for t in answer.responses for p in t.partitions] == [INVALID_RECORD_STATE]
+    # ...while offsets before the start offset (0-9, accepted) are let through: no error
+    answer = session.acknowledge(epoch, {tp: [(0, 9, ACCEPT)]})
+    epoch += 1
+    assert [p.error_code for t in answer.responses for p in t.partitions] == [0]
+    # and nothing of 10-12 was touched: they are acquired next, for the first time
+    fresh, _, epoch = fetch_until(session, epoch, tp, lambda got: len(got) == 3)
+    assert fresh == dict.fromkeys(range(10, 13), 1)
 
     # ShareAcknowledge at epoch -1 closes the session: the next epoch finds none
     closing = session.acknowledge(-1, {})

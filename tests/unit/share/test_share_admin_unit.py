@@ -133,11 +133,11 @@ def offsets_described(starts):
                                 partition_index=i,
                                 start_offset=s,
                                 leader_epoch=0,
-                                lag=-1,
+                                lag=lag,
                                 error_code=0,
                                 error_message=None,
                             )
-                            for i, s in starts.items()
+                            for i, (s, lag) in starts.items()
                         ],
                     )
                 ],
@@ -223,21 +223,23 @@ def test_an_unknown_group_is_a_typed_error_naming_it_with_the_brokers_words():
 def test_offsets_join_start_and_end_offsets_for_every_subscribed_partition():
     admin, _ = admin_with(
         {
-            "MetadataRequest": [metadata([("orders", 3)])],
+            "MetadataRequest": [metadata([("orders", 4)])],
             "FindCoordinatorRequest": [coordinator()],
-            "DescribeShareGroupOffsetsRequest": [offsets_described({0: 4, 1: -1})],
+            # lag as the broker counts it (v1), or -1: from a broker that does not
+            "DescribeShareGroupOffsetsRequest": [offsets_described({0: (4, 2), 1: (-1, -1), 2: (3, -1)})],
             "ShareGroupDescribeRequest": [described()],
-            "ListOffsetsRequest": [list_offsets({0: 10, 1: 6, 2: 0})],
+            "ListOffsetsRequest": [list_offsets({0: 10, 1: 6, 2: 8, 3: 0})],
         }
     )
     with admin:
         offsets = admin.describe_offsets("orders-share")
     assert [(o.partition, o.start_offset, o.end_offset, o.lag) for o in offsets.values()] == [
-        (0, 4, 10, 6),
-        (1, None, 6, None),  # no state yet
-        (2, None, 0, None),  # subscribed, never fetched
+        (0, 4, 10, 2),  # the broker's count: records acknowledged past the start are not lag
+        (1, None, 6, None),  # no state written yet
+        (2, 3, 8, 5),  # no count from the broker: end - start
+        (3, None, 0, None),  # subscribed, never fetched
     ]
-    assert list(offsets) == [TP("orders", 0), TP("orders", 1), TP("orders", 2)]
+    assert list(offsets) == [TP("orders", p) for p in range(4)]
 
 
 def test_altering_offsets_of_a_group_with_members_says_to_stop_them():
