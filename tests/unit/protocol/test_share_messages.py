@@ -295,7 +295,7 @@ def share_fetched(v: int) -> Any:
                         partition_index=1,
                         error_code=6,  # NOT_LEADER_OR_FOLLOWER
                         error_message="This server is not the leader for that topic-partition.",
-                        acknowledge_error_code=124,  # INVALID_RECORD_STATE
+                        acknowledge_error_code=124,  # FENCED_STATE_EPOCH (INVALID_RECORD_STATE is 121)
                         acknowledge_error_message="The record state is invalid.",
                         current_leader=p.LeaderIdAndEpoch(leader_id=2, leader_epoch=6),
                         records=b"",  # what Kafka sends with an error (it cannot even write null: see below)
@@ -363,7 +363,7 @@ def share_acknowledged(v: int) -> Any:
                     ),
                     p(
                         partition_index=1,
-                        error_code=124,  # INVALID_RECORD_STATE
+                        error_code=124,  # FENCED_STATE_EPOCH (INVALID_RECORD_STATE is 121)
                         error_message="The record state is invalid.",
                         current_leader=p.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1),
                     ),
