@@ -147,8 +147,14 @@ class ShareFetchManager:
 
     def session(self, node: int, now: float = 0.0) -> ShareSession:
         got = self.sessions.get(node)
-        if got is None:
-            got = self.sessions[node] = ShareSession(node, config=self._config, now=now, on_ended=self._session_ended)
+        if got is None or (got.ended and not self._closing):
+            # an ended session when not closing: it ended after reopen() (its closing request was still in flight
+            # when the member subscribed again), and an ended one never sends again - a new one takes its place,
+            # numbering its sessions on from the old one's
+            fresh = ShareSession(node, config=self._config, now=now, on_ended=self._session_ended)
+            if got is not None:
+                fresh.generation = got.generation
+            got = self.sessions[node] = fresh
         return got
 
     # -- requests ---------------------------------------------------------------------------------------
@@ -290,7 +296,11 @@ class ShareFetchManager:
             retry = _retriable if flight.kind == "ack" else (lambda code: False)
             self.buffer.acks_answered(flight.batches, errors, now, retry=retry, lock_ms=lock_ms)
         if flight.kind == "fetch":
-            self._take_records(node, flight, by_tp, sent_at, now)
+            # close() or leaving was asked while it was in flight (in_flight_then_close): the closing request goes
+            # next and the broker releases what this answer acquired - buffered, it could be handed out (poll()
+            # after unsubscribe() and subscribe()) under a lock the broker gives up at once
+            keep = session.state != "in_flight_then_close"
+            self._take_records(node, flight, by_tp, sent_at, now, keep=keep)
         session.on_answer(0, now)
         return self._take_lost()
 
@@ -301,11 +311,13 @@ class ShareFetchManager:
         by_tp: Mapping[TopicIdPartition, SharePartitionAnswer],
         sent_at: float,
         now: float,
+        *,
+        keep: bool = True,
     ) -> None:
         for tp, p in by_tp.items():
             if p.error:
                 self._partition_error(tp, p)
-            if p.acquired_records:
+            if p.acquired_records and keep:
                 self.buffer.add(
                     node,
                     flight.generation,

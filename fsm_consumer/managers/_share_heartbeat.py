@@ -93,6 +93,10 @@ class ShareHeartbeatManager:
         mode = m.machine.attribute("heartbeat")
         if mode == "none":
             return FOREVER, []
+        if m.epoch_gone():
+            # fenced while the sessions close (prepare_leaving): the epoch is gone, and a heartbeat at epoch 0 would
+            # join the group again - a member nothing takes out, since no leave goes (as Java: it stops heartbeating)
+            return FOREVER, []
         at_once = mode == "at_once" and self._sent_visit != m.machine.visit
         # the leave goes at once (as Java: LEAVING heartbeats now), never behind a heartbeat in flight or a backoff
         leave = at_once and m.machine.attribute("epoch") == "leave"

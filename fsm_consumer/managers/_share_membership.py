@@ -88,6 +88,11 @@ class ShareMembershipManager:
         """close() or unsubscribe()."""
         self._wanted = False
         self.machine.fire("leave_requested", now)
+        if self.state != "prepare_leaving" and self._close_sessions is not None:
+            # out of the group already (stale: its leave went when it became stale; fatal): no prepare_leaving
+            # closes the share sessions, so they close here - what the member still holds is released at once,
+            # and close() does not wait out its timeout for sessions nobody would close
+            self._close_sessions(now)
 
     def on_poll(self, now: float) -> None:
         """The application called poll(): the poll timer restarts; a stale member joins again."""

@@ -54,6 +54,7 @@ class ShareRequests:
         notify: Callable[[], None],
         acquire_mode: str = "batch_optimized",
         request_timeout_ms: float = 30_000,
+        connected: Callable[[int], bool] | None = None,
     ) -> None:
         self._group = group_id
         self.membership = membership
@@ -64,6 +65,7 @@ class ShareRequests:
         self._notify = notify  # wakes the application thread: records came, outcomes are due
         self._acquire_mode = _ACQUIRE_MODES[acquire_mode]
         self._request_timeout_ms = request_timeout_ms
+        self._connected = connected  # the transport's ready(node): whether the connection to a node still stands
         self._closing: list[ShareFetchIntent | ShareAcknowledgeIntent] = []  # close()'s requests, sent next
         self._metadata_version: Any = None
         self.sent_requests = 0
@@ -84,6 +86,7 @@ class ShareRequests:
         self._watch_metadata(now)
         m.tick(now)
         self.fetch.member_id = m.member_id
+        self._watch_connections(now)
         out: list[Outgoing] = []
         wait, beats = self.heartbeat.poll(now)
         for hb in beats:
@@ -116,6 +119,22 @@ class ShareRequests:
         if version != self._metadata_version:
             self._metadata_version = version
             self.membership.on_metadata_changed(now)
+
+    def _watch_connections(self, now: float) -> None:
+        """A share session lives on its broker only as long as the connection it was opened on: the broker ends it
+        with the connection, releasing what it acquired (maybe to another member at once). A request in flight
+        learns of the loss by failing; a session with nothing in flight (its acks allowed: open, close_due)
+        learns of it here, before a record it acquired is handed out or an acknowledgement sent in it. Once a
+        session answered, its connection was ready: not ready now, the socket it stood on is gone."""
+        if self._connected is None:
+            return
+        lost = []
+        for node, session in list(self.fetch.sessions.items()):
+            if session.acks_allowed and not self.fetch.in_flight(node) and not self._connected(node):
+                log.info("share session with node %d: its connection was lost", node)
+                lost.extend(self.fetch.on_ended(node, "its connection was lost", now))
+        if lost:
+            self._notify()  # their acknowledgements are reported failed
 
     def _sessions_closed(self, now: float) -> None:
         if self.membership.state == "prepare_leaving" and self.fetch.all_closed:

@@ -155,6 +155,7 @@ def wire(config: ConsumerConfig, settings: ShareSettings, transport: Transport |
         notify=signal.set,
         acquire_mode=settings.acquire_mode,
         request_timeout_ms=config.request_timeout_ms,
+        connected=transport.ready,
     )
     membership._close_sessions = requests.close_sessions  # the spec's start_leaving closes every session first
     processor = ApplicationEventProcessor(
