@@ -1,5 +1,5 @@
 """The inputs ``check-history`` and ``timeline`` share beside the histories: what was produced and what the
-broker says was committed (rules L and C)."""
+broker says was committed (rules L and C), and the share groups' delivery limit (rules N and S)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ def add_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--produced",
         metavar="FILE.json",
-        help='{"topic": {"partition": count}}: records produced at offsets 0..count-1 (rule L; without it L is '
-        "not checked)",
+        help='{"topic": {"partition": count}}: records produced at offsets 0..count-1 (rules L and S; without it '
+        "they are not checked)",
     )
     ap.add_argument(
         "--broker-commits",
@@ -26,6 +26,24 @@ def add_options(ap: argparse.ArgumentParser) -> None:
         help='{"topic": {"partition": offset}}: the offsets the broker holds after the run, for a broker whose '
         "commit log cannot be read (rule C: no acknowledged commit above them)",
     )
+    ap.add_argument(
+        "--delivery-limit",
+        type=_limit,
+        default=None,
+        metavar="N",
+        help="share groups: the broker's group.share.delivery.count.limit (default 5, Apache Kafka's): no record "
+        "is delivered past it (rule N), and one delivered up to it counts as settled, archived (rule S)",
+    )
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--delivery-limit takes a count >= 1, got {text!r}")
+    return value
 
 
 def read_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -41,4 +59,5 @@ def read_options(args: argparse.Namespace) -> dict[str, Any]:
         produced=read_produced(args.produced) if args.produced else None,
         broker_commits=read_broker_commits(args.broker_commits) if args.broker_commits else None,
         broker_committed=held,
+        **({} if getattr(args, "delivery_limit", None) is None else {"delivery_limit": args.delivery_limit}),
     )

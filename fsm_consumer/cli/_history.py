@@ -1,4 +1,5 @@
-"""``fsm-consumer check-history``: check consumers' histories (docs/histories.md) by the rules L E D M C K."""
+"""``fsm-consumer check-history``: check consumers' histories (docs/histories.md) by the rules L E D M C K, and
+share consumers' by H N A S."""
 
 from __future__ import annotations
 

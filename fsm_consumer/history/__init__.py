@@ -2,10 +2,10 @@
 
 A consumer given ``history_path`` writes JSON lines of what it owned, handed out, committed and did (its
 writer, ``fsm_consumer._history_writer``, lives apart: no consumer imports this package);
-``load`` reads those of a directory, ``check`` judges them by the rules ``RULES`` (L E D M C K) and
-returns a ``CheckResult``: its ``violations`` (``Violation``: the rule, a one-line message naming the
-consumers, partition, offsets and times, the details, the transitions of those consumers around it) and
-a ``summary``; ``CheckResult.format()`` is what ``fsm-consumer check-history`` prints.
+``load`` reads those of a directory, ``check`` judges them by the rules ``RULES`` (L E D M C K, and H N A S
+for share groups) and returns a ``CheckResult``: its ``violations`` (``Violation``: the rule, a one-line
+message naming the consumers, partition, offsets and times, the details, the transitions of those consumers
+around it) and a ``summary``; ``CheckResult.format()`` is what ``fsm-consumer check-history`` prints.
 
     from fsm_consumer.history import check, load, read_produced
 
@@ -28,9 +28,28 @@ if TYPE_CHECKING:
     from ._clock import IncomparableHistories
     from ._load import History, HistoryError, Unparseable, load, read_broker_commits, read_produced
     from ._model import Timeline
-    from ._mutants import MUTANT_KINDS, MutationReport, mutation_report
+    from ._mutants import (
+        CONSUMER_MUTANT_KINDS,
+        MUTANT_KINDS,
+        SHARE_MUTANT_KINDS,
+        MutationReport,
+        mutation_report,
+    )
     from ._ownership import Model
-    from ._rules import broker_backwards, normalize_produced, rule_c, rule_d, rule_e, rule_k, rule_l, rule_m
+    from ._rules import (
+        broker_backwards,
+        normalize_produced,
+        rule_a,
+        rule_c,
+        rule_d,
+        rule_e,
+        rule_h,
+        rule_k,
+        rule_l,
+        rule_m,
+        rule_n,
+        rule_s,
+    )
     from ._timeline import draw_timeline
     from ._violation import RULES, Violation
 
@@ -44,11 +63,26 @@ _WHERE = {
     "Model": "._ownership",
     "MutationReport": "._mutants",
     "MUTANT_KINDS": "._mutants",
+    "CONSUMER_MUTANT_KINDS": "._mutants",
+    "SHARE_MUTANT_KINDS": "._mutants",
     "mutation_report": "._mutants",
     "IncomparableHistories": "._clock",
     "draw_timeline": "._timeline",
     **dict.fromkeys(
-        ("broker_backwards", "normalize_produced", "rule_c", "rule_d", "rule_e", "rule_k", "rule_l", "rule_m"),
+        (
+            "broker_backwards",
+            "normalize_produced",
+            "rule_a",
+            "rule_c",
+            "rule_d",
+            "rule_e",
+            "rule_h",
+            "rule_k",
+            "rule_l",
+            "rule_m",
+            "rule_n",
+            "rule_s",
+        ),
         "._rules",
     ),
     **dict.fromkeys(("RULES", "Violation"), "._violation"),
@@ -66,6 +100,8 @@ __all__ = [
     "HistoryError",
     "IncomparableHistories",
     "MUTANT_KINDS",
+    "CONSUMER_MUTANT_KINDS",
+    "SHARE_MUTANT_KINDS",
     "Model",
     "MutationReport",
     "Timeline",
@@ -79,11 +115,15 @@ __all__ = [
     "normalize_produced",
     "read_broker_commits",
     "read_produced",
+    "rule_a",
     "rule_c",
     "rule_d",
     "rule_e",
+    "rule_h",
     "rule_k",
     "rule_l",
     "rule_m",
+    "rule_n",
+    "rule_s",
     "summarize",
 ]

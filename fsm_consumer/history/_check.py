@@ -13,7 +13,22 @@ from ._clock import comparable
 from ._load import History
 from ._model import TP, Event, NoStart, Timeline, as_timeline, fmt_tp
 from ._ownership import Model
-from ._rules import broker_backwards, rule_c, rule_d, rule_e, rule_k, rule_l, rule_m, stale_figures
+from ._rules import (
+    DELIVERY_LIMIT,
+    broker_backwards,
+    rule_a,
+    rule_c,
+    rule_d,
+    rule_e,
+    rule_h,
+    rule_k,
+    rule_l,
+    rule_m,
+    rule_n,
+    rule_s,
+    stale_figures,
+)
+from ._rules._share import _Records, share_consumers
 from ._violation import RULES, Violation
 
 #: how far (ms) from a violation's time the transitions of its consumers are kept
@@ -22,7 +37,7 @@ WINDOW_MS = 2000.0
 
 @dataclass
 class CheckResult:
-    """The violations, in rule order (L E D M C K), each rule's by time; ``summary`` (a dict) holds the totals
+    """The violations, in rule order (L E D M C K H N A S), each rule's by time; ``summary`` (a dict) holds the totals
     and, under ``"rules"``, each rule's ``status``: ``"passed"``, ``"violated"`` or ``"not checked"``."""
 
     violations: list[Violation]
@@ -69,6 +84,7 @@ def check(
     broker_commits: Iterable[Sequence[Any]] | None = None,
     *,
     broker_committed: Mapping[Any, int] | None = None,
+    delivery_limit: int = DELIVERY_LIMIT,
     window_ms: float = WINDOW_MS,
 ) -> CheckResult:
     """Every rule over a history (``load()``'s, or the lines themselves). Raises ``IncomparableHistories``
@@ -81,7 +97,8 @@ def check(
     broker's commit log, ``(topic, partition, offset)`` in the order they took effect: C's "backwards"
     is judged from it instead of from the histories, and every acknowledged commit must be in it.
     ``broker_committed``: ``{(topic, partition): offset}`` the broker holds after the run (for a broker
-    whose log cannot be read): no acknowledged commit may be above it."""
+    whose log cannot be read): no acknowledged commit may be above it. ``delivery_limit``: the share groups'
+    delivery count limit (the broker's group.share.delivery.count.limit)."""
     loaded = history if isinstance(history, History) else None
     tl = as_timeline(history)
     comparable(tl)
@@ -95,6 +112,13 @@ def check(
         "C": rule_c(tl, log, _tp_keys(broker_committed), model),
         "K": rule_k(tl),
     }
+    records = _Records.of(tl)
+    found.update(
+        H=rule_h(tl, records),
+        N=rule_n(tl, records, delivery_limit),
+        A=rule_a(tl, records),
+        S=rule_s(tl, produced, records, delivery_limit),
+    )
     context = _Transitions(tl, window_ms)
     violations: list[Violation] = []
     for rule in RULES:
@@ -107,14 +131,20 @@ def check(
         rule: dict(
             title=title,
             status="not checked"
-            if (rule == "L" and produced is None) or not tl.events
+            if (rule in ("L", "S") and produced is None) or not tl.events
             else ("violated" if found[rule] else "passed"),
             violations=len(found[rule]),
-            note=_note(rule, tl, model, produced, log, allowed),
+            note=_note(rule, tl, model, produced, log, allowed, delivery_limit),
         )
         for rule, title in RULES.items()
     }
-    inputs = dict(history=loaded, produced=produced, broker_commits=log, broker_committed=broker_committed)
+    inputs = dict(
+        history=loaded,
+        produced=produced,
+        broker_commits=log,
+        broker_committed=broker_committed,
+        delivery_limit=delivery_limit,
+    )
     return CheckResult(violations, summary, model, inputs)
 
 
@@ -131,9 +161,14 @@ def _note(
     produced: Mapping[Any, Any] | None,
     log: list[tuple[Any, ...]] | None,
     allowed: int,
+    delivery_limit: int = DELIVERY_LIMIT,
 ) -> str:
-    if rule == "L" and produced is None:
+    if rule in ("L", "S") and produced is None:
         return "no produced counts given (--produced): nothing is known to be lost or not"
+    if rule in ("H", "N", "A", "S") and not share_consumers(tl):
+        return "no share consumer's lines: nothing to check"
+    if rule in ("N", "S"):
+        return f"the delivery limit taken as {delivery_limit} (--delivery-limit)"
     if rule == "C" and log is not None:
         return (
             f"judged from the histories, and by the broker's commit log ({len(log)} entries) as a witness: "

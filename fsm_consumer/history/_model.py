@@ -49,6 +49,7 @@ from ._lines import (
     string,
     tps_of,
 )
+from ._share_lines import SHARE_EVENTS, ShareAck, ShareHand, ShareLost, share_line
 
 
 @dataclass
@@ -70,6 +71,7 @@ class ConsumerInfo:
     started_at: list[float] = field(default_factory=list)  # the t of each of its started lines
     clock: Mapping[str, Any] = field(default_factory=dict)  # its started line's clock base (boot id, host)
     pid: int | None = None
+    kind: str = "consumer"  # its started line's: "share" for a share group's member
 
 
 @dataclass
@@ -90,6 +92,7 @@ class Timeline:
     unknown: Counter[str] = field(default_factory=Counter)  # events this checker does not know, by name
     sources: int = 0  # lines of a data source (the Spark source's own), passed over
     files: list[str | None] = field(default_factory=list)  # per event: the file it came from (None: not known)
+    share: list[ShareHand | ShareAck | ShareLost] = field(default_factory=list)  # share consumers' lines, in order
 
     @property
     def unknown_events(self) -> int:
@@ -141,17 +144,17 @@ class Timeline:
             generation = e.get("generation", -1)
             if is_int(generation) and generation >= 0:
                 info.generations.add(generation)
-            if kind not in KNOWN_EVENTS:
+            if kind not in KNOWN_EVENTS and kind not in SHARE_EVENTS:
                 self.unknown[kind] += 1
                 continue
-            if kind == "joined" or kind == "commit" or (kind == "assigned" and e.get("by", GROUP) == GROUP):
-                in_group.add(name)
+            if kind in ("joined", "commit", *SHARE_EVENTS) or (kind == "assigned" and e.get("by", GROUP) == GROUP):
+                in_group.add(name)  # a share consumer is its share group's member from its first line
             try:
                 self._one(i, t, name, kind, e, info, open_)
             except Malformed as err:
                 self.malformed.append((f"{kind}: {err}", e))
         for info in self.consumers.values():
-            if isinstance(info.group, str) and info.name not in in_group:
+            if isinstance(info.group, str) and info.name not in in_group and info.kind != "share":
                 # it carries a group id (a Spark source's task consumer does, for brokers that authorize by
                 # group) but never joined the group nor committed to it: a group-less reader to the rules
                 info.carried_group, info.group = info.group, None
@@ -188,6 +191,7 @@ class Timeline:
                 info.clock = clock if isinstance(clock, Mapping) else {}
                 pid = e.get("pid")
                 info.pid = pid if is_int(pid) else None
+                info.kind = "share" if e.get("kind") == "share" else "consumer"
         elif kind == "assigned":
             by = e.get("by", GROUP)
             if by not in (GROUP, ASSIGN, SUBSCRIBE):
@@ -217,6 +221,8 @@ class Timeline:
             self.commits.extend(commit_lines(i, t, name, generation, e))
         elif kind == "transition":
             self.transitions[name].append(e)
+        elif kind in SHARE_EVENTS:
+            self.share.append(share_line(i, t, name, kind, e))
         elif kind == "handled":
             digest = e.get("key")
             self.handled.append(

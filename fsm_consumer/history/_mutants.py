@@ -23,6 +23,10 @@ second member's ownership in a one-member history, is reported as not applicable
   where a member went on believing it owned a partition the group had given another, a poll under way then
   that hands out more than its ``max_records`` (rule E);
 * ``delete-ownership``: the ``assigned`` line an ownership with reads began with, deleted (rule E).
+
+The share-group kinds (``_share_mutants``: a second holder, counts that go back or past the limit, a record
+again after its ACCEPT, a late acknowledgement taking effect, records left unsettled) are tried on the share
+consumers' lines the same way.
 """
 
 from __future__ import annotations
@@ -38,8 +42,20 @@ from ._check import CheckResult, check
 from ._load import History, HistoryError
 from ._model import GROUP, TP, Read, Timeline, fmt_tp
 from ._ownership import Kind, Model, Owned
+from ._share_mutants import SHARE_KINDS
 
-__all__ = ["KINDS", "MUTANT_KINDS", "Mutant", "MutationReport", "Outcome", "judge", "mutants", "mutation_report"]
+__all__ = [
+    "CONSUMER_MUTANT_KINDS",
+    "KINDS",
+    "MUTANT_KINDS",
+    "SHARE_MUTANT_KINDS",
+    "Mutant",
+    "MutationReport",
+    "Outcome",
+    "judge",
+    "mutants",
+    "mutation_report",
+]
 
 Events = list[dict[str, Any]]
 
@@ -123,7 +139,8 @@ def _line_of(tl: Timeline, i: int, events: Events) -> int:
 class _Source:
     """A clean history's lines, its timeline and ownership model, and a random source."""
 
-    def __init__(self, history: History, rng: random.Random) -> None:
+    def __init__(self, history: History, rng: random.Random, inputs: Mapping[str, Any] | None = None) -> None:
+        self.inputs = dict(inputs or {})  # what the clean check was given (produced counts, delivery limit)
         self.events: Events = history.events
         self.sources = list(history.sources) or [""] * len(history.events)
         self.tl = Timeline.build(self.events, self.sources)
@@ -361,8 +378,8 @@ def _delete_ownership(s: _Source) -> Iterator[Mutant]:
     )
 
 
-#: kind -> the function that makes its mutants of a clean history
-KINDS: Mapping[str, Callable[[_Source], Iterator[Mutant]]] = {
+#: kind -> the function that makes its mutants of a clean consumer-group history
+CONSUMER_MUTANT_KINDS: Mapping[str, Callable[[_Source], Iterator[Mutant]]] = {
     "shift-read": _shift_read,
     "drop-records": _drop_records,
     "commit-backwards": _commit_backwards,
@@ -371,15 +388,22 @@ KINDS: Mapping[str, Callable[[_Source], Iterator[Mutant]]] = {
     "stretch-stale-poll": _stretch_stale_poll,
     "delete-ownership": _delete_ownership,
 }
+#: kind -> the function that makes its mutants of a clean share-group history
+SHARE_MUTANT_KINDS: Mapping[str, Callable[[Any], Iterator[Mutant]]] = SHARE_KINDS
+#: every kind: those a history cannot host make no mutant ("not applicable", never "caught")
+KINDS: Mapping[str, Callable[[Any], Iterator[Mutant]]] = {**CONSUMER_MUTANT_KINDS, **SHARE_MUTANT_KINDS}
 
 
 #: the kinds, as the package exports them
 MUTANT_KINDS = KINDS
 
 
-def mutants(history: History, *, seed: int = 0, rounds: int = 1) -> Iterator[Mutant]:
-    """``rounds`` mutants of each kind (those the history can host), each from the clean history."""
-    source = _Source(history, random.Random(seed))
+def mutants(
+    history: History, *, seed: int = 0, rounds: int = 1, inputs: Mapping[str, Any] | None = None
+) -> Iterator[Mutant]:
+    """``rounds`` mutants of each kind (those the history can host), each from the clean history; ``inputs``:
+    what the clean check was given (a kind that needs the produced counts makes none without them)."""
+    source = _Source(history, random.Random(seed), inputs)
     for _ in range(rounds):
         for make in KINDS.values():
             yield from make(source)
@@ -405,7 +429,7 @@ def mutation_report(result: CheckResult, *, seed: int = 0, rounds: int = 1) -> M
     history: History = result.inputs["history"]
     inputs = {k: v for k, v in result.inputs.items() if k != "history"}
     report = MutationReport()
-    for m in mutants(history, seed=seed, rounds=rounds):
+    for m in mutants(history, seed=seed, rounds=rounds, inputs=inputs):
         report.applicable[m.kind] = report.applicable.get(m.kind, 0) + 1
         report.outcomes.append(judge(m, inputs))
     return report

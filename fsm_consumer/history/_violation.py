@@ -18,6 +18,10 @@ RULES: Mapping[str, str] = MappingProxyType(
         "M": "nothing skipped: positions move on without gaps, within an ownership and from one owner to the next",
         "C": "commits only by the owner, never ahead of what it handed out, never backwards, never a false success",
         "K": "key order under a ParallelConsumer: one record of a key at a time, in offset order, within a run",
+        "H": "one holder at a time: a share group hands a record to no one while a member's hold on it lasts",
+        "N": "deliveries count up: each delivery of a record counts more than the last, never past the limit",
+        "A": "acknowledgements: one that took effect came from the record's holder; accepted or rejected, never again",
+        "S": "every record settled: each produced record is accepted or rejected in the share group, or archived",
     }
 )
 

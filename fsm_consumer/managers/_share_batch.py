@@ -123,6 +123,7 @@ class ShareBatch:
             lock_ms=self.lock_ms,
             on_lost=self._on_lost,
         )
+        rest.machine.observer = self.machine.observer
         rest.machine.tick(self.machine.now)
         return rest
 

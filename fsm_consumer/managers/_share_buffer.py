@@ -7,14 +7,15 @@ a batch it hands out in part; ``acknowledge`` records each record's type; ``take
 next poll() or commit) queues those of fully acknowledged batches, and ``pending_acks(node)`` gives them in
 Kafka's AcknowledgementBatch form, as Java's Acknowledgements.getAcknowledgementBatches builds it. Outcomes
 (done, refused by the broker, or failed because the lock ran out or the session ended first) are collected
-for the application in ``outcomes``.
+for the application in ``outcomes``; ``observer`` (a consumer's history) is told each outcome as it happens,
+renewals included, and each batch lost.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import kafka.errors as ke
@@ -36,6 +37,15 @@ class AckBatch:
     acknowledge_types: tuple[int, ...]
 
 
+class BufferObserver(Protocol):
+    """What a history is told: acknowledgements settled (``ack_types``: every record's, RENEW included) and
+    batches lost (``offsets``: their records not settled), with the time it happened."""
+
+    def acknowledged(self, outcome: AckOutcome, ack_types: tuple[tuple[int, int], ...], now: float) -> None: ...
+
+    def lost(self, batch: ShareBatch, now: float) -> None: ...
+
+
 @attrs.frozen
 class AckOutcome:
     """What became of acknowledgements of one partition's records: done (``error_code`` 0 and no ``reason``),
@@ -45,6 +55,7 @@ class AckOutcome:
     acks: tuple[tuple[int, int], ...]  # (offset, acknowledge type)
     error_code: int = 0
     reason: str | None = None
+    sent_at: float | None = None  # when they went out (None: never sent, failed here)
 
     @property
     def ok(self) -> bool:
@@ -117,6 +128,8 @@ class ShareBuffer:
         self._decode = decode or (lambda records: records or ())
         self._batches: list[ShareBatch] = []
         self.outcomes: list[AckOutcome] = []
+        self.observer: BufferObserver | None = None
+        self.machine_observer: Any = None  # given to each batch's machine (a history's transition lines)
 
     def __len__(self) -> int:
         return len(self._batches)
@@ -168,6 +181,7 @@ class ShareBuffer:
             lock_ms=lock_ms,
             on_lost=self._batch_lost,
         )
+        batch.machine.observer = self.machine_observer
         self._batches.append(batch)
         batch.machine.tick(now)  # an answer read after the lock ran out: lost before anything is handed out
         if not batch.records and batch.machine.attribute("hand_out") == "allowed":
@@ -180,18 +194,24 @@ class ShareBuffer:
     def take(self, max_records: int, now: float) -> list[ShareRecord]:
         """Up to ``max_records`` records, in arrival order, of batches whose lock still runs (ticked first): a
         record is never handed out after its lock ran out."""
+        return [r for batch in self.take_batches(max_records, now) for r in batch.records]
+
+    def take_batches(self, max_records: int, now: float) -> list[ShareBatch]:
+        """``take``, as the batches handed out (each with its lock's ``deadline`` and its records)."""
         self.tick(now)
-        out: list[ShareRecord] = []
+        out: list[ShareBatch] = []
+        count = 0
         i = 0
-        while i < len(self._batches) and len(out) < max_records:
+        while i < len(self._batches) and count < max_records:
             batch = self._batches[i]
             i += 1
             if batch.machine.attribute("hand_out") != "allowed" or not batch.records:
                 continue
-            room = max_records - len(out)
+            room = max_records - count
             if len(batch.records) > room:
                 self._batches.insert(i, batch.split(room))
-            out.extend(batch.records)
+            out.append(batch)
+            count += len(batch.records)
             batch.delivered = True
             batch.machine.fire("delivered", now)
         return out
@@ -209,7 +229,7 @@ class ShareBuffer:
         kind = AckType(ack_type)
         batch.acks[offset] = kind
         if what == "failed":
-            self.outcomes.append(AckOutcome(partition, ((offset, int(kind)),), reason=batch.lost_why))
+            self._report(AckOutcome(partition, ((offset, int(kind)),), reason=batch.lost_why), now)
             return False
         batch.machine.fire("acknowledged", now)
         return True
@@ -225,8 +245,8 @@ class ShareBuffer:
                 continue
             batch.acks.update(dict.fromkeys(missing, kind))
             if what == "failed":
-                self.outcomes.append(
-                    AckOutcome(batch.partition, tuple((o, int(kind)) for o in missing), reason=batch.lost_why)
+                self._report(
+                    AckOutcome(batch.partition, tuple((o, int(kind)) for o in missing), reason=batch.lost_why), now
                 )
             else:
                 batch.machine.fire("acknowledged", now)
@@ -280,7 +300,7 @@ class ShareBuffer:
             code = errors.get(batch.partition)
             if batch.state == "renewing":
                 if code == 0:
-                    self._settle(batch, 0, skip=AckType.RENEW)
+                    self._settle(batch, 0, now)
                     if lock_ms:
                         batch.lock_ms = lock_ms
                     batch.machine.fire("renewed", now)
@@ -291,7 +311,7 @@ class ShareBuffer:
                 if code is None or retry(code):
                     batch.machine.fire("ack_retry", now)
                 else:
-                    self._settle(batch, code)
+                    self._settle(batch, code, now)
                     batch.machine.fire("ack_answered", now)
             elif batch.state == "lost":  # lost meanwhile: reported failed when it was lost, whatever the answer says
                 batch.machine.fire("ack_answered", now)
@@ -328,14 +348,26 @@ class ShareBuffer:
                 return batch
         return None
 
-    def _settle(self, batch: ShareBatch, code: int, skip: AckType | None = None) -> None:
-        acks = tuple((o, int(t)) for o, t in sorted(batch.record_acks().items()) if t is not skip)
-        if acks:
-            self.outcomes.append(AckOutcome(batch.partition, acks, error_code=code))
+    def _settle(self, batch: ShareBatch, code: int, now: float) -> None:
+        """The broker answered ``batch``'s acknowledgements with ``code``."""
+        acks = tuple((o, int(t)) for o, t in sorted(batch.record_acks().items()))
+        self._report(AckOutcome(batch.partition, acks, error_code=code, sent_at=batch.ack_sent_at), now)
+
+    def _report(self, outcome: AckOutcome, now: float) -> None:
+        every = outcome.acks
+        # a renewal done is no outcome (its records come back from a poll); one that failed is the user's
+        told = tuple(a for a in every if a[1] != AckType.RENEW) if outcome.ok else every
+        if told:
+            self.outcomes.append(outcome if told == every else attrs.evolve(outcome, acks=told))
+        if every and self.observer is not None:
+            self.observer.acknowledged(outcome, every, now)
 
     def _batch_lost(self, batch: ShareBatch) -> None:
         """A batch was lost: the acknowledgements it had recorded are reported failed (never done)."""
         acks = tuple((o, int(t)) for o, t in sorted(batch.record_acks().items()))
         log.info("share batch %r lost: %s", batch, batch.lost_why)
+        now = batch.machine.now
+        if self.observer is not None:
+            self.observer.lost(batch, now)
         if acks:
-            self.outcomes.append(AckOutcome(batch.partition, acks, reason=batch.lost_why))
+            self._report(AckOutcome(batch.partition, acks, reason=batch.lost_why, sent_at=batch.ack_sent_at), now)

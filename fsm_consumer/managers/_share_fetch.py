@@ -127,6 +127,7 @@ class ShareFetchManager:
         self.errors: list[BaseException] = []  # to raise once from the application's next call
         self._closing = False
         self._lost: list[ShareBatch] = []
+        self.machine_observer: Any = None  # given to each session's machine (a history's transition lines)
 
     # -- what the application asks ---------------------------------------------------------------------
     def want_records(self) -> None:
@@ -152,6 +153,7 @@ class ShareFetchManager:
             # when the member subscribed again), and an ended one never sends again - a new one takes its place,
             # numbering its sessions on from the old one's
             fresh = ShareSession(node, config=self._config, now=now, on_ended=self._session_ended)
+            fresh.machine.observer = self.machine_observer
             if got is not None:
                 fresh.generation = got.generation
             got = self.sessions[node] = fresh

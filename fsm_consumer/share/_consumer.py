@@ -107,7 +107,7 @@ class ShareConsumer:
         self._check_wakeup()
         self._raise_pending()
         parts = self._parts
-        now = self._now()
+        now = started = self._now()
         self._settle(now)
         with parts.lock:
             parts.membership.on_poll(now)
@@ -117,14 +117,16 @@ class ShareConsumer:
             self._signal.clear()
             self._run_callbacks()
             self._raise_pending()
-            now = self._now()
             with parts.lock:
-                taken = parts.fetch.buffer.take(limit, now)
+                now = self._now()  # read under the lock: a hand-out is stamped after what filled the buffer
+                # each batch's records with its lock's deadline, read under the lock
+                taken = [(b.deadline or 0.0, b.records) for b in parts.fetch.buffer.take_batches(limit, now)]
                 if not taken:
                     parts.fetch.want_records()
-                deadlines = self._deadlines(taken)
             if taken:
-                return self._hand_out(taken, deadlines)
+                if parts.history is not None:
+                    parts.history.handed(taken, now, started)
+                return self._hand_out(taken)
             parts.transport.wakeup()
             self._check_wakeup()
             if parts.lifecycle.failure is not None:
@@ -134,44 +136,37 @@ class ShareConsumer:
                 return []
             self._signal.wait(min(remaining, 1000.0) / 1000.0)
 
-    def _deadlines(self, taken: list[_Held]) -> dict[tuple[TopicIdPartition, int], float]:
-        """The lock deadline of each record taken (its batch's; under the lock)."""
-        wanted = {(h.partition, h.offset) for h in taken}
-        out: dict[tuple[TopicIdPartition, int], float] = {}
-        for batch in self._parts.fetch.buffer.batches():
-            deadline = batch.deadline
-            for record in batch.records:
-                key = (batch.partition, record.offset)
-                if key in wanted and deadline is not None:
-                    out[key] = deadline
-        return out
-
-    def _hand_out(self, taken: list[_Held], deadlines: dict[tuple[TopicIdPartition, int], float]) -> list[ShareRecord]:
+    def _hand_out(self, taken: list[tuple[float, list[_Held]]]) -> list[ShareRecord]:
         out: list[ShareRecord] = []
         key_fn, value_fn = self._key_fn, self._value_fn
-        for held in taken:
-            r = held.record
-            origin = "key"
-            try:
-                key = r.key if key_fn is None else key_fn(r.topic, r.headers, r.key)
-                origin = "value"
-                value = r.value if value_fn is None else value_fn(r.topic, r.headers, r.value)
-            except Exception as exc:  # noqa: BLE001 - the deserializer's failure is the user's, raised by the next call
-                error = deserializer_failed(exc, r.topic, r.partition, r.offset, origin)
-                cause = error.__cause__ or error
-                cause.add_note(
-                    f"fsm_consumer: the record is acquired by this member: acknowledge_offset({r.topic!r}, "
-                    f"{r.partition}, {r.offset}, AcknowledgeType.REJECT) archives it, RELEASE hands it out again; "
-                    "not acknowledged by the poll() after next, it is released"
-                )
-                self._failed[(r.topic, r.partition, r.offset)] = cause
-                self._pending.append(cause)
-                continue
-            lock = deadlines.get((held.partition, held.offset), 0.0) / 1000.0
-            out.append(ShareRecord(*r[:6], key, value, *r[8:], held.delivery_count, lock))  # type: ignore[call-arg]
+        for deadline, records in taken:
+            lock = deadline / 1000.0
+            for held in records:
+                r = held.record
+                origin = "key"
+                try:
+                    key = r.key if key_fn is None else key_fn(r.topic, r.headers, r.key)
+                    origin = "value"
+                    value = r.value if value_fn is None else value_fn(r.topic, r.headers, r.value)
+                except Exception as exc:  # noqa: BLE001 - the deserializer's failure is the user's, raised by the next call
+                    self._not_deserialized(r, exc, origin)
+                    continue
+                out.append(ShareRecord(*r[:6], key, value, *r[8:], held.delivery_count, lock))  # type: ignore[call-arg]
         if not out and self._pending:
             self._raise_pending()
         return out
+
+    def _not_deserialized(self, r: Any, exc: Exception, origin: str) -> None:
+        """Kept for the next call to raise; the record stays acquired until acknowledge_offset() or a later poll."""
+        error = deserializer_failed(exc, r.topic, r.partition, r.offset, origin)
+        cause = error.__cause__ or error
+        cause.add_note(
+            f"fsm_consumer: the record is acquired by this member: acknowledge_offset({r.topic!r}, "
+            f"{r.partition}, {r.offset}, AcknowledgeType.REJECT) archives it, RELEASE hands it out again; "
+            "not acknowledged by the poll() after next, it is released"
+        )
+        self._failed[(r.topic, r.partition, r.offset)] = cause
+        self._pending.append(cause)
 
     # -- acknowledgements ---------------------------------------------------------------------------------
     def acknowledge(self, record: ShareRecord, type: AcknowledgeType = AcknowledgeType.ACCEPT) -> None:  # noqa: A002
@@ -367,6 +362,8 @@ class ShareConsumer:
             self._run_callbacks()
         finally:
             self._closed = True
+            if parts.history is not None:
+                parts.history.closed()
 
     def metrics_flat(self) -> dict[str, Any]:
         parts = self._parts

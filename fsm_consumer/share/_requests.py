@@ -55,6 +55,7 @@ class ShareRequests:
         acquire_mode: str = "batch_optimized",
         request_timeout_ms: float = 30_000,
         connected: Callable[[int], bool] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self._group = group_id
         self.membership = membership
@@ -67,6 +68,7 @@ class ShareRequests:
         self._request_timeout_ms = request_timeout_ms
         self._connected = connected  # the transport's ready(node): whether the connection to a node still stands
         self._closing: list[ShareFetchIntent | ShareAcknowledgeIntent] = []  # close()'s requests, sent next
+        self._clock = clock  # the background loop's own clock (see poll)
         self._metadata_version: Any = None
         self.sent_requests = 0
 
@@ -79,7 +81,13 @@ class ShareRequests:
     # -- the loop -----------------------------------------------------------------------------------------
     def poll(self, now: float) -> tuple[float, list[Outgoing]]:
         with self._lock:
-            return self._poll(now)
+            # the loop read ``now`` before this waited for the share lock, while the application may have handed
+            # records out and acknowledged them: what is sent now is stamped after that (an acknowledgement's
+            # sending never before its record's hand-out), still before the request goes out
+            return self._poll(self._fresh(now))
+
+    def _fresh(self, now: float) -> float:
+        return now if self._clock is None else max(now, self._clock())
 
     def _poll(self, now: float) -> tuple[float, list[Outgoing]]:
         m = self.membership
@@ -198,6 +206,7 @@ class ShareRequests:
 
         def answered(pending: Any, now: float) -> None:
             with self._lock:
+                now = self._fresh(now)
                 if pending.error is not None:
                     log.info("share request to node %s failed: %r", node, pending.error)
                     self.fetch.on_failure(node, f"{type(pending.error).__name__}: {pending.error}", now)

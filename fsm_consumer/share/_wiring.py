@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from .._config import ConsumerConfig
+from .._history_writer import HistoryWriter
 from .._metrics import Metrics
 from ..engine import ApplicationEventProcessor, BackgroundLifecycle, NetworkThread
 from ..events import ApplicationEventQueue, BackgroundEventQueue, Signal
@@ -31,6 +32,7 @@ from ..structs import TopicPartition
 from ..transport._kafka import KafkaTransport
 from ._config import ShareSettings
 from ._events import ShareSubscribeEvent, ShareUnsubscribeEvent
+from ._history import ShareHistory
 from ._requests import ShareRequests
 
 if TYPE_CHECKING:
@@ -59,6 +61,7 @@ class ShareParts:
     metrics: Metrics
     clock: MonotonicClock  # only the consumer's now: the background loop owns its own reading of it
     topics: list[str] = attrs.field(factory=list)  # the subscription (read by the metadata manager)
+    history: ShareHistory | None = None  # the history_path file's lines, or None
 
     def topic_ids(self) -> dict[str, str]:
         """topic name -> topic id, as the metadata knows them."""
@@ -103,14 +106,23 @@ def wire(config: ConsumerConfig, settings: ShareSettings, transport: Transport |
     lock = threading.Lock()
     decode_errors: list[RecordError] = []
 
+    # topic id -> name (share requests name topics by id), replaced whole: both threads read it
+    id_names: list[dict[str, str]] = [{}]
+
+    def name_of(topic_id: str) -> str | None:
+        name = id_names[0].get(topic_id)
+        info = metadata.topics.get(name) if name is not None else None
+        if info is None or info.topic_id != topic_id:  # not known yet, or the metadata changed: built again
+            id_names[0] = {i.topic_id: n for n, i in list(metadata.topics.items()) if i.topic_id}
+            name = id_names[0].get(topic_id)
+        return name
+
     def known(topic_id: str) -> bool:
-        return any(info.topic_id == topic_id for info in metadata.topics.values())
+        return name_of(topic_id) is not None
 
     def leader_of(tp: TopicIdPartition) -> int | None:
-        for name, info in metadata.topics.items():
-            if info.topic_id == tp.topic_id:
-                return metadata.leader(TopicPartition(name, tp.partition))
-        return None
+        name = name_of(tp.topic_id)
+        return None if name is None else metadata.leader(TopicPartition(name, tp.partition))
 
     def decode(records: Any) -> Iterable[Any]:
         name, partition, data, first = records
@@ -156,8 +168,10 @@ def wire(config: ConsumerConfig, settings: ShareSettings, transport: Transport |
         acquire_mode=settings.acquire_mode,
         request_timeout_ms=config.request_timeout_ms,
         connected=transport.ready,
+        clock=clock.now_ms,
     )
     membership._close_sessions = requests.close_sessions  # the spec's start_leaving closes every session first
+    history = _history(config, settings, membership, fetch, transport, machine, held, name_of)
     processor = ApplicationEventProcessor(
         metadata=metadata, offsets=None, lifecycle=lifecycle, machine=machine, subscription=None
     )
@@ -212,6 +226,33 @@ def wire(config: ConsumerConfig, settings: ShareSettings, transport: Transport |
         metrics=metrics,
         clock=clock,
         topics=topics,
+        history=history,
     )
     lifecycle.closers.append(_Closer(parts))
     return parts
+
+
+def _history(
+    config: ConsumerConfig,
+    settings: ShareSettings,
+    membership: ShareMembershipManager,
+    fetch: ShareFetchManager,
+    transport: Transport,
+    machine: SpecMachine,
+    held: HeldErrors,
+    name_of: Callable[[str], str | None],
+) -> ShareHistory | None:
+    """history_path given: every machine's transitions, the buffer's outcomes and losses, as history lines."""
+    if not config.history_path:
+        return None
+    writer = HistoryWriter(config.history_path, config.client_id)
+    history = ShareHistory(writer, membership, name_of)
+    history.started(config, settings)
+    held.on_new = lambda key, error: writer.write("held", key=repr(key), error=repr(error))
+    for m in (machine, membership.machine):
+        m.observer = writer.transition
+    fetch.machine_observer = fetch.buffer.machine_observer = writer.transition
+    if hasattr(transport, "machine_observer"):
+        transport.machine_observer = writer.transition  # every connection's machine
+    fetch.buffer.observer = history
+    return history

@@ -8,6 +8,7 @@ is what "between" and "during" are judged by.
 Rules that compare consumers (E, D, M, C) compare the consumers of one group (``started``'s ``group``); a
 consumer without a ``started`` line is compared with those of every group. Who owned what when is one
 model for all of them (``_ownership``); each rule function takes that model when the caller built it.
+The share rules (H N A S) judge share groups' lines, per record (``_share``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ._keys import rule_k
 from ._lost import normalize_produced, rule_l
 from ._owners import rule_e, stale_figures, stale_polls
 from ._positions import rule_d, rule_m
+from ._share import DELIVERY_LIMIT, rule_a, rule_h, rule_n, rule_s
 from ._shared import Lines
 
 #: rule letter -> the function that checks it over lines (L and C take more: see check())
@@ -30,19 +32,28 @@ RULE_FUNCTIONS: Mapping[str, Callable[..., list[Violation]]] = {
     "M": rule_m,
     "C": rule_c,
     "K": rule_k,
+    "H": rule_h,
+    "N": rule_n,
+    "A": rule_a,
+    "S": rule_s,
 }
 
 __all__ = [
+    "DELIVERY_LIMIT",
     "RULE_FUNCTIONS",
     "Lines",
     "broker_backwards",
     "normalize_produced",
     "stale_figures",
     "stale_polls",
+    "rule_a",
     "rule_c",
     "rule_d",
     "rule_e",
+    "rule_h",
     "rule_k",
     "rule_l",
     "rule_m",
+    "rule_n",
+    "rule_s",
 ]

@@ -94,7 +94,8 @@ def _missing(reads: Sequence[Read], ranges: list[tuple[int, int]]) -> list[tuple
 def rule_l(lines: Lines, produced: Mapping[Any, Any] | None) -> list[Violation]:
     """L: every offset ``0..count-1`` of each partition produced was handed out (lies in a ``read``'s
     ``offsets`` and not in its ``gaps``) by some consumer of each group that read or was assigned the topic;
-    a produced partition of a topic no consumer touched is lost whole. Without ``produced``, nothing (check()
+    a produced partition of a topic no consumer touched is lost whole (unless a share group read it: rule S
+    judges share groups). Without ``produced``, nothing (check()
     reports L as not checked)."""
     if produced is None:
         return []
@@ -110,6 +111,7 @@ def rule_l(lines: Lines, produced: Mapping[Any, Any] | None) -> list[Violation]:
             reads[(group, r.tp)].append(r)
     for v in tl.intervals:
         touched[group_of[v.consumer]].add(v.tp[0])
+    shared = {line.tp[0] for line in tl.share}  # topics share groups read: rule S judges those groups
     out = []
     for tp, value in sorted(counts.items()):
         ranges = as_ranges(value)
@@ -117,6 +119,8 @@ def rule_l(lines: Lines, produced: Mapping[Any, Any] | None) -> list[Violation]:
         if n == 0:
             continue
         groups = sorted((g for g, topics in touched.items() if tp[0] in topics), key=str)
+        if not groups and tp[0] in shared:
+            continue
         if not groups:
             out.append(
                 Violation(

@@ -33,10 +33,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
     """The mutants of the scenarios' clean histories, per broker: every one was caught (else its test failed)."""
     from scenario_verdict import TRIED
 
-    from fsm_consumer.history import MUTANT_KINDS
+    from fsm_consumer.history import CONSUMER_MUTANT_KINDS
 
     for broker, counts in sorted(TRIED.items()):
-        shown = ", ".join(f"{kind} {counts.get(kind, 0)}" for kind in MUTANT_KINDS)
+        shown = ", ".join(f"{kind} {counts.get(kind, 0)}" for kind in CONSUMER_MUTANT_KINDS)
         terminalreporter.write_line(f"mutants of clean scenario histories on {broker}, all caught: {shown}")
 
 
@@ -47,11 +47,11 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
     from scenario_verdict import TRIED
 
-    from fsm_consumer.history import MUTANT_KINDS
+    from fsm_consumer.history import CONSUMER_MUTANT_KINDS
 
     if os.environ.get("FSM_REQUIRE_ALL_MUTANTS") != "1":
         return
-    missing = {b: [k for k in MUTANT_KINDS if not counts.get(k)] for b, counts in TRIED.items()}
+    missing = {b: [k for k in CONSUMER_MUTANT_KINDS if not counts.get(k)] for b, counts in TRIED.items()}
     missing = {b: ks for b, ks in missing.items() if ks}
     if missing:
         session.config.get_terminal_writer().line(f"mutant kinds never tried (FSM_REQUIRE_ALL_MUTANTS=1): {missing}")

@@ -209,6 +209,7 @@ def test_assignment_callback_slower_than_its_timeout(broker, make_topic, members
         explain=lambda: str(m.triggers()[-10:]),
     )
     m.assign_delay = 0.0
+
     # an earlier poll (the one the first assignment timed out in) resumed already: wait for one after the expiry
     def after_expiry() -> list[str]:
         t = m.triggers()

@@ -819,4 +819,4 @@ def test_every_public_name_resolves() -> None:
     import fsm_consumer.history as history
 
     assert all(getattr(history, name) is not None for name in history.__all__)
-    assert list(RULES) == ["L", "E", "D", "M", "C", "K"]
+    assert list(RULES) == ["L", "E", "D", "M", "C", "K", "H", "N", "A", "S"]
