@@ -27,6 +27,13 @@ def add_options(ap: argparse.ArgumentParser) -> None:
         "commit log cannot be read (rule C: no acknowledged commit above them)",
     )
     ap.add_argument(
+        "--share-settled",
+        metavar="FILE.json",
+        help='{"topic": {"partition": offset}}: share groups: below these offsets the broker holds every record '
+        "settled after the run (its share-partition start offset, or the end when it counts no lag): rule S takes "
+        "its word for records whose last member's acknowledgement went unanswered (killed, or cut off)",
+    )
+    ap.add_argument(
         "--delivery-limit",
         type=_limit,
         default=None,
@@ -48,16 +55,24 @@ def _limit(text: str) -> int:
 
 def read_options(args: argparse.Namespace) -> dict[str, Any]:
     """``check()``'s keyword arguments from the options; HistoryError for an unreadable file."""
-    from ..history import HistoryError, read_broker_commits, read_produced
+    from ..history import read_broker_commits, read_produced
 
-    held = None
-    if args.broker_committed:
-        held = read_produced(args.broker_committed)  # the same {"topic": {"partition": number}} shape
-        if not all(isinstance(offset, int) for offset in held.values()):
-            raise HistoryError(f'{args.broker_committed}: expected {{"topic": {{"partition": offset}}}}')
+    held = _offsets(args.broker_committed, "--broker-committed") if args.broker_committed else None
     return dict(
         produced=read_produced(args.produced) if args.produced else None,
         broker_commits=read_broker_commits(args.broker_commits) if args.broker_commits else None,
         broker_committed=held,
+        share_settled=_offsets(args.share_settled, "--share-settled") if getattr(args, "share_settled", None) else None,
         **({} if getattr(args, "delivery_limit", None) is None else {"delivery_limit": args.delivery_limit}),
     )
+
+
+def _offsets(path: str, flag: str) -> dict[Any, int]:
+    """A ``{"topic": {"partition": offset}}`` file; HistoryError naming it otherwise."""
+    from ..history import HistoryError, read_produced
+
+    held = read_produced(path)  # the same {"topic": {"partition": number}} shape
+    offsets = {tp: offset for tp, offset in held.items() if isinstance(offset, int)}
+    if len(offsets) != len(held):
+        raise HistoryError(f'{path} ({flag}): expected {{"topic": {{"partition": offset}}}}')
+    return offsets

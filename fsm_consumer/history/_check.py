@@ -28,7 +28,7 @@ from ._rules import (
     rule_s,
     stale_figures,
 )
-from ._rules._share import _Records, share_consumers
+from ._rules._share import _Records, broker_settled_count, share_consumers
 from ._violation import RULES, Violation
 
 #: how far (ms) from a violation's time the transitions of its consumers are kept
@@ -85,6 +85,7 @@ def check(
     *,
     broker_committed: Mapping[Any, int] | None = None,
     delivery_limit: int = DELIVERY_LIMIT,
+    share_settled: Mapping[Any, int] | None = None,
     window_ms: float = WINDOW_MS,
 ) -> CheckResult:
     """Every rule over a history (``load()``'s, or the lines themselves). Raises ``IncomparableHistories``
@@ -98,7 +99,10 @@ def check(
     is judged from it instead of from the histories, and every acknowledged commit must be in it.
     ``broker_committed``: ``{(topic, partition): offset}`` the broker holds after the run (for a broker
     whose log cannot be read): no acknowledged commit may be above it. ``delivery_limit``: the share groups'
-    delivery count limit (the broker's group.share.delivery.count.limit)."""
+    delivery count limit (the broker's group.share.delivery.count.limit). ``share_settled``: ``{(topic,
+    partition): offset}``, below which the broker holds every record of the share group settled after the run
+    (its word for records whose last member's acknowledgement went unanswered, killed or cut off: rule S's
+    allowance)."""
     loaded = history if isinstance(history, History) else None
     tl = as_timeline(history)
     comparable(tl)
@@ -117,7 +121,7 @@ def check(
         H=rule_h(tl, records),
         N=rule_n(tl, records, delivery_limit),
         A=rule_a(tl, records),
-        S=rule_s(tl, produced, records, delivery_limit),
+        S=rule_s(tl, produced, records, delivery_limit, _tp_keys(share_settled)),
     )
     context = _Transitions(tl, window_ms)
     violations: list[Violation] = []
@@ -134,7 +138,7 @@ def check(
             if (rule in ("L", "S") and produced is None) or not tl.events
             else ("violated" if found[rule] else "passed"),
             violations=len(found[rule]),
-            note=_note(rule, tl, model, produced, log, allowed, delivery_limit),
+            note=_note(rule, tl, model, produced, log, allowed, delivery_limit, share_settled),
         )
         for rule, title in RULES.items()
     }
@@ -144,6 +148,7 @@ def check(
         broker_commits=log,
         broker_committed=broker_committed,
         delivery_limit=delivery_limit,
+        share_settled=share_settled,
     )
     return CheckResult(violations, summary, model, inputs)
 
@@ -162,11 +167,18 @@ def _note(
     log: list[tuple[Any, ...]] | None,
     allowed: int,
     delivery_limit: int = DELIVERY_LIMIT,
+    share_settled: Mapping[Any, int] | None = None,
 ) -> str:
     if rule in ("L", "S") and produced is None:
         return "no produced counts given (--produced): nothing is known to be lost or not"
     if rule in ("H", "N", "A", "S") and not share_consumers(tl):
         return "no share consumer's lines: nothing to check"
+    if rule == "S" and share_settled is not None:
+        word = broker_settled_count(tl, produced, delivery_limit, _tp_keys(share_settled))
+        return (
+            f"the delivery limit taken as {delivery_limit} (--delivery-limit); {word} record(s) settled on the "
+            "broker's word only (--share-settled: their last member's acknowledgement unanswered, killed or cut off)"
+        )
     if rule in ("N", "S"):
         return f"the delivery limit taken as {delivery_limit} (--delivery-limit)"
     if rule == "C" and log is not None:

@@ -45,10 +45,17 @@ class ShareAck:
     error: str | None
     sent: float | None
     line: Event
+    answered: bool = True  # False: failed on the member's side, the broker's answer never read
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def unknown(self) -> bool:
+        """Sent, and failed before its answer was read (its session or connection ended): it may have taken
+        effect on the broker."""
+        return not self.ok and not self.answered and self.sent is not None
 
     def types(self) -> dict[int, str]:
         return {o: kind for first, last, kind in self.acks for o in range(first, last + 1)}
@@ -110,7 +117,11 @@ def share_line(i: int, t: float, name: str, kind: str, e: Event) -> ShareHand | 
         ago = e.get("sent_ago_ms")
         if ago is not None and (isinstance(ago, bool) or not isinstance(ago, (int, float)) or ago < 0):
             raise Malformed(f"sent_ago_ms is neither null nor a duration: {ago!r}")
-        return ShareAck(i, t, name, tp, tuple(acks), error, None if ago is None else t - float(ago), e)
+        answered = e.get("answered", True)
+        if not isinstance(answered, bool):
+            raise Malformed(f"answered is not true or false: {answered!r}")
+        sent = None if ago is None else t - float(ago)
+        return ShareAck(i, t, name, tp, tuple(acks), error, sent, e, answered)
     why = e.get("why")
     offsets = tuple((int(a), int(b)) for a, b in _runs(e, "offsets", 2))  # type: ignore[call-overload]
     return ShareLost(i, t, name, tp, offsets, why if isinstance(why, str) else "", e)

@@ -2,6 +2,7 @@
 way a share group could break what its user relies on, and the rule that says so must report it.
 
 * ``share-second-holder``: a record handed to a second member while its first holder's hold lasts (rule H);
+* ``share-after-lock``: a hand-out made after its own lock ran out (rule H);
 * ``share-count-back``: a redelivery counted no higher than the delivery before it (rule N);
 * ``share-past-limit``: a delivery counted past the delivery limit (rule N);
 * ``share-again-after-accept``: a record handed out again after its ACCEPT took effect (rule A);
@@ -20,8 +21,10 @@ from ._model import fmt_range, fmt_tp
 from ._rules._share import DELIVERY_LIMIT, _holds, _Records
 from ._share_lines import ShareAck, ShareHand
 
+Events = list[dict[str, Any]]
+Mutant = Any  # _mutants.Mutant (that module imports this one)
+
 if TYPE_CHECKING:
-    from ._mutants import Events, Mutant
 
     class Source:  # what _mutants._Source offers
         events: Events
@@ -76,6 +79,20 @@ def _second_holder(s: Source) -> Iterator[Mutant]:
 
     what = f"{fmt_tp(tp)}@{offset} handed to {thief} at {t:.1f} ms while {hold.consumer} held it"
     yield s.mutant("share-second-holder", what, change, "H")
+
+
+def _after_lock(s: Source) -> Iterator[Mutant]:
+    hands = [h for h in s.tl.share if isinstance(h, ShareHand)]
+    if not hands:
+        return
+    h = s.rng.choice(hands)
+    n = s.index(h.i)
+
+    def change(ev: Events, _: list[str]) -> None:
+        ev[n]["lock_until"] = round(float(ev[n]["t"]) - 1.0, 3)  # the lock had run out a millisecond before
+
+    what = f"{h.consumer}'s hand-out of {fmt_tp(h.tp)} at {h.t:.1f} ms made after its lock ran out"
+    yield s.mutant("share-after-lock", what, change, "H")
 
 
 def _count_back(s: Source) -> Iterator[Mutant]:
@@ -200,6 +217,7 @@ def _unsettled(s: Source) -> Iterator[Mutant]:
 #: kind -> the function that makes its mutants of a clean share-group history
 SHARE_KINDS: dict[str, Callable[[Source], Iterator[Mutant]]] = {
     "share-second-holder": _second_holder,
+    "share-after-lock": _after_lock,
     "share-count-back": _count_back,
     "share-past-limit": _past_limit,
     "share-again-after-accept": _again_after_accept,

@@ -307,7 +307,7 @@ class ShareBuffer:
                 else:
                     batch.lost_why = "the renewal was refused" + (f" (error {code})" if code else "")
                     batch.machine.fire("renew_failed", now)
-            elif batch.state == "ack_in_flight":
+            elif batch.state in ("ack_in_flight", "ack_in_flight_late"):  # late: lost if it is to go again
                 if code is None or retry(code):
                     batch.machine.fire("ack_retry", now)
                 else:
@@ -320,7 +320,7 @@ class ShareBuffer:
         """A top-level error that keeps the session: nothing of the request was processed. Acknowledgements go
         again with the next request; a renewal is given up (the old lock goes on running)."""
         for batch in batches:
-            if batch.state == "ack_in_flight":
+            if batch.state in ("ack_in_flight", "ack_in_flight_late"):
                 batch.machine.fire("ack_retry", now)
             elif batch.state == "renewing":
                 batch.lost_why = f"the renewal was not processed: {why}"

@@ -301,8 +301,30 @@ static int push_int(ctx_t *c, builder_t *b, int64_t v, int64_t conv) {
 
 static int run(ctx_t *c, Py_ssize_t pc, cur_t *r);
 
-/* an array's or a map's blocks: a count (negative: its absolute value, then the block's byte size), 0 ends */
-static int blocks(ctx_t *c, cur_t *r, Py_ssize_t item_pc, builder_t *keys) {
+/* a map key as read: where it lies in the payload (alive for the whole decode) */
+typedef struct { const uint8_t *p; int64_t n; } span_t;
+
+static int span_cmp(const void *a, const void *b) {
+    const span_t *x = a, *y = b;
+    if (x->n != y->n) return x->n < y->n ? -1 : 1;
+    return x->n ? memcmp(x->p, y->p, (size_t)x->n) : 0;
+}
+
+/* a map whose blocks give one key twice: fastavro's dict keeps the last value at the first key's place, an
+   Arrow map would keep both entries; the Python path's answer, not ours to imitate (sorted: n log n) */
+static int unique_keys(ctx_t *c, buf_t *spans) {
+    size_t n = (size_t)(spans->len / (Py_ssize_t)sizeof(span_t));
+    span_t *k = (span_t *)spans->p;
+    if (n < 2) return 0;
+    qsort(k, n, sizeof(span_t), span_cmp);
+    for (size_t i = 1; i < n; i++)
+        if (span_cmp(&k[i - 1], &k[i]) == 0) return fail(c, ST_DECLINE, "a map gives one key twice");
+    return 0;
+}
+
+/* an array's or a map's blocks: a count (negative: its absolute value, then the block's byte size), 0 ends;
+   a map's keys go to `keys`, and where each lies to `spans` */
+static int blocks(ctx_t *c, cur_t *r, Py_ssize_t item_pc, builder_t *keys, buf_t *spans) {
     for (;;) {
         int64_t count;
         if (read_long(c, r, &count) < 0) return -1;
@@ -326,6 +348,10 @@ static int blocks(ctx_t *c, cur_t *r, Py_ssize_t item_pc, builder_t *keys) {
                 if (read_long(c, r, &n) < 0 || need(c, r, n, "map key") < 0) return -1;
                 if (!utf8_ok(r->p, n)) return fail(c, ST_ERROR, "a map key is not UTF-8");
                 if (push_bin(c, keys, r->p, n) < 0) return -1;
+                span_t at = {r->p, n};
+                if (grow(spans, (Py_ssize_t)sizeof at) < 0) return NOMEM(c);
+                memcpy(spans->p + spans->len, &at, sizeof at);
+                spans->len += (Py_ssize_t)sizeof at;
                 r->p += n;
             }
             if (run(c, item_pc, r) < 0) return -1;
@@ -467,7 +493,11 @@ static int run(ctx_t *c, Py_ssize_t pc, cur_t *r) {
             rc = skip_blocks(c, r, item, is_map);
             break;
         }
-        if (blocks(c, r, item, keys) < 0) break;
+        buf_t spans = {NULL, 0, 0};
+        int got = blocks(c, r, item, keys, &spans);
+        if (got == 0 && keys) got = unique_keys(c, &spans);
+        PyMem_RawFree(spans.p);
+        if (got < 0) break;
         rc = 0;
         if (entries) {  /* each entry a valid struct row (the end taken once: a program naming one builder as
                            both entries and keys must not chase its own rows) */

@@ -226,9 +226,8 @@ class ShareConsumer:
         self._settle(now, take=False)
         with parts.lock:
             parts.fetch.buffer.take_acks(now)
-            watched = [
-                b for b in parts.fetch.buffer.batches() if b.state in ("ack_queued", "ack_in_flight", "renewing")
-            ]
+            waiting = ("ack_queued", "ack_in_flight", "ack_in_flight_late", "renewing")
+            watched = [b for b in parts.fetch.buffer.batches() if b.state in waiting]
         parts.transport.wakeup()
         results: dict[TopicPartition, BaseException | None] = {}
         deadline = now + ms

@@ -107,6 +107,8 @@ class ShareHistory:
             tp=self._tp(outcome.partition.topic_id, outcome.partition.partition),
             acks=runs((o, ACK_NAMES.get(kind, str(kind))) for o, kind in ack_types),
             error=error,
+            # False: failed here (the lock ran out, the session ended) - sent, the broker may have applied it
+            answered=outcome.reason is None,
             sent_ago_ms=None if outcome.sent_at is None else round(now - outcome.sent_at, 3),
         )
 

@@ -23,7 +23,11 @@ from ..broker._process import _parent_death_guard
 __all__ = ["MODULES", "MemberProcess", "Watch", "stop_all"]
 
 #: the member process of each client a run can have
-MODULES = {"fsm": "fsm_consumer.testing._member_process", "librdkafka": "fsm_consumer.testing._librdkafka_member"}
+MODULES = {
+    "fsm": "fsm_consumer.testing._member_process",
+    "librdkafka": "fsm_consumer.testing._librdkafka_member",
+    "share": "fsm_consumer.testing._share_member",  # a share group's member (its own arguments and lines)
+}
 _ROOT = Path(__file__).resolve().parent.parent.parent  # the directory holding the fsm_consumer package
 
 

@@ -167,8 +167,20 @@ class _Found:
 
 def rule_h(tl: Timeline, records: _Records | None = None) -> list[Violation]:
     """H: one holder at a time: no member is handed a record while another member's (or its own) hold on it
-    lasts."""
+    lasts, nor after its own lock on it ran out."""
     found = _Found("H")
+    for line in tl.share:
+        if isinstance(line, ShareHand) and line.t >= line.lock_until:
+            first, last = line.records[0][0], line.records[-1][1]
+            found.add(
+                ("H-late", line.i),
+                first,
+                f"handed to {line.consumer} at {fmt_t(line.t)}, after its lock ran out at {fmt_t(line.lock_until)} "
+                f"(records {fmt_range(first, last)})",
+                line.t,
+                (line.consumer,),
+                line.tp,
+            )
     for (group, tp, offset), steps in (records or _Records.of(tl)).steps.items():
         holds = _holds(tl, steps)
         renewals = {hand.i for h in holds for hand in h.chain}
@@ -329,28 +341,71 @@ def rule_s(
     produced: Mapping[Any, Any] | None,
     records: _Records | None = None,
     delivery_limit: int = DELIVERY_LIMIT,
+    broker_settled: Mapping[TP, int] | None = None,
 ) -> list[Violation]:
     """S: every record produced to a topic a share group read is settled in it: accepted or rejected (taken
-    effect), or handed out at the delivery limit (the broker archives it then)."""
+    effect), or handed out at the delivery limit (the broker archives it then). One allowance, on the broker's
+    word only (``broker_settled``: per partition, the offset below which the broker holds every record settled
+    after the run): a record whose last member's ACCEPT or REJECT may have taken effect with no answer read -
+    the member killed with it in hand, or the answer lost with its connection (``_outcome_unknown``)."""
+    return _settle(tl, produced, records or _Records.of(tl), delivery_limit, broker_settled or {})[0]
+
+
+def _outcome_unknown(tl: Timeline, steps: list[_Step]) -> bool:
+    """Whether the last member handed a record may have settled it with no answer to show: its history ends
+    after the hand-out, no ``closed``, nothing said of the record (killed); or what it said is only that an
+    ACCEPT or REJECT it sent failed unanswered (its connection or session ended: a broker restart, a cut)."""
+    hands = [n for n, st in enumerate(steps) if st.hand is not None]
+    if not hands:
+        return False
+    holder = steps[hands[-1]].consumer
+    after = [st for st in steps[hands[-1] + 1 :] if st.consumer == holder]
+    if not after:
+        return not tl.consumers[holder].closed
+    unanswered = [st for st in after if st.ack is not None and st.ack.unknown and st.kind in FINAL]
+    return bool(unanswered) and all(st.lost is not None or st in unanswered for st in after)
+
+
+def broker_settled_count(
+    tl: Timeline,
+    produced: Mapping[Any, Any] | None,
+    delivery_limit: int = DELIVERY_LIMIT,
+    broker_settled: Mapping[TP, int] | None = None,
+) -> int:
+    """How many records rule S took as settled on the broker's word (its allowance)."""
+    return _settle(tl, produced, _Records.of(tl), delivery_limit, broker_settled or {})[1]
+
+
+def _settle(
+    tl: Timeline,
+    produced: Mapping[Any, Any] | None,
+    recs: _Records,
+    delivery_limit: int,
+    broker: Mapping[TP, int],
+) -> tuple[list[Violation], int]:
     if produced is None:
-        return []
+        return [], 0
     wanted: dict[TP, Produced] = normalize_produced(produced)
-    recs = records or _Records.of(tl)
     settled: dict[Key, bool] = {}
     topics: dict[GroupKey, set[str]] = defaultdict(set)
+    allowed = 0
     for (group, tp, offset), steps in recs.steps.items():
         topics[group].add(tp[0])
         last_count = max((s.count for s in steps if s.hand is not None), default=0)
         final = any(s.ack is not None and s.ack.ok and s.kind in FINAL for s in steps)
-        settled[(group, tp, offset)] = final or last_count >= delivery_limit
+        done = final or last_count >= delivery_limit
+        if not done and offset < broker.get(tp, -1) and _outcome_unknown(tl, steps):
+            done = True  # killed with it in hand, settled by the broker's word
+            allowed += 1
+        settled[(group, tp, offset)] = done
     found = _Found("S")
     for group, names in topics.items():
         for tp, what in wanted.items():
             if tp[0] not in names:
                 continue
             ranges = [(0, what - 1)] if isinstance(what, int) else what
-            for first, last in ranges:
-                for offset in range(first, last + 1):
+            for first, last_offset in ranges:
+                for offset in range(first, last_offset + 1):
                     if settled.get((group, tp, offset)):
                         continue
                     seen = (group, tp, offset) in settled
@@ -367,7 +422,7 @@ def rule_s(
                         (),
                         tp,
                     )
-    return found.violations()
+    return found.violations(), allowed
 
 
-__all__ = ["DELIVERY_LIMIT", "rule_a", "rule_h", "rule_n", "rule_s", "share_consumers"]
+__all__ = ["DELIVERY_LIMIT", "broker_settled_count", "rule_a", "rule_h", "rule_n", "rule_s", "share_consumers"]

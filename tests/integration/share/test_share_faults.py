@@ -421,6 +421,55 @@ def test_acknowledgements_refused_with_a_retriable_error_go_again(broker, make_t
     assert sorted(outcomes.accepted) == [0, 1, 2, 3, 4] and outcomes.failed == []
 
 
+def test_acknowledgements_answered_after_the_lock_ran_out_are_what_the_broker_says(broker, make_topic, produce, fired):
+    """Sent well within a 1 s lock, their answer held back 1.5 s: the lock runs out with them in flight
+    (ack_in_flight_late), and the broker's answer decides - it applied them, so they are done (as Java reports
+    them), never reported failed; the records are never delivered again."""
+    topic = make_topic()
+    produce(topic, 5)
+    consumer, faults, outcomes = _faulty(
+        broker, _group(broker, lock_ms=1000), topic, share_acknowledgement_mode="explicit"
+    )
+    with consumer:
+        got = _poll_until(consumer, 5)
+        for r in got:
+            consumer.acknowledge(r)
+        faults.delay_when("ShareAcknowledge", 1500, when=_has_acks)
+        results = consumer.commit_sync(timeout_ms=10_000)
+        assert list(results.values()) == [None], results
+        assert _poll_until(consumer, 1, timeout_s=2) == []
+    assert faults.spent()
+    assert _did(fired, "share_batch", "ack_in_flight", "lock_expired", "ack_in_flight_late")
+    assert _did(fired, "share_batch", "ack_in_flight_late", "ack_answered", "settled")
+    assert sorted(outcomes.accepted) == [0, 1, 2, 3, 4] and outcomes.failed == []
+
+
+def test_acknowledgements_not_processed_before_the_lock_ran_out_fail_and_their_records_come_back(
+    broker, make_topic, produce, fired
+):
+    """Refused with a retriable error (UNKNOWN_TOPIC_OR_PARTITION: nothing processed) in an answer read after the
+    1 s lock ran out: they may not go again (the broker would refuse them) - reported failed, and the records
+    come back with delivery count 2, then accepted."""
+    topic = make_topic()
+    produce(topic, 5)
+    consumer, faults, outcomes = _faulty(
+        broker, _group(broker, lock_ms=1000), topic, share_acknowledgement_mode="explicit"
+    )
+    with consumer:
+        got = _poll_until(consumer, 5)
+        for r in got:
+            consumer.acknowledge(r)
+        faults.misroute(when=_in_session)
+        faults.delay_when("ShareAcknowledge", 1500, when=_in_session)
+        results = consumer.commit_sync(timeout_ms=10_000)
+        assert [type(e).__name__ for e in results.values()] == ["AcknowledgementFailedError"], results
+        again = _until_accepted(consumer, outcomes, range(5), explicit=True)
+    assert faults.spent()
+    assert _did(fired, "share_batch", "ack_in_flight_late", "ack_retry", "lost")
+    assert sorted((r.offset, r.delivery_count) for r in again) == [(o, 2) for o in range(5)]
+    assert sorted(outcomes.accepted) == [0, 1, 2, 3, 4] and [sorted(f) for f, _ in outcomes.failed] == [[0, 1, 2, 3, 4]]
+
+
 def test_a_refused_renewal_loses_the_batch_and_its_records_come_back(broker, make_topic, produce, fired):
     """A RENEW the broker refuses (for real: UNKNOWN_TOPIC_OR_PARTITION, nothing renewed): commit_sync() reports
     the batch failed, its records are not handed out again under the old lock, and they come back with a higher

@@ -241,3 +241,66 @@ def test_every_share_mutant_of_a_clean_history_is_caught(tmp_path):
     tried = {kind: counts[0] for kind, counts in report.by_kind().items()}
     assert all(tried[kind] >= 1 for kind in SHARE_MUTANT_KINDS), report.format()
     assert report.all_caught, report.format()
+
+
+def test_check_history_takes_the_delivery_limit_and_names_a_bad_one(tmp_path, capsys):
+    import json
+
+    from fsm_consumer.cli import main
+
+    run = Run()
+    for n in range(1, 7):
+        run.hand("a", n * 100, 0, 0, count=n).ack("a", n * 100 + 50, 0, 0, "release", sent=n * 100 + 10)
+    run.closed("a", 1000)
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(line) + "\n" for line in run.lines))
+    produced = tmp_path / "produced.json"
+    produced.write_text(json.dumps({TOPIC: {"0": 1}}))
+    assert main(["check-history", str(tmp_path), "--produced", str(produced)]) == 1  # 6 deliveries, limit 5: N
+    assert "past the delivery limit 5" in capsys.readouterr().out
+    assert main(["check-history", str(tmp_path), "--produced", str(produced), "--delivery-limit", "6"]) == 0
+    capsys.readouterr()
+    assert main(["check-history", str(tmp_path), "--delivery-limit", "zero"]) == 2
+    assert "--delivery-limit takes a count >= 1, got 'zero'" in capsys.readouterr().err
+
+
+def test_a_record_handed_out_after_its_own_lock_ran_out_breaks_h():
+    run = Run().hand("a", 1500, 0, 0, lock=1000).ack("a", 1700, 0, 0, sent=1600, error="the lock ran out")
+    result = run.check()
+    assert rules(result) == {"H"} and "after its lock ran out at 1000.0 ms" in result.violations[0].message
+
+
+def test_a_record_whose_holder_was_killed_acknowledging_it_is_settled_on_the_brokers_word_only():
+    """b accepted record 10 and was killed before the answer came back: no outcome in its history. With the
+    broker saying every record below 11 is settled, S takes its word for that one record, and for no record a
+    live member left without an outcome."""
+    run = Run().hand("a", 100, 0, 9).ack("a", 200, 0, 9, sent=150).hand("b", 210, 10, 10).closed("a", 300)
+    assert rules(run.check(produced=11)) == {"S"}
+    result = run.check(produced=11, share_settled={(TOPIC, 0): 11})
+    assert result.ok, result.format()
+    assert "1 record(s) settled on the broker's word only" in result.summary["rules"]["S"]["note"]
+    run.closed("b", 400)  # b lived on and closed: it must have reported the outcome itself
+    assert rules(run.check(produced=11, share_settled={(TOPIC, 0): 11})) == {"S"}
+
+
+def test_an_acceptance_whose_answer_was_lost_with_the_connection_is_settled_on_the_brokers_word_only():
+    """b's ACCEPT went out, then its connection closed (a broker restart): reported failed unanswered; the broker
+    had applied it (the record never came back). S takes the broker's word for it, not for one the broker
+    answered with an error."""
+    run = Run().hand("a", 100, 0, 9).ack("a", 200, 0, 9, sent=150).hand("b", 210, 10, 10)
+    run._line("b", 300, "share_lost", tp=[TOPIC, 0], offsets=[[10, 10]], why="its share session ended")
+    run._line(
+        "b",
+        300,
+        "share_ack",
+        tp=[TOPIC, 0],
+        acks=[[10, 10, "accept"]],
+        error="its share session ended",
+        answered=False,
+        sent_ago_ms=80.0,
+    )
+    run.closed("a", 400).closed("b", 400)
+    assert rules(run.check(produced=11)) == {"S"}
+    assert run.check(produced=11, share_settled={(TOPIC, 0): 11}).ok
+    refused = Run().hand("a", 100, 0, 9).ack("a", 200, 0, 9, sent=150).hand("b", 210, 10, 10)
+    refused.ack("b", 300, 10, 10, sent=250, error="INVALID_RECORD_STATE (121)").closed("a", 400).closed("b", 400)
+    assert rules(refused.check(produced=11, share_settled={(TOPIC, 0): 11})) == {"S"}

@@ -252,34 +252,60 @@ def test_an_acknowledgement_after_the_lock_ran_out_is_reported_failed_and_never_
     assert buffer.take_acks(LOCK + 3) == 0 and buffer.pending_acks(1) == {} and len(buffer) == 0
 
 
-def test_acks_in_flight_when_the_lock_runs_out_are_failed_whatever_the_answer_says():
+def test_acks_sent_before_the_lock_ran_out_are_the_brokers_to_judge():
+    """Sent before the deadline, answered after it: the broker refuses what reaches it after the lock, so its
+    answer decides (an accept it applied is done, as Java reports it); not processed, they may not go again."""
+
+    def sent_then_lock_ran_out():
+        buffer = ShareBuffer()
+        batch = acquired(buffer, 0, 1, sent_at=0)
+        handed_and_acked(buffer, 100)
+        buffer.take_acks(200)
+        sent = buffer.acks_sent(1, LOCK - 10)
+        buffer.tick(LOCK)
+        return buffer, batch, sent
+
+    for code, ok in ((0, True), (121, False)):  # INVALID_RECORD_STATE: it reached the broker after the lock
+        buffer, batch, sent = sent_then_lock_ran_out()
+        assert batch.state == "ack_in_flight_late" and buffer.drain_outcomes() == []
+        assert buffer.take(10, LOCK) == []  # nothing of it is handed out
+        buffer.acks_answered(sent, {TP: code}, LOCK + 5)
+        assert batch.state == "settled"
+        assert [(o.acks, o.ok) for o in buffer.drain_outcomes()] == [(((0, ACCEPT), (1, ACCEPT)), ok)]
+    for answer in ({}, {TP: 6}):  # not processed; NOT_LEADER_OR_FOLLOWER (retriable): not to go again
+        buffer, batch, sent = sent_then_lock_ran_out()
+        buffer.acks_answered(sent, answer, LOCK + 5, retry=lambda code: code == 6)
+        assert batch.state == "lost" and buffer.pending_acks(1) == {}
+        assert [(o.acks, o.ok) for o in buffer.drain_outcomes()] == [(((0, ACCEPT), (1, ACCEPT)), False)]
+
+
+def test_acks_sent_after_the_session_ended_are_failed_whatever_the_answer_says():
     buffer = ShareBuffer()
-    batch = acquired(buffer, 0, 1, sent_at=0)
+    batch = acquired(buffer, 0, 1, sent_at=0, generation=4)
     handed_and_acked(buffer, 100)
     buffer.take_acks(200)
-    sent = buffer.acks_sent(1, LOCK - 10)
-    buffer.tick(LOCK)
-    assert batch.state == "lost"
-    failed = buffer.drain_outcomes()
-    assert [(o.acks, o.ok) for o in failed] == [(((0, ACCEPT), (1, ACCEPT)), False)]
-    buffer.acks_answered(sent, {TP: 0}, LOCK + 5)  # the broker said done; the lock ran out first here
+    sent = buffer.acks_sent(1, 300)
+    buffer.lose(1, 4, "SHARE_SESSION_NOT_FOUND", 310)
+    assert [(o.acks, o.ok) for o in buffer.drain_outcomes()] == [(((0, ACCEPT), (1, ACCEPT)), False)]
+    buffer.acks_answered(sent, {TP: 0}, 320)  # whatever it says: the broker released them with the session
     assert batch.state == "lost" and buffer.drain_outcomes() == []
 
 
-@pytest.mark.parametrize("state", ["buffered", "handed_out", "marked", "ack_queued", "ack_in_flight"])
+@pytest.mark.parametrize("state", ["buffered", "handed_out", "marked", "ack_queued", "ack_in_flight", "late"])
 def test_a_session_that_ends_loses_its_batches_in_every_live_state(state):
     buffer = ShareBuffer()
     batch = acquired(buffer, 0, 0, generation=4)
-    other = acquired(buffer, 0, 0, tp=TQ, generation=5)  # acquired under a later session: kept
-    steps = ["buffered", "handed_out", "marked", "ack_queued", "ack_in_flight"]
+    other = acquired(buffer, 0, 0, tp=TQ, generation=5, sent_at=10)  # acquired under a later session: kept
+    steps = ["buffered", "handed_out", "marked", "ack_queued", "ack_in_flight", "late"]
     for step in steps[1 : steps.index(state) + 1]:
         {
             "handed_out": lambda: buffer.take(1, 10),
             "marked": lambda: buffer.acknowledge(TP, 0, REJECT, 11),
             "ack_queued": lambda: buffer.take_acks(12),
             "ack_in_flight": lambda: buffer.acks_sent(1, 13),
+            "late": lambda: buffer.tick(LOCK),  # the lock ran out with the acknowledgements in flight
         }[step]()
-    assert batch.state == state
+    assert batch.state == {"late": "ack_in_flight_late"}.get(state, state)
     assert buffer.lose(1, 4, "SHARE_SESSION_NOT_FOUND", 20) == [batch]
     assert batch.state == "lost" and other.state != "lost"
     assert batch.lost_why == "its share session ended: SHARE_SESSION_NOT_FOUND"

@@ -401,6 +401,20 @@ def test_a_block_count_of_minus_two_to_the_63_is_fastavros_to_read():
     assert not any(OUTCOMES), "the compiled decoder took the column"
 
 
+def test_a_map_giving_one_key_twice_is_fastavros_to_read():
+    """fastavro's dict keeps the last value of a key given twice, at the first one's place; an Arrow map would keep
+    both entries: the compiled path declines (the sanitized fuzzer's seed 411847, case 480)."""
+    client = _registry()
+    sid = _register(
+        client, {"type": "record", "name": "R", "fields": [{"name": "m", "type": {"type": "map", "values": "int"}}]}
+    )
+    # one block of three entries: "a" -> 1, "" -> 2, "a" -> 3
+    data = [_framed(sid, b"\x06" + b"\x02a\x02" + b"\x00\x04" + b"\x02a\x06" + b"\x00")]
+    (col, failed), (col2, failed2), _ = _both(client, data, declined_ok=True)
+    assert failed == failed2 == [] and col.to_pylist() == col2.to_pylist() == [{"m": [("a", 3), ("", 2)]}]
+    assert not any(OUTCOMES), "the compiled decoder took the column"
+
+
 def test_a_long_read_as_a_float_rounds_through_a_double_as_the_python_path_does():
     """fastavro's float(v) then pyarrow's float32: two roundings, which land 2**54 + 2**30 + 1 on 2**54, where
     rounding the long straight to a float gave 2**54 + 2**31."""
