@@ -34,6 +34,13 @@ def add_options(ap: argparse.ArgumentParser) -> None:
         "its word for records whose last member's acknowledgement went unanswered (killed, or cut off)",
     )
     ap.add_argument(
+        "--broker-restarts",
+        metavar="FILE.json",
+        help="[[down_from, up_at], ...]: when the broker was restarted, in the histories' clock (ms): rule N allows a "
+        "record acquired but not acknowledged then to come back at its count last written (Kafka writes it with "
+        "the acknowledgement)",
+    )
+    ap.add_argument(
         "--delivery-limit",
         type=_limit,
         default=None,
@@ -63,6 +70,7 @@ def read_options(args: argparse.Namespace) -> dict[str, Any]:
         broker_commits=read_broker_commits(args.broker_commits) if args.broker_commits else None,
         broker_committed=held,
         share_settled=_offsets(args.share_settled, "--share-settled") if getattr(args, "share_settled", None) else None,
+        broker_restarts=_windows(args.broker_restarts) if getattr(args, "broker_restarts", None) else None,
         **({} if getattr(args, "delivery_limit", None) is None else {"delivery_limit": args.delivery_limit}),
     )
 
@@ -76,3 +84,18 @@ def _offsets(path: str, flag: str) -> dict[Any, int]:
     if len(offsets) != len(held):
         raise HistoryError(f'{path} ({flag}): expected {{"topic": {{"partition": offset}}}}')
     return offsets
+
+
+def _windows(path: str) -> list[tuple[float, float]]:
+    """A ``[[down_from, up_at], ...]`` file; HistoryError naming it otherwise."""
+    import json
+
+    from ..history import HistoryError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+        windows = [(float(a), float(b)) for a, b in value]
+    except (OSError, ValueError, TypeError) as exc:
+        raise HistoryError(f"{path} (--broker-restarts): expected [[down_from, up_at], ...] ms: {exc}") from None
+    return windows

@@ -28,7 +28,7 @@ from ._rules import (
     rule_s,
     stale_figures,
 )
-from ._rules._share import _Records, broker_settled_count, share_consumers
+from ._rules._share import _Records, broker_settled_count, restart_count, share_consumers
 from ._violation import RULES, Violation
 
 #: how far (ms) from a violation's time the transitions of its consumers are kept
@@ -86,6 +86,7 @@ def check(
     broker_committed: Mapping[Any, int] | None = None,
     delivery_limit: int = DELIVERY_LIMIT,
     share_settled: Mapping[Any, int] | None = None,
+    broker_restarts: Sequence[Sequence[float]] | None = None,
     window_ms: float = WINDOW_MS,
 ) -> CheckResult:
     """Every rule over a history (``load()``'s, or the lines themselves). Raises ``IncomparableHistories``
@@ -102,7 +103,8 @@ def check(
     delivery count limit (the broker's group.share.delivery.count.limit). ``share_settled``: ``{(topic,
     partition): offset}``, below which the broker holds every record of the share group settled after the run
     (its word for records whose last member's acknowledgement went unanswered, killed or cut off: rule S's
-    allowance)."""
+    allowance). ``broker_restarts``: ``[(down_from, up_at), ...]`` in the lines' clock (ms), when the broker was
+    restarted: rule N allows a record acquired but not acknowledged then to come back at its count last written."""
     loaded = history if isinstance(history, History) else None
     tl = as_timeline(history)
     comparable(tl)
@@ -117,9 +119,10 @@ def check(
         "K": rule_k(tl),
     }
     records = _Records.of(tl)
+    restarts = [(float(a), float(b)) for a, b in (broker_restarts or [])]
     found.update(
         H=rule_h(tl, records),
-        N=rule_n(tl, records, delivery_limit),
+        N=rule_n(tl, records, delivery_limit, restarts),
         A=rule_a(tl, records),
         S=rule_s(tl, produced, records, delivery_limit, _tp_keys(share_settled)),
     )
@@ -138,7 +141,7 @@ def check(
             if (rule in ("L", "S") and produced is None) or not tl.events
             else ("violated" if found[rule] else "passed"),
             violations=len(found[rule]),
-            note=_note(rule, tl, model, produced, log, allowed, delivery_limit, share_settled),
+            note=_note(rule, tl, model, produced, log, allowed, delivery_limit, share_settled, restarts),
         )
         for rule, title in RULES.items()
     }
@@ -149,6 +152,7 @@ def check(
         broker_committed=broker_committed,
         delivery_limit=delivery_limit,
         share_settled=share_settled,
+        broker_restarts=broker_restarts,
     )
     return CheckResult(violations, summary, model, inputs)
 
@@ -168,6 +172,7 @@ def _note(
     allowed: int,
     delivery_limit: int = DELIVERY_LIMIT,
     share_settled: Mapping[Any, int] | None = None,
+    restarts: Sequence[tuple[float, float]] = (),
 ) -> str:
     if rule in ("L", "S") and produced is None:
         return "no produced counts given (--produced): nothing is known to be lost or not"
@@ -178,6 +183,14 @@ def _note(
         return (
             f"the delivery limit taken as {delivery_limit} (--delivery-limit); {word} record(s) settled on the "
             "broker's word only (--share-settled: their last member's acknowledgement unanswered, killed or cut off)"
+        )
+    if rule == "N" and restarts:
+        across = restart_count(tl, delivery_limit, restarts)
+        return (
+            f"the delivery limit taken as {delivery_limit} (--delivery-limit); {across} redelivery(ies) at no higher "
+            f"a count across the broker's {len(restarts)} restart(s) (--broker-restarts: Kafka writes a delivery "
+            "count with its record's acknowledgement or release, and one acquired then comes back at the count "
+            "last written)"
         )
     if rule in ("N", "S"):
         return f"the delivery limit taken as {delivery_limit} (--delivery-limit)"

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ._model import fmt_range, fmt_tp
-from ._rules._share import DELIVERY_LIMIT, _holds, _Records
+from ._rules._share import DELIVERY_LIMIT, _holds, _Records, across_restart
 from ._share_lines import ShareAck, ShareHand
 
 Events = list[dict[str, Any]]
@@ -98,12 +98,14 @@ def _after_lock(s: Source) -> Iterator[Mutant]:
 def _count_back(s: Source) -> Iterator[Mutant]:
     """A record handed out before, handed out again at no higher a count than that delivery's."""
     candidates: list[tuple[int, Any, Any]] = []
+    restarts = [(float(a), float(b)) for a, b in s.inputs.get("broker_restarts") or []]
     for (_, _, offset), steps in _Records.of(s.tl).steps.items():
         hands = [st for st in steps if st.hand is not None]
         candidates.extend(
             (offset, before, after)
             for before, after in zip(hands, hands[1:], strict=False)
-            if before.count < after.count  # not a renewed record handed out again
+            # not a renewed record handed out again; not across a broker restart (where rule N allows it)
+            if before.count < after.count and not across_restart(restarts, before.t, after.t)
         )
     if not candidates:
         return

@@ -111,6 +111,7 @@ def run(
     everyone = list(procs)
     producer = Producer(bootstrap, topic, rate)
     faults = 0
+    restarts: list[tuple[float, float]] = []  # (down from, up at) in the histories' clock (monotonic ms)
     try:
         producer.start()
         say(f"{members} share members on {partitions} partition(s) of {topic!r}, {mode} every {every_s:g} s")
@@ -132,6 +133,7 @@ def run(
                 assert restart is not None
                 t = time.monotonic()
                 restart()
+                restarts.append((t * 1000.0, time.monotonic() * 1000.0))
                 say(f"broker restarted in {time.monotonic() - t:.1f} s")
             else:
                 victim.signal(signal.SIGSTOP)
@@ -164,7 +166,7 @@ def run(
         codes = stop_all(everyone)
     files = [Path(p.history) for p in everyone if Path(p.history).exists()]
     ranges = produced_ranges(produced)
-    result = check(load(files), produced=produced_file(ranges), share_settled=word)
+    result = check(load(files), produced=produced_file(ranges), share_settled=word, broker_restarts=restarts)
     history = (result.inputs or {}).get("history")
     redelivered = sum(
         last - first + 1

@@ -203,11 +203,33 @@ def rule_h(tl: Timeline, records: _Records | None = None) -> list[Violation]:
     return found.violations()
 
 
-def rule_n(tl: Timeline, records: _Records | None = None, delivery_limit: int = DELIVERY_LIMIT) -> list[Violation]:
+def across_restart(restarts: Iterable[tuple[float, float]], before: float, after: float) -> bool:
+    """Whether a broker restart (down from ``a``, up again at ``b``) ended between two hand-outs: the earlier
+    one may fall within the shutdown (the broker serves until it stops), the later one came after its state
+    was loaded again."""
+    return any(before < b < after for _, b in restarts)
+
+
+def rule_n(
+    tl: Timeline,
+    records: _Records | None = None,
+    delivery_limit: int = DELIVERY_LIMIT,
+    restarts: Iterable[tuple[float, float]] = (),
+) -> list[Violation]:
     """N: each delivery of a record counts more than the last (but a renewed record handed out again to the
-    same member), and none counts past the delivery limit."""
+    same member), and none counts past the delivery limit. The broker's word may allow one more: ``restarts``,
+    when it was restarted (in the lines' clock); Apache Kafka writes a delivery count with the record's
+    acknowledgement or release, so a record acquired but not acknowledged when its leader restarted comes back
+    at the count last written (KIP-932): such a redelivery at no higher a count is allowed, and counted."""
+    return _counts(tl, records or _Records.of(tl), delivery_limit, list(restarts))[0]
+
+
+def _counts(
+    tl: Timeline, records: _Records, delivery_limit: int, restarts: list[tuple[float, float]]
+) -> tuple[list[Violation], int]:
     found = _Found("N")
-    for (group, tp, offset), steps in (records or _Records.of(tl)).steps.items():
+    allowed = 0
+    for (group, tp, offset), steps in records.steps.items():
         last: _Step | None = None
         renewed: set[str] = set()  # members whose RENEW of it took effect since their last hand-out
         for step in steps:
@@ -227,6 +249,9 @@ def rule_n(tl: Timeline, records: _Records | None = None, delivery_limit: int = 
                 )
             if last is not None and step.count <= last.count:
                 again = step.count == last.count and step.consumer == last.consumer and step.consumer in renewed
+                if not again and across_restart(restarts, last.t, step.t):
+                    again = True
+                    allowed += 1
                 if not again:
                     found.add(
                         ("N-count", last.i, step.i),
@@ -239,7 +264,14 @@ def rule_n(tl: Timeline, records: _Records | None = None, delivery_limit: int = 
                     )
             renewed.discard(step.consumer)
             last = step
-    return found.violations()
+    return found.violations(), allowed
+
+
+def restart_count(
+    tl: Timeline, delivery_limit: int = DELIVERY_LIMIT, restarts: Iterable[tuple[float, float]] = ()
+) -> int:
+    """How many redeliveries rule N allowed across a broker restart."""
+    return _counts(tl, _Records.of(tl), delivery_limit, list(restarts))[1]
 
 
 def rule_a(tl: Timeline, records: _Records | None = None) -> list[Violation]:
@@ -425,4 +457,14 @@ def _settle(
     return found.violations(), allowed
 
 
-__all__ = ["DELIVERY_LIMIT", "broker_settled_count", "rule_a", "rule_h", "rule_n", "rule_s", "share_consumers"]
+__all__ = [
+    "DELIVERY_LIMIT",
+    "across_restart",
+    "broker_settled_count",
+    "restart_count",
+    "rule_a",
+    "rule_h",
+    "rule_n",
+    "rule_s",
+    "share_consumers",
+]

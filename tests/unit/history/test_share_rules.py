@@ -304,3 +304,29 @@ def test_an_acceptance_whose_answer_was_lost_with_the_connection_is_settled_on_t
     refused = Run().hand("a", 100, 0, 9).ack("a", 200, 0, 9, sent=150).hand("b", 210, 10, 10)
     refused.ack("b", 300, 10, 10, sent=250, error="INVALID_RECORD_STATE (121)").closed("a", 400).closed("b", 400)
     assert rules(refused.check(produced=11, share_settled={(TOPIC, 0): 11})) == {"S"}
+
+
+def test_a_redelivery_across_a_broker_restart_may_keep_its_count_on_the_brokers_word_only():
+    """Kafka writes a delivery count with the record's acknowledgement: acquired by a, its ACCEPT lost with the
+    connection when the broker restarted, the record comes back at delivery 1. N allows it only when a restart
+    lies between the two hand-outs (--broker-restarts), and says how many it allowed."""
+    run = Run().hand("a", 100, 0, 0)
+    run._line(
+        "a",
+        300,
+        "share_ack",
+        tp=[TOPIC, 0],
+        acks=[[0, 0, "accept"]],
+        error="its share session ended",
+        answered=False,
+        sent_ago_ms=150.0,
+    )
+    run.hand("a", 2000, 0, 0, count=1).ack("a", 2100, 0, 0, sent=2050).closed("a", 2200)
+    assert rules(run.check(produced=1)) == {"N"}
+    result = run.check(produced=1, broker_restarts=[(200.0, 1500.0)])
+    assert result.ok, result.format()
+    assert (
+        "1 redelivery(ies) at no higher a count across the broker's 1 restart(s)"
+        in result.summary["rules"]["N"]["note"]
+    )
+    assert rules(run.check(produced=1, broker_restarts=[(2500.0, 3000.0)])) == {"N"}  # a restart after: no excuse
