@@ -12,8 +12,9 @@ from fsm_consumer.broker._kafka_jars import KAFKA_VERSION, KafkaNotFoundError, c
 PEERS = Path(__file__).resolve().parent.parent / "peers"
 
 
-def peer_command(main: str, *args: str, heap: str | None = None) -> list[str]:
-    """``java -cp <compiled peers>:<kafka libs>/* MAIN ARGS``; raises KafkaNotFoundError without Java or jars."""
+def peer_command(main: str, *args: str, heap: str | None = None, flags: tuple[str, ...] = ()) -> list[str]:
+    """``java [FLAGS] -cp <compiled peers>:<kafka libs>/* MAIN ARGS``; raises KafkaNotFoundError without Java or
+    jars."""
     java, libs = find_java(), kafka_libs(KAFKA_VERSION)
     sources = sorted(PEERS.glob("*.java"))
     digest = hashlib.sha256(b"".join(s.read_bytes() for s in sources)).hexdigest()[:12]
@@ -29,7 +30,7 @@ def peer_command(main: str, *args: str, heap: str | None = None) -> list[str]:
         )
         if done.returncode != 0:
             raise KafkaNotFoundError(f"javac could not compile {PEERS}: {done.stderr[-2000:]}")
-    return [java, *([f"-Xmx{heap}"] if heap else []), "-cp", f"{classes}:{libs}/*", main, *args]
+    return [java, *([f"-Xmx{heap}"] if heap else []), *flags, "-cp", f"{classes}:{libs}/*", main, *args]
 
 
 def java_missing() -> str | None:
