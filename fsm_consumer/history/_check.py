@@ -24,11 +24,9 @@ from ._rules import (
     rule_k,
     rule_l,
     rule_m,
-    rule_n,
-    rule_s,
     stale_figures,
 )
-from ._rules._share import _Records, broker_settled_count, restart_count, share_consumers
+from ._rules._share import _counts, _Records, _settle, share_consumers
 from ._violation import RULES, Violation
 
 #: how far (ms) from a violation's time the transitions of its consumers are kept
@@ -120,12 +118,10 @@ def check(
     }
     records = _Records.of(tl)
     restarts = [(float(a), float(b)) for a, b in (broker_restarts or [])]
-    found.update(
-        H=rule_h(tl, records),
-        N=rule_n(tl, records, delivery_limit, restarts),
-        A=rule_a(tl, records),
-        S=rule_s(tl, produced, records, delivery_limit, _tp_keys(share_settled)),
-    )
+    # N and S once each: their violations, and what they allowed on the broker's word (for the notes)
+    found["N"], across = _counts(tl, records, delivery_limit, restarts)
+    found["S"], word = _settle(tl, produced, records, delivery_limit, _tp_keys(share_settled) or {})
+    found.update(H=rule_h(tl, records), A=rule_a(tl, records))
     context = _Transitions(tl, window_ms)
     violations: list[Violation] = []
     for rule in RULES:
@@ -141,7 +137,7 @@ def check(
             if (rule in ("L", "S") and produced is None) or not tl.events
             else ("violated" if found[rule] else "passed"),
             violations=len(found[rule]),
-            note=_note(rule, tl, model, produced, log, allowed, delivery_limit, share_settled, restarts),
+            note=_note(rule, tl, model, produced, log, allowed, delivery_limit, share_settled, restarts, across, word),
         )
         for rule, title in RULES.items()
     }
@@ -173,19 +169,19 @@ def _note(
     delivery_limit: int = DELIVERY_LIMIT,
     share_settled: Mapping[Any, int] | None = None,
     restarts: Sequence[tuple[float, float]] = (),
+    across: int = 0,
+    word: int = 0,
 ) -> str:
     if rule in ("L", "S") and produced is None:
         return "no produced counts given (--produced): nothing is known to be lost or not"
     if rule in ("H", "N", "A", "S") and not share_consumers(tl):
         return "no share consumer's lines: nothing to check"
     if rule == "S" and share_settled is not None:
-        word = broker_settled_count(tl, produced, delivery_limit, _tp_keys(share_settled))
         return (
             f"the delivery limit taken as {delivery_limit} (--delivery-limit); {word} record(s) settled on the "
             "broker's word only (--share-settled: their last member's acknowledgement unanswered, killed or cut off)"
         )
     if rule == "N" and restarts:
-        across = restart_count(tl, delivery_limit, restarts)
         return (
             f"the delivery limit taken as {delivery_limit} (--delivery-limit); {across} redelivery(ies) at no higher "
             f"a count across the broker's {len(restarts)} restart(s) (--broker-restarts: Kafka writes a delivery "

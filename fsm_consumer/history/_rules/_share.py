@@ -267,13 +267,6 @@ def _counts(
     return found.violations(), allowed
 
 
-def restart_count(
-    tl: Timeline, delivery_limit: int = DELIVERY_LIMIT, restarts: Iterable[tuple[float, float]] = ()
-) -> int:
-    """How many redeliveries rule N allowed across a broker restart."""
-    return _counts(tl, _Records.of(tl), delivery_limit, list(restarts))[1]
-
-
 def rule_a(tl: Timeline, records: _Records | None = None) -> list[Violation]:
     """A: an acknowledgement that took effect was sent by the record's holder while it held it, before anyone
     else was given it; after an ACCEPT or REJECT that took effect the record is never handed out again; one
@@ -398,16 +391,6 @@ def _outcome_unknown(tl: Timeline, steps: list[_Step]) -> bool:
     return bool(unanswered) and all(st.lost is not None or st in unanswered for st in after)
 
 
-def broker_settled_count(
-    tl: Timeline,
-    produced: Mapping[Any, Any] | None,
-    delivery_limit: int = DELIVERY_LIMIT,
-    broker_settled: Mapping[TP, int] | None = None,
-) -> int:
-    """How many records rule S took as settled on the broker's word (its allowance)."""
-    return _settle(tl, produced, _Records.of(tl), delivery_limit, broker_settled or {})[1]
-
-
 def _settle(
     tl: Timeline,
     produced: Mapping[Any, Any] | None,
@@ -460,8 +443,6 @@ def _settle(
 __all__ = [
     "DELIVERY_LIMIT",
     "across_restart",
-    "broker_settled_count",
-    "restart_count",
     "rule_a",
     "rule_h",
     "rule_n",
