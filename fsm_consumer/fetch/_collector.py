@@ -20,12 +20,12 @@ failing deserializer's exception is raised as it is (kafka-python's behaviour), 
 from __future__ import annotations
 
 import bisect
-import gc
 import logging
 import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._gc_pause import gc_paused
 from ..state._subscription import Take
 from ..structs import TopicPartition
 from ._buffer import CompletedFetch, FetchBuffer
@@ -365,14 +365,8 @@ class FetchCollector:
             from ._typed import type_columns
 
             return type_columns(decoded, tp.topic, tp.partition, self._key_des, self._value_des)
-        # The young-generation collections that thousands of new record tuples trigger would traverse
-        # them again and again while they are built, for nothing: decoding makes no reference cycles.
-        # Collection is postponed to the end of this one decode (1.4-1.8x faster decoding here); an
-        # application that turned the collector off itself is left as it is.
-        collecting = gc.isenabled()
-        if collecting:
-            gc.disable()
-        try:
+        # collection postponed to the end of this one decode: 1.4-1.8x faster decoding here
+        with gc_paused():
             return decode_partition(
                 tp.topic,
                 tp.partition,
@@ -385,9 +379,6 @@ class FetchCollector:
                 value_deserializer=self._value_des,
                 max_batch_bytes=self._max_batch_bytes,
             )
-        finally:
-            if collecting:
-                gc.enable()
 
     def _convert(self, cur: _Draining) -> None:
         """Switch a partly handed out fetch to the other form; the rest of it stays as it was."""

@@ -11,7 +11,7 @@ SPECS = frozenset(
         "f0d6311e0272790079f0d7695a5d0121414cbc1a7eb5e0fdf9e1af5ce31e9d88",  # fetch.yaml
         "5843438c1866b0924e1f337fca5d65301596f7baa273b96590227fe56ef0a70a",  # membership.yaml
         "871d65c0e71b3ed3c58ebb7a9160bc079f3f30b1903279fdefc3fd780da060b5",  # parallel.yaml
-        "c9437cdeb656c620c679e164eedf8d0badac0abac7513ffe6c0168bbae7e50d5",  # share_batch.yaml
+        "33bea4662693e0f0cd992d39fef61ff593bc891d56cc33f24e01c3bd12438ce6",  # share_batch.yaml
         "fcb22e9f6728f51cce4d1148d82905b809d34326bedf8aca24b3a73cfa970abc",  # share_membership.yaml
         "62f3fca9b996fabc4fb607cd9ab8dfba46d52f3fb9d9024dddbb20356e7e1a92",  # share_session.yaml
     }

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 from transitions import Machine
 
@@ -133,17 +133,21 @@ class SpecMachine:
             send_event=False,
             name=spec.machine,
         )
+        # Events and transitions made directly, as Machine.add_transition would make them, without what it adds
+        # for calling triggers as methods of the model (a trigger goes through self._events here): a third of
+        # the cost of making a machine, which a share consumer pays for every acquired batch
+        events = self._machine.events
         for t in spec.transitions:
             checks = tuple((hooks[c], True) for c in t.conditions) + tuple((hooks[c], False) for c in t.unless)
+            event = events.get(t.trigger)
+            if event is None:
+                event = events[t.trigger] = LeanEvent(t.trigger, self._machine)
             for source in t.sources:
-                self._machine.add_transition(
-                    t.trigger, source, t.dest_from(source), before=fns(t.before), after=fns(t.after)
-                )
-                # transition_cls is LeanTransition: every transition the machine creates is one
-                compiled = cast(LeanTransition, self._machine.events[t.trigger].transitions[source][-1])
+                compiled = LeanTransition(source, t.dest_from(source), before=fns(t.before), after=fns(t.after))
                 compiled.owner, compiled.index, compiled.checks = self, t.index, checks
                 compiled.trigger_name = t.trigger
                 compiled.internal = t.internal
+                event.transitions[source].append(compiled)
         self._machine.fsm_ignored = self._ignored
         self._attributes = {name: a.of_state for name, a in spec.attributes.items()}
         # value -> (its condition, the value while it holds), per attribute: a value the spec makes conditional

@@ -14,16 +14,22 @@ renewals included, and each batch lost.
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, Protocol
 
 import attrs
 import kafka.errors as ke
 
+from .._gc_pause import gc_paused
 from ._share_batch import AckType, ShareBatch, ShareRecord
 from ._share_session import TopicIdPartition
 
 log = logging.getLogger("fsm_consumer.share")
+_new = tuple.__new__  # a ShareRecord from a whole tuple, without its __new__'s keyword handling
+_OFFSET = operator.attrgetter("offset")
+_ACK_TYPES = {int(t): t for t in AckType}
 
 MAX_RECORDS_WITH_SAME_ACKNOWLEDGE_TYPE = 10  # Java's Acknowledgements: a longer run becomes a batch of one type
 
@@ -66,6 +72,11 @@ def ack_batches(acks: Mapping[int, int]) -> list[AckBatch]:
     """Offset -> type as AcknowledgementBatches, as Java's getAcknowledgementBatches: a new batch at every gap in
     the offsets; within a contiguous run, a stretch of more than ten offsets of one type becomes a batch of its
     own; a batch whose offsets all have one type carries that type once."""
+    if acks:
+        first, last = min(acks), max(acks)
+        kinds = set(acks.values())
+        if last - first + 1 == len(acks) and len(kinds) == 1:  # the common case, what the steps below give it
+            return [AckBatch(first, last, (int(kinds.pop()),))]
     out: list[AckBatch] = []
     run_first: int | None = None
     run: list[int] = []
@@ -116,10 +127,6 @@ def _single_typed(batches: list[AckBatch]) -> list[AckBatch]:
     ]
 
 
-def _offset_of(item: Any) -> int:
-    return item if isinstance(item, int) else item.offset
-
-
 class ShareBuffer:
     """Every live acquired batch, in arrival order."""
 
@@ -127,6 +134,8 @@ class ShareBuffer:
         # records_bytes -> records with an .offset (or plain offsets): the wiring layer's decoder
         self._decode = decode or (lambda records: records or ())
         self._batches: list[ShareBatch] = []
+        self._decoded: list[Any] | None = None  # what _quick decoded and declined, for add's walk
+        self._last_held: ShareBatch | None = None  # the batch the last acknowledgement found
         self.outcomes: list[AckOutcome] = []
         self.observer: BufferObserver | None = None
         self.machine_observer: Any = None  # given to each batch's machine (a history's transition lines)
@@ -157,29 +166,75 @@ class ShareBuffer:
         """Keep what one answer acquired for ``partition``: ``acquired`` as (first, last, delivery count) ranges,
         ``records`` whatever the decoder reads (records outside the ranges were not acquired: skipped, as Java's
         ShareCompletedFetch). The lock counts from ``sent_at``, the ShareFetch's sending."""
+        quick = self._quick(partition, acquired, records)
+        if quick is not None:
+            held, gaps = quick
+            return self._keep(node, generation, partition, held, gaps, sent_at, now, lock_ms, ordered=True)
         counts: dict[int, int] = {}
         for first, last, delivery_count in acquired:
-            for offset in range(first, last + 1):
-                counts[offset] = delivery_count
+            counts.update(dict.fromkeys(range(first, last + 1), delivery_count))
         if not counts:
             return None
         delivered: dict[int, ShareRecord] = {}
-        for item in self._decode(records):
-            offset = _offset_of(item)
-            if offset in counts and offset not in delivered:
-                delivered[offset] = ShareRecord(
-                    partition, offset, counts[offset], None if isinstance(item, int) else item
-                )
+        last, ordered = -1, True  # a log's records come in offset order
+        decoded, self._decoded = self._decoded, None
+        with gc_paused():  # a tuple or two per record, no cycle among them
+            for item in decoded if decoded is not None else self._decode(records):
+                if isinstance(item, int):
+                    offset, item = item, None
+                else:
+                    offset = item.offset
+                if offset in counts and offset not in delivered:
+                    delivered[offset] = _new(ShareRecord, (partition, offset, counts[offset], item))
+                    ordered, last = ordered and offset > last, offset
         gaps = [o for o in counts if o not in delivered]
+        return self._keep(node, generation, partition, list(delivered.values()), gaps, sent_at, now, lock_ms, ordered)
+
+    def _quick(
+        self, partition: TopicIdPartition, acquired: Sequence[tuple[int, int, int]], records: Any
+    ) -> tuple[list[ShareRecord], list[int]] | None:
+        """``add``'s common case without a step per record in Python: one acquired range, whose records the
+        decoder gives in offset order, none outside it. None: anything else (``add`` then walks them)."""
+        if len(acquired) != 1:
+            return None
+        first, last, count = acquired[0]
+        items = self._decode(records)
+        if not isinstance(items, list):
+            items = list(items)
+        if not items or isinstance(items[0], int):
+            self._decoded = items  # the walk reads these rather than decoding them twice
+            return None
+        offsets = list(map(_OFFSET, items))
+        if offsets[0] < first or offsets[-1] > last or not all(map(operator.lt, offsets, offsets[1:])):
+            self._decoded = items
+            return None
+        with gc_paused():  # a tuple per record, no cycle among them
+            held = list(map(_new, repeat(ShareRecord), zip(repeat(partition), offsets, repeat(count), items)))
+        gaps = [] if len(offsets) == last - first + 1 else sorted(set(range(first, last + 1)).difference(offsets))
+        return held, gaps
+
+    def _keep(
+        self,
+        node: int,
+        generation: int,
+        partition: TopicIdPartition,
+        held: list[ShareRecord],
+        gaps: list[int],
+        sent_at: float,
+        now: float,
+        lock_ms: float | None,
+        ordered: bool,
+    ) -> ShareBatch:
         batch = ShareBatch(
             node,
             generation,
             partition,
-            list(delivered.values()),
+            held,
             gaps,
             lock_from=sent_at,
             lock_ms=lock_ms,
             on_lost=self._batch_lost,
+            ordered=ordered,
         )
         batch.machine.observer = self.machine_observer
         self._batches.append(batch)
@@ -216,6 +271,10 @@ class ShareBuffer:
             batch.machine.fire("delivered", now)
         return out
 
+    def ready_records(self) -> int:
+        """How many records wait to be handed out (as of the last tick)."""
+        return sum(len(b.records) for b in self._batches if b.machine.attribute("hand_out") == "allowed")
+
     def acknowledge(self, partition: TopicIdPartition, offset: int, ack_type: int, now: float) -> bool:
         """The application acknowledged a record it was handed. False when its batch is lost (reported failed at
         once, never sent); IllegalStateError when it was not handed out or is acknowledged already."""
@@ -226,12 +285,17 @@ class ShareBuffer:
                 f"record {partition.topic_id}-{partition.partition}@{offset} cannot be acknowledged: it is not "
                 "handed out, or its acknowledgement is taken already"
             )
-        kind = AckType(ack_type)
+        kind = _ACK_TYPES.get(ack_type) or AckType(ack_type)  # a lookup: this runs once per record
+        first = len(batch.acks) == len(batch.gaps)
         batch.acks[offset] = kind
         if what == "failed":
             self._report(AckOutcome(partition, ((offset, int(kind)),), reason=batch.lost_why), now)
             return False
-        batch.machine.fire("acknowledged", now)
+        # the machine is told what can change its state: the batch's first acknowledgement, the one that completes
+        # it, and any once it is marked; those between are recorded as the spec's attribute says, without a
+        # transition each (one per record was most of an explicit acknowledgement's cost)
+        if first or batch.state == "marked" or batch.all_acknowledged():
+            batch.machine.fire("acknowledged", now)
         return True
 
     def acknowledge_all(self, ack_type: int, now: float) -> None:
@@ -239,11 +303,14 @@ class ShareBuffer:
         implicit mode at the next poll); records of lost batches are reported failed."""
         kind = AckType(ack_type)
         for batch in list(self._batches):
-            what = batch.machine.attribute("acknowledge")
-            missing = [r.offset for r in batch.records if r.offset not in batch.acks]
-            if not missing or what == "refused" or not batch.delivered:
+            if not batch.delivered or batch.all_acknowledged():
                 continue
-            batch.acks.update(dict.fromkeys(missing, kind))
+            what = batch.machine.attribute("acknowledge")
+            if what == "refused":
+                continue
+            acks = batch.acks
+            missing = [r.offset for r in batch.records if r.offset not in acks]
+            acks.update(dict.fromkeys(missing, kind))
             if what == "failed":
                 self._report(
                     AckOutcome(batch.partition, tuple((o, int(kind)) for o in missing), reason=batch.lost_why), now
@@ -261,6 +328,7 @@ class ShareBuffer:
                 batch.machine.fire("acks_taken", now)
                 queued += 1
         self._batches = [b for b in self._batches if b.state != "lost"]
+        self._last_held = None
         return queued
 
     # -- the fetch manager's side ------------------------------------------------------------------------
@@ -271,7 +339,7 @@ class ShareBuffer:
         """The queued acknowledgements for ``node``'s session, per partition, as AcknowledgementBatches."""
         per: dict[TopicIdPartition, dict[int, int]] = {}
         for batch in self._queued(node):
-            per.setdefault(batch.partition, {}).update({o: int(t) for o, t in batch.acks.items()})
+            per.setdefault(batch.partition, {}).update(batch.acks)  # AckType values: ints
         return {tp: tuple(ack_batches(acks)) for tp, acks in per.items()}
 
     def renew_pending(self, node: int) -> bool:
@@ -339,24 +407,30 @@ class ShareBuffer:
     def tick(self, now: float) -> None:
         for batch in self._batches:
             batch.machine.tick(now)
-        self._batches = [b for b in self._batches if b.state != "settled"]
+        kept = [b for b in self._batches if b.state != "settled"]
+        if len(kept) != len(self._batches):
+            self._batches, self._last_held = kept, None
 
     # -- helpers ------------------------------------------------------------------------------------------
     def _holding(self, partition: TopicIdPartition, offset: int) -> ShareBatch | None:
+        last = self._last_held  # records are mostly acknowledged in the order they were handed out
+        if last is not None and last.partition == partition and last.holds(offset):
+            return last
         for batch in self._batches:
             if batch.partition == partition and batch.holds(offset):
+                self._last_held = batch
                 return batch
         return None
 
     def _settle(self, batch: ShareBatch, code: int, now: float) -> None:
         """The broker answered ``batch``'s acknowledgements with ``code``."""
-        acks = tuple((o, int(t)) for o, t in sorted(batch.record_acks().items()))
-        self._report(AckOutcome(batch.partition, acks, error_code=code, sent_at=batch.ack_sent_at), now)
+        outcome = AckOutcome(batch.partition, batch.ack_pairs(), error_code=code, sent_at=batch.ack_sent_at)
+        self._report(outcome, now, renews=batch.renews())
 
-    def _report(self, outcome: AckOutcome, now: float) -> None:
+    def _report(self, outcome: AckOutcome, now: float, *, renews: bool = True) -> None:
         every = outcome.acks
         # a renewal done is no outcome (its records come back from a poll); one that failed is the user's
-        told = tuple(a for a in every if a[1] != AckType.RENEW) if outcome.ok else every
+        told = tuple(a for a in every if a[1] != AckType.RENEW) if outcome.ok and renews else every
         if told:
             self.outcomes.append(outcome if told == every else attrs.evolve(outcome, acks=told))
         if every and self.observer is not None:
@@ -364,7 +438,7 @@ class ShareBuffer:
 
     def _batch_lost(self, batch: ShareBatch) -> None:
         """A batch was lost: the acknowledgements it had recorded are reported failed (never done)."""
-        acks = tuple((o, int(t)) for o, t in sorted(batch.record_acks().items()))
+        acks = batch.ack_pairs()
         log.info("share batch %r lost: %s", batch, batch.lost_why)
         now = batch.machine.now
         if self.observer is not None:

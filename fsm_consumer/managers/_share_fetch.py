@@ -29,6 +29,9 @@ log = logging.getLogger("fsm_consumer.share")
 
 _NOT_LEADER_OR_FOLLOWER, _FENCED_LEADER_EPOCH = 6, 74
 _GROUP_AUTHORIZATION_FAILED, _UNSUPPORTED_VERSION, _UNKNOWN_TOPIC_ID = 30, 35, 100
+# a ShareFetch asks for at most twice a poll's worth: with one more poll's worth buffered and one handed out,
+# that stays within the broker's default 2,000 record locks per share-partition at the default 500 a poll
+MAX_SCALE = 2
 
 Acks = Mapping[TopicIdPartition, tuple[AckBatch, ...]]
 
@@ -94,6 +97,8 @@ class _InFlight:
     generation: int
     batches: list[ShareBatch]
     sent_at: float
+    asked: int = 0  # a ShareFetch: the records it asked for
+    ahead: bool = False  # a ShareFetch made ahead (the application was not waiting for it)
 
 
 class ShareFetchManager:
@@ -118,10 +123,22 @@ class ShareFetchManager:
         self.max_bytes = int(_setting(config, "fetch_max_bytes", 52_428_800))
         self.max_records = int(_setting(config, "max_poll_records", 500))
         self.batch_size = self.max_records
+        # How many records a ShareFetch asks for: max_poll_records times ``scale``. Java asks for one poll's worth,
+        # so a member whose application outruns the network waits a round trip per poll; here the scale doubles
+        # (up to MAX_SCALE) when a poll right after one that handed records out finds none ready while the last
+        # answer gave all it was asked for (the broker had more), and halves when a fetch made ahead answers
+        # before the application needed it. A slow application keeps asking for one poll's worth, so records
+        # are not held from the members that wait. ``adaptive`` off (record_limit: at most max_poll_records
+        # acquired at a time) keeps it at 1.
+        self.adaptive = True
+        self.scale = 1
+        self._last_full = False  # the last ShareFetch answer acquired all it asked for
         self.lock_ms: float | None = None  # the group's lock duration, once an answer said it
         self.sessions: dict[int, ShareSession] = {}
         self._in_flight: dict[int, _InFlight] = {}
         self.fetch_more = False  # Java's fetchMoreRecords: set by the application's poll, cleared by records
+        self.ahead = False  # one ShareFetch per node while the application works on what it was handed
+        self._ahead_sent: set[int] = set()  # the nodes that sent theirs since fetch_ahead()
         self.metadata_wanted = False
         self.leader_hints: dict[TopicIdPartition, tuple[int, int]] = {}
         self.errors: list[BaseException] = []  # to raise once from the application's next call
@@ -133,6 +150,30 @@ class ShareFetchManager:
     def want_records(self) -> None:
         """The application polled and the buffer has nothing to hand out: fetch (Java's fetch())."""
         self.fetch_more = True
+
+    def fetch_ahead(self) -> None:
+        """The application was handed records and the buffer holds less than another poll's worth: one ShareFetch
+        now, carrying the acknowledgements due, so the next poll finds records instead of waiting a round trip.
+        Differs from Java on purpose (Java fetches only when a poll finds the buffer empty: a round trip per
+        poll); one request, not a loop: a member busy with a slow record fetches once, and what the broker
+        releases meanwhile goes to the members that wait."""
+        self.ahead = True
+        # a node with a ShareFetch on its way has its fetch: that answer decides whether another goes at once
+        self._ahead_sent = {node for node, f in self._in_flight.items() if f.kind == "fetch"}
+
+    @property
+    def fetch_records(self) -> int:
+        """The records the next ShareFetch asks for."""
+        return self.max_records * self.scale
+
+    def app_waited(self) -> None:
+        """A poll right after one that handed records out found none ready: one fetch per round trip is too
+        little for this application (if the broker had more to give)."""
+        if self.adaptive and self._last_full and self.scale < MAX_SCALE:
+            self.scale *= 2
+
+    def _wants(self, node: int) -> bool:
+        return self.fetch_more or (self.ahead and node not in self._ahead_sent)
 
     def reopen(self) -> None:
         """subscribe() after the member left: fetch again, in new sessions (the closed ones stay ended)."""
@@ -208,13 +249,13 @@ class ShareFetchManager:
         if plan.kind == "close_session":
             intent, kind = ShareAcknowledgeIntent(node, self.member_id, plan.epoch, acks, _has_renew(acks)), "close"
         elif plan.kind == "open_session":
-            if self._closing or not (self.fetch_more and wanted):
+            if self._closing or not (self._wants(node) and wanted):
                 return None
             intent, kind = self._fetch(plan, {}), "fetch"
         elif acks and self.buffer.renew_pending(node):
             # a RENEW goes in a ShareAcknowledge: a ShareFetch with IsRenewAck must fetch nothing (KIP-1222)
             intent, kind = ShareAcknowledgeIntent(node, self.member_id, plan.epoch, acks, True), "ack"
-        elif self.fetch_more and wanted and not self._closing:
+        elif self._wants(node) and wanted and not self._closing:
             intent, kind = self._fetch(plan, acks), "fetch"
         elif acks:
             # Differs from Java on purpose: Java keeps acknowledgements for the next ShareFetch, which a member
@@ -226,8 +267,13 @@ class ShareFetchManager:
         if kind != "fetch":
             plan = attrs.evolve(plan, to_add=(), to_forget=())  # a ShareAcknowledge changes no partition
         session.sent(plan, now)
+        if kind == "fetch" and self.ahead:
+            self._ahead_sent.add(node)
         batches = self.buffer.acks_sent(node, now) if acks else []
-        self._in_flight[node] = _InFlight(kind, plan.generation, batches, now)
+        flight = _InFlight(kind, plan.generation, batches, now)
+        if isinstance(intent, ShareFetchIntent):
+            flight.asked, flight.ahead = intent.max_records, not self.fetch_more
+        self._in_flight[node] = flight
         return intent
 
     def _fetch(self, plan: SessionPlan, acks: Acks) -> ShareFetchIntent:
@@ -239,11 +285,14 @@ class ShareFetchManager:
             plan.to_add,
             plan.to_forget,
             acks,
-            self.max_wait_ms,
+            # fetched ahead, nobody waits for it: the broker answers with what it has now rather than holding it
+            # up to fetch_max_wait_ms, in which time this session could send nothing else (the acknowledgements of
+            # what the application works on, maybe under a short lock)
+            self.max_wait_ms if self.fetch_more else 0,
             self.min_bytes,
             self.max_bytes,
-            self.max_records,
-            self.batch_size,
+            self.fetch_records,
+            self.batch_size * self.scale,
         )
 
     # -- answers ----------------------------------------------------------------------------------------
@@ -316,6 +365,10 @@ class ShareFetchManager:
         *,
         keep: bool = True,
     ) -> None:
+        acquired = sum(last - first + 1 for p in by_tp.values() for first, last, _ in p.acquired_records)
+        self._last_full = acquired >= flight.asked
+        if flight.ahead and acquired and self.buffer.ready_records() >= self.max_records:
+            self.scale = max(1, self.scale // 2)  # fetched ahead of need: the application is not that fast
         for tp, p in by_tp.items():
             if p.error:
                 self._partition_error(tp, p)
@@ -330,6 +383,11 @@ class ShareFetchManager:
                     now=now,
                     lock_ms=self.lock_ms,
                 )
+                if self.fetch_more and self.adaptive:
+                    # the application waits for these: it takes one poll's worth, and if what stays is less than
+                    # a fetch, the next one goes now rather than after the hand-out (a wake-up of each thread)
+                    if self.buffer.ready_records() - self.max_records < self.fetch_records:
+                        self.fetch_ahead()
                 self.fetch_more = False  # as Java: records came, fetch again when the application asks
 
     def _partition_error(self, tp: TopicIdPartition, p: SharePartitionAnswer) -> None:

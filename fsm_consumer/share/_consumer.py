@@ -17,6 +17,7 @@ from typing import Any, Self
 
 import kafka.errors as ke
 
+from .._gc_pause import gc_paused
 from ..errors import (
     AcknowledgementFailedError,
     ConsumerClosedError,
@@ -36,6 +37,7 @@ from ._types import AcknowledgeType, ShareRecord
 from ._wiring import ShareParts, wire
 
 _log = logging.getLogger("fsm_consumer.share")
+_new = tuple.__new__  # a ShareRecord from a whole tuple, without its __new__'s keyword handling
 
 #: (offsets acknowledged, by partition; the error, None when they took effect) -> anything
 AcknowledgementCommitCallback = Callable[[dict[TopicPartition, set[int]], BaseException | None], object]
@@ -53,6 +55,9 @@ class ShareConsumer:
     def __init__(self, *topics: str, transport: Any = None, **configs: Any) -> None:
         self.config, self.settings = share_config(**configs)
         self._explicit = self.settings.acknowledgement_mode == "explicit"
+        # record_limit: at most max_poll_records acquired at a time, so nothing is fetched ahead
+        self._fetch_ahead = self.settings.acquire_mode != "record_limit"
+        self._handed = False  # the last poll handed records out
         self._signal = Signal()
         self._woken = threading.Event()
         self._closed = False
@@ -64,6 +69,7 @@ class ShareConsumer:
         self._clock = self._parts.clock
         self._key_fn = _deserializer(self.config.key_deserializer)
         self._value_fn = _deserializer(self.config.value_deserializer)
+        self._parts.fetch.adaptive = self._fetch_ahead
         self._parts.thread.start()
         if topics:
             try:
@@ -111,23 +117,31 @@ class ShareConsumer:
         self._settle(now)
         with parts.lock:
             parts.membership.on_poll(now)
-        parts.transport.wakeup()
         deadline = now + timeout_ms
+        first = True
         while True:
             self._signal.clear()
             self._run_callbacks()
             self._raise_pending()
             with parts.lock:
                 now = self._now()  # read under the lock: a hand-out is stamped after what filled the buffer
+                fetch = parts.fetch
                 # each batch's records with its lock's deadline, read under the lock
-                taken = [(b.deadline or 0.0, b.records) for b in parts.fetch.buffer.take_batches(limit, now)]
+                taken = [(b.deadline or 0.0, b.records) for b in fetch.buffer.take_batches(limit, now)]
                 if not taken:
-                    parts.fetch.want_records()
+                    if first and self._handed:
+                        fetch.app_waited()
+                    fetch.want_records()
+                elif self._fetch_ahead and fetch.buffer.ready_records() < fetch.fetch_records:
+                    fetch.fetch_ahead()
+            # the acknowledgements settled above go with the fetch asked here: one request, not two
+            parts.transport.wakeup()
+            first = False
+            self._handed = bool(taken)
             if taken:
                 if parts.history is not None:
                     parts.history.handed(taken, now, started)
                 return self._hand_out(taken)
-            parts.transport.wakeup()
             self._check_wakeup()
             if parts.lifecycle.failure is not None:
                 raise parts.lifecycle.failure
@@ -137,10 +151,17 @@ class ShareConsumer:
             self._signal.wait(min(remaining, 1000.0) / 1000.0)
 
     def _hand_out(self, taken: list[tuple[float, list[_Held]]]) -> list[ShareRecord]:
+        with gc_paused():  # a tuple per record, no cycle among them
+            return self._records_of(taken)
+
+    def _records_of(self, taken: list[tuple[float, list[_Held]]]) -> list[ShareRecord]:
         out: list[ShareRecord] = []
         key_fn, value_fn = self._key_fn, self._value_fn
         for deadline, records in taken:
             lock = deadline / 1000.0
+            if key_fn is None and value_fn is None:  # the decoder's tuple as it is, the share fields after it
+                out.extend([_new(ShareRecord, (*h.record, h.delivery_count, lock)) for h in records])
+                continue
             for held in records:
                 r = held.record
                 origin = "key"
@@ -206,9 +227,10 @@ class ShareConsumer:
         self._failed_raised.discard(key)
 
     def _acknowledge(self, topic: str, partition: int, offset: int, kind: AcknowledgeType) -> None:
-        kind = AcknowledgeType(kind)
+        if type(kind) is not AcknowledgeType:
+            kind = AcknowledgeType(kind)
         parts = self._parts
-        tid = parts.topic_ids().get(topic)
+        tid = parts.topic_id(topic)
         if tid is None:
             raise IllegalStateError(f"{topic}-{partition}@{offset} was not handed out by this consumer")
         with parts.lock:

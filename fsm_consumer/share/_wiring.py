@@ -63,6 +63,11 @@ class ShareParts:
     topics: list[str] = attrs.field(factory=list)  # the subscription (read by the metadata manager)
     history: ShareHistory | None = None  # the history_path file's lines, or None
 
+    def topic_id(self, name: str) -> str | None:
+        """The id of topic ``name``, as the metadata knows it (None: not known)."""
+        info = self.metadata.topics.get(name)
+        return info.topic_id if info is not None and info.topic_id else None
+
     def topic_ids(self) -> dict[str, str]:
         """topic name -> topic id, as the metadata knows them."""
         return {name: info.topic_id for name, info in self.metadata.topics.items() if info.topic_id}

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import kafka.errors as ke
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fsm_consumer.managers._share_batch import AckType, ShareBatch
-from fsm_consumer.managers._share_buffer import AckBatch, ShareBuffer, ack_batches
+from fsm_consumer.managers._share_buffer import AckBatch, ShareBuffer, _optimise, _single_typed, ack_batches
 from fsm_consumer.managers._share_session import TopicIdPartition
 
 TP, TQ = TopicIdPartition("t-id", 0), TopicIdPartition("t-id", 1)
@@ -54,6 +56,16 @@ def test_one_type_over_contiguous_offsets_is_one_range_with_one_type():
     assert ack_batches({0: ACCEPT}) == [AckBatch(0, 0, (ACCEPT,))]
     assert ack_batches(dict.fromkeys(range(5), ACCEPT)) == [AckBatch(0, 4, (ACCEPT,))]
     assert ack_batches({}) == []
+
+
+@given(
+    first=st.integers(0, 2**40),
+    count=st.integers(1, 700),
+    kind=st.sampled_from([ACCEPT, RELEASE, REJECT, RENEW, GAP]),
+)
+def test_the_shortcut_for_one_type_over_contiguous_offsets_gives_what_javas_steps_give(first, count, kind):
+    acks = dict.fromkeys(range(first, first + count), kind)
+    assert ack_batches(acks) == _single_typed(_optimise(first, [kind] * count))
 
 
 def test_offsets_apart_make_separate_ranges():

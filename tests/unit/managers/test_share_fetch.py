@@ -11,6 +11,7 @@ import pytest
 from fsm_consumer.managers._share_batch import AckType
 from fsm_consumer.managers._share_buffer import AckBatch
 from fsm_consumer.managers._share_fetch import (
+    MAX_SCALE,
     ShareAcknowledgeIntent,
     ShareFetchAnswer,
     ShareFetchIntent,
@@ -30,7 +31,8 @@ ACCEPT, RELEASE, RENEW = int(AckType.ACCEPT), int(AckType.RELEASE), int(AckType.
 LOCK = 30_000
 
 
-def manager(assigned=(A0, A1, B0), leaders=None, **config):
+def manager(assigned=(A0, A1, B0), leaders=None, adaptive=False, **config):
+    """A fetch manager; ``adaptive`` off (the default here): Java's one fetch per poll, nothing fetched ahead."""
     state = {"assigned": list(assigned), "leaders": dict(LEADERS if leaders is None else leaders)}
     settings = {"max_poll_records": 100, "fetch_max_wait_ms": 250, "request_timeout_ms": 1_000, **config}
     fm = ShareFetchManager(
@@ -39,6 +41,7 @@ def manager(assigned=(A0, A1, B0), leaders=None, **config):
         config=settings,
         member_id="AAECAwQFBgcICQoLDA0ODw",
     )
+    fm.adaptive = adaptive
     return fm, state
 
 
@@ -96,6 +99,72 @@ def test_acquired_records_go_to_the_buffer_under_a_lock_from_the_sending():
     assert [(r.offset, r.delivery_count) for r in fm.buffer.take(10, 3_000)] == [(0, 2), (1, 2), (2, 2)]
     assert not fm.fetch_more  # records came: fetched again when the application asks
     assert fm.session(1).epoch == 1 and fm.poll(3_001) == []
+
+
+def test_fetch_ahead_sends_one_fetch_per_leader_with_the_acks_due_and_no_more():
+    fm, _ = manager(assigned=[A0, A1])
+    open_sessions(fm)
+    fm.fetch_more = False  # records came: the application works on them
+    assert fm.poll(2) == []
+    fm.fetch_ahead()
+    intents = by_node(fm.poll(3))
+    assert set(intents) == {1, 2} and all(isinstance(i, ShareFetchIntent) for i in intents.values())
+    for node in (1, 2):  # answered with nothing: a member busy with its records does not fetch again
+        fm.on_fetch_answer(node, ShareFetchAnswer(), 3, 4)
+    assert fm.poll(5) == []
+    fm.fetch_ahead()  # the next poll's records handed out: once more
+    [ahead] = [i for i in fm.poll(6) if i.node == 1]
+    fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 0, 1),)), 6, 7)
+    assert fm.poll(8) == []  # node 2's answer is still awaited; node 1 fetched its one
+    for r in fm.buffer.take(10, 9):
+        fm.buffer.acknowledge(r.partition, r.offset, ACCEPT, 9)
+    fm.buffer.take_acks(9)
+    fm.fetch_ahead()
+    [piggy] = fm.poll(10)
+    assert isinstance(piggy, ShareFetchIntent) and piggy.acks == {A0: (AckBatch(0, 1, (ACCEPT,)),)}
+
+
+def test_records_the_application_waited_for_bring_the_next_fetch_at_once():
+    fm, _ = manager(assigned=[A0], adaptive=True)
+    fm.want_records()
+    [first] = fm.poll(0)
+    fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 0, 2),)), 0, 1)
+    [ahead] = fm.poll(2)  # the application takes what came; the next fetch is on its way meanwhile
+    assert isinstance(ahead, ShareFetchIntent) and ahead.max_records == 100
+    # the application waited for the first (the broker may hold it); nobody waits for one made ahead
+    assert (first.max_wait_ms, ahead.max_wait_ms) == (250, 0)
+    fm.on_fetch_answer(1, ShareFetchAnswer(), 2, 3)
+    assert fm.poll(4) == []  # nothing came: a member working on its records does not fetch again
+
+
+def test_an_application_that_outruns_the_network_gets_larger_fetches_and_a_slow_one_smaller():
+    fm, _ = manager(assigned=[A0], adaptive=True)
+    fm.want_records()
+    [intent] = fm.poll(0)
+    fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 0, 99),)), 0, 1)  # all it asked for
+    fm.app_waited()  # the next poll found nothing ready: the broker had more, the application wanted it
+    assert fm.scale == 2 and fm.fetch_records == 200
+    fm.app_waited()
+    assert fm.scale == MAX_SCALE == 2  # twice a poll's worth at most (the broker's record locks)
+    [ahead] = fm.poll(2)
+    assert ahead.max_records == ahead.batch_size == 200
+    fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 100, 299),)), 2, 3)  # ahead of need: 300 ready
+    assert fm.scale == 1
+    fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 300, 310),)), 4, 5)  # not in flight: dropped
+    fm.fetch_ahead()
+    [ahead] = fm.poll(6)
+    fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 300, 310),)), 6, 7)  # less than it asked for
+    fm.app_waited()
+    assert fm.scale == 1  # the broker had no more to give: a larger fetch would not have helped
+
+
+def test_record_limit_never_scales_its_fetches():
+    fm, _ = manager(assigned=[A0])
+    fm.want_records()
+    [intent] = fm.poll(0)
+    fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 0, 99),)), 0, 1)
+    fm.app_waited()
+    assert fm.scale == 1 and fm.fetch_records == 100
 
 
 def test_later_fetches_carry_only_what_changed_and_the_acks_piggybacked():
