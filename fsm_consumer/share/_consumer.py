@@ -233,8 +233,9 @@ class ShareConsumer:
         tid = parts.topic_id(topic)
         if tid is None:
             raise IllegalStateError(f"{topic}-{partition}@{offset} was not handed out by this consumer")
+        where = _new(TopicIdPartition, (tid, partition))
         with parts.lock:
-            parts.fetch.buffer.acknowledge(TopicIdPartition(tid, partition), offset, int(kind), self._now())
+            parts.fetch.buffer.acknowledge(where, offset, kind, self._now())
 
     def commit_sync(self, timeout_ms: float | None = None) -> dict[TopicPartition, BaseException | None]:
         """Send the acknowledgements recorded so far (implicit mode: of every record handed out) and wait for the
@@ -304,6 +305,7 @@ class ShareConsumer:
                     b
                     for b in buffer.batches()
                     if b.state == "handed_out"
+                    and not b.all_acknowledged()
                     and any(
                         r.offset not in b.acks and (b.partition.topic_id, b.partition.partition, r.offset) not in failed
                         for r in b.records
