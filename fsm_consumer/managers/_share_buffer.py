@@ -134,7 +134,6 @@ class ShareBuffer:
         # records_bytes -> records with an .offset (or plain offsets): the wiring layer's decoder
         self._decode = decode or (lambda records: records or ())
         self._batches: list[ShareBatch] = []
-        self._decoded: list[Any] | None = None  # what _quick decoded and declined, for add's walk
         self._last_held: ShareBatch | None = None  # the batch the last acknowledgement found
         self.outcomes: list[AckOutcome] = []
         self.observer: BufferObserver | None = None
@@ -166,7 +165,12 @@ class ShareBuffer:
         """Keep what one answer acquired for ``partition``: ``acquired`` as (first, last, delivery count) ranges,
         ``records`` whatever the decoder reads (records outside the ranges were not acquired: skipped, as Java's
         ShareCompletedFetch). The lock counts from ``sent_at``, the ShareFetch's sending."""
-        quick = self._quick(partition, acquired, records)
+        if not acquired:
+            return None
+        items = self._decode(records)
+        if not isinstance(items, list):
+            items = list(items)
+        quick = self._quick(partition, acquired, items)
         if quick is not None:
             held, gaps = quick
             return self._keep(node, generation, partition, held, gaps, sent_at, now, lock_ms, ordered=True)
@@ -177,9 +181,8 @@ class ShareBuffer:
             return None
         delivered: dict[int, ShareRecord] = {}
         last, ordered = -1, True  # a log's records come in offset order
-        decoded, self._decoded = self._decoded, None
         with gc_paused():  # a tuple or two per record, no cycle among them
-            for item in decoded if decoded is not None else self._decode(records):
+            for item in items:
                 if isinstance(item, int):
                     offset, item = item, None
                 else:
@@ -190,23 +193,17 @@ class ShareBuffer:
         gaps = [o for o in counts if o not in delivered]
         return self._keep(node, generation, partition, list(delivered.values()), gaps, sent_at, now, lock_ms, ordered)
 
+    @staticmethod
     def _quick(
-        self, partition: TopicIdPartition, acquired: Sequence[tuple[int, int, int]], records: Any
+        partition: TopicIdPartition, acquired: Sequence[tuple[int, int, int]], items: list[Any]
     ) -> tuple[list[ShareRecord], list[int]] | None:
         """``add``'s common case without a step per record in Python: one acquired range, whose records the
-        decoder gives in offset order, none outside it. None: anything else (``add`` then walks them)."""
-        if len(acquired) != 1:
+        decoder gave in offset order, none outside it. None: anything else (``add`` then walks them)."""
+        if len(acquired) != 1 or not items or isinstance(items[0], int):
             return None
         first, last, count = acquired[0]
-        items = self._decode(records)
-        if not isinstance(items, list):
-            items = list(items)
-        if not items or isinstance(items[0], int):
-            self._decoded = items  # the walk reads these rather than decoding them twice
-            return None
         offsets = list(map(_OFFSET, items))
         if offsets[0] < first or offsets[-1] > last or not all(map(operator.lt, offsets, offsets[1:])):
-            self._decoded = items
             return None
         with gc_paused():  # a tuple per record, no cycle among them
             held = list(map(_new, repeat(ShareRecord), zip(repeat(partition), offsets, repeat(count), items)))

@@ -55,8 +55,6 @@ class ShareConsumer:
     def __init__(self, *topics: str, transport: Any = None, **configs: Any) -> None:
         self.config, self.settings = share_config(**configs)
         self._explicit = self.settings.acknowledgement_mode == "explicit"
-        # record_limit: at most max_poll_records acquired at a time, so nothing is fetched ahead
-        self._fetch_ahead = self.settings.acquire_mode != "record_limit"
         self._handed = False  # the last poll handed records out
         self._signal = Signal()
         self._woken = threading.Event()
@@ -69,7 +67,8 @@ class ShareConsumer:
         self._clock = self._parts.clock
         self._key_fn = _deserializer(self.config.key_deserializer)
         self._value_fn = _deserializer(self.config.value_deserializer)
-        self._parts.fetch.adaptive = self._fetch_ahead
+        # record_limit: at most max_poll_records acquired at a time, so nothing is fetched ahead
+        self._parts.fetch.adaptive = self.settings.acquire_mode != "record_limit"
         self._parts.thread.start()
         if topics:
             try:
@@ -132,7 +131,7 @@ class ShareConsumer:
                     if first and self._handed:
                         fetch.app_waited()
                     fetch.want_records()
-                elif self._fetch_ahead and fetch.buffer.ready_records() < fetch.fetch_records:
+                elif fetch.adaptive and fetch.buffer.ready_records() < fetch.fetch_records:
                     fetch.fetch_ahead()
             # the acknowledgements settled above go with the fetch asked here: one request, not two
             parts.transport.wakeup()
