@@ -1,5 +1,8 @@
 """A Spec compiled into a transitions.Machine bound to a model, with deadline timeouts.
 
+A spec is compiled once (states, events, transitions, hooks by name) and shared by all its machines; each
+SpecMachine binds its model's hooks and has a machine shell of its own (state, queue).
+
 Timeouts are deadlines, never threads: entering a state arms ``now + duration`` for each of its
 timeouts; ``tick(now)`` fires the due ones in deadline order. Leaving the state disarms them, so a
 deadline from an earlier visit can never fire. Timers span several states (a session): armed on
@@ -13,6 +16,7 @@ A trigger the spec declares ignorable in the current state is a no-op (``fire`` 
 from __future__ import annotations
 
 import math
+import weakref
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -21,7 +25,7 @@ from transitions import Machine
 
 from ._clock import Clock
 from ._errors import IllegalTransition, SpecError
-from ._lean import LeanEvent, LeanState, LeanTransition
+from ._lean import Carrier, LeanEvent, LeanState, LeanTransition
 from ._log import Observer, TransitionRecord, logger, observers
 from ._model import Spec
 
@@ -35,10 +39,73 @@ class _TransitionsMachine(Machine):
     fsm_ignored: Mapping[str, frozenset[str]]  # trigger -> states where it is a no-op (read by LeanEvent)
 
 
-class _Carrier:
-    """The object transitions keeps the state on; the real model stays free of its helper methods."""
+class _Compiled:
+    """A spec compiled once into transitions' states, events and transitions, hooks by name: every SpecMachine
+    of the spec shares it (a share consumer makes one per acquired batch: building a transitions graph each
+    time cost ~0.2 ms) and brings its own carrier (state, bound hooks, owner) and machine (queue)."""
 
-    state: str  # set by transitions (the initial state) and by LeanTransition
+    def __init__(self, spec: Spec) -> None:
+        self.hooks = spec.hooks()  # name -> where the spec uses it (binding errors name the places)
+        self.ignored = spec.ignored()
+        self.timeouts = {s.name: tuple((t.after, t.trigger) for t in s.timeouts) for s in spec.states.values()}
+        self.attributes = {name: a.of_state for name, a in spec.attributes.items()}
+        states = [
+            LeanState(s.name, on_enter=list(s.on_enter), on_exit=list(s.on_exit), final=s.name in spec.terminal)
+            for s in spec.states.values()
+        ]
+        self.machine = _TransitionsMachine(
+            model=[],  # no model of its own: each instance's carrier is the model its triggers are given
+            states=states,
+            initial=spec.initial,
+            auto_transitions=False,
+            ignore_invalid_triggers=False,
+            queued=True,
+            send_event=False,
+            name=spec.machine,
+        )
+        # Events and transitions made directly, as Machine.add_transition would make them, without what it adds
+        # for calling triggers as methods of a model (a trigger goes through SpecMachine._events)
+        events = self.machine.events
+        for t in spec.transitions:
+            checks = tuple((c, True) for c in t.conditions) + tuple((c, False) for c in t.unless)
+            event = events.get(t.trigger)
+            if event is None:
+                event = events[t.trigger] = LeanEvent(t.trigger, self.machine)
+            for source in t.sources:
+                compiled = LeanTransition(source, t.dest_from(source), before=list(t.before), after=list(t.after))
+                compiled.index, compiled.checks = t.index, checks
+                compiled.trigger_name = t.trigger
+                compiled.internal = t.internal
+                event.transitions[source].append(compiled)
+        self.machine.fsm_ignored = self.ignored
+        self.events = dict(events)
+
+    def new_machine(self) -> _TransitionsMachine:
+        """A machine for one instance: the shared states and events, a queue of its own."""
+        machine = object.__new__(_TransitionsMachine)
+        machine.__dict__.update(self.machine.__dict__)
+        machine._transition_queue = deque()
+        machine.models = []
+        return machine
+
+
+# spec identity -> (the spec, weakly, and its compiled form); a spec is immutable (attrs frozen), and a dropped
+# one (users' and tests' specs) takes its entry with it
+_COMPILED: dict[int, tuple[weakref.ref[Spec], _Compiled]] = {}
+
+
+def _compiled(spec: Spec) -> _Compiled:
+    got = _COMPILED.get(id(spec))
+    if got is not None and got[0]() is spec:
+        return got[1]
+    compiled = _Compiled(spec)
+    key = id(spec)
+
+    def forget(_ref: weakref.ref[Spec]) -> None:
+        _COMPILED.pop(key, None)
+
+    _COMPILED[key] = (weakref.ref(spec, forget), compiled)
+    return compiled
 
 
 def resolve_durations(spec: Spec, config: Any = None, overrides: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -61,10 +128,10 @@ def resolve_durations(spec: Spec, config: Any = None, overrides: Mapping[str, fl
     return out
 
 
-def _bind(spec: Spec, model: Any) -> dict[str, Any]:
+def _bind(spec: Spec, hooks: Mapping[str, list[str]], model: Any) -> dict[str, Any]:
     """Resolve every hook name to a bound method once; list all that are missing in one error."""
     resolved, missing = {}, []
-    for hook, where in spec.hooks().items():
+    for hook, where in hooks.items():
         fn = getattr(model, hook, None)
         if callable(fn):
             resolved[hook] = fn
@@ -102,61 +169,30 @@ class SpecMachine:
         self.model = model
         self._clock = clock
         self.durations = resolve_durations(spec, config, durations)
-        hooks = _bind(spec, model)
+        compiled = _compiled(spec)
+        hooks = _bind(spec, compiled.hooks, model)
         self.log: deque[TransitionRecord] = deque(maxlen=log_size)
         self._changes = 0
         self._visit = 0
         self._pending: list[tuple[float, int, str]] = []
         self.next_deadline: float | None = None
-        self._timeouts = {s.name: tuple((t.after, t.trigger) for t in s.timeouts) for s in spec.states.values()}
-        self._ignored = spec.ignored()
+        self._timeouts = compiled.timeouts
+        self._ignored = compiled.ignored
         self._timers = spec.timers
         self._timer_due: dict[str, float] = {}  # running timers: name -> deadline
         self._now = now if now is not None else (clock.now_ms() if clock is not None else 0.0)
         self._computed = {d.name: hooks[d.computed_by] for d in spec.durations.values() if d.computed_by}
-
-        def fns(names):
-            return [hooks[n] for n in names]
-
-        states = [
-            LeanState(s.name, on_enter=fns(s.on_enter), on_exit=fns(s.on_exit), final=s.name in spec.terminal)
-            for s in spec.states.values()
-        ]
-        self._carrier = _Carrier()
-        self._machine = _TransitionsMachine(
-            model=self._carrier,
-            states=states,
-            initial=spec.initial,
-            auto_transitions=False,
-            ignore_invalid_triggers=False,
-            queued=True,
-            send_event=False,
-            name=spec.machine,
-        )
-        # Events and transitions made directly, as Machine.add_transition would make them, without what it adds
-        # for calling triggers as methods of the model (a trigger goes through self._events here): a third of
-        # the cost of making a machine, which a share consumer pays for every acquired batch
-        events = self._machine.events
-        for t in spec.transitions:
-            checks = tuple((hooks[c], True) for c in t.conditions) + tuple((hooks[c], False) for c in t.unless)
-            event = events.get(t.trigger)
-            if event is None:
-                event = events[t.trigger] = LeanEvent(t.trigger, self._machine)
-            for source in t.sources:
-                compiled = LeanTransition(source, t.dest_from(source), before=fns(t.before), after=fns(t.after))
-                compiled.owner, compiled.index, compiled.checks = self, t.index, checks
-                compiled.trigger_name = t.trigger
-                compiled.internal = t.internal
-                event.transitions[source].append(compiled)
-        self._machine.fsm_ignored = self._ignored
-        self._attributes = {name: a.of_state for name, a in spec.attributes.items()}
+        self._machine = compiled.new_machine()
+        self._carrier = Carrier(spec.initial, hooks, self, self._machine)
+        self._machine.models.append(self._carrier)
+        self._attributes = compiled.attributes
         # value -> (its condition, the value while it holds), per attribute: a value the spec makes conditional
         self._unless = {
             name: {v: (hooks[c], a.rest) for v, c in a.unless.items()}
             for name, a in spec.attributes.items()
             if a.unless
         }
-        self._events = dict(self._machine.events)
+        self._events = compiled.events
         self._arm(spec.initial, self._now)
         for name, timer in self._timers.items():
             if spec.initial in timer.states:

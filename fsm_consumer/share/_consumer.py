@@ -11,8 +11,10 @@ next poll(), commit or close) and to commit_sync()'s result.
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from collections.abc import Callable, Iterable
+from itertools import repeat
 from typing import Any, Self
 
 import kafka.errors as ke
@@ -38,6 +40,7 @@ from ._wiring import ShareParts, wire
 
 _log = logging.getLogger("fsm_consumer.share")
 _new = tuple.__new__  # a ShareRecord from a whole tuple, without its __new__'s keyword handling
+_RECORD, _COUNT = operator.itemgetter(3), operator.itemgetter(2)  # a held record's decoded record, delivery count
 
 #: (offsets acknowledged, by partition; the error, None when they took effect) -> anything
 AcknowledgementCommitCallback = Callable[[dict[TopicPartition, set[int]], BaseException | None], object]
@@ -159,7 +162,12 @@ class ShareConsumer:
         for deadline, records in taken:
             lock = deadline / 1000.0
             if key_fn is None and value_fn is None:  # the decoder's tuple as it is, the share fields after it
-                out.extend([_new(ShareRecord, (*h.record, h.delivery_count, lock)) for h in records])
+                counts = set(map(_COUNT, records))
+                if len(counts) == 1:  # one delivery count (an acquired range): no Python step per record
+                    tail = (counts.pop(), lock)
+                    out.extend(map(_new, repeat(ShareRecord), map(operator.add, map(_RECORD, records), repeat(tail))))
+                else:
+                    out.extend([_new(ShareRecord, (*h.record, h.delivery_count, lock)) for h in records])
                 continue
             for held in records:
                 r = held.record

@@ -278,3 +278,58 @@ def test_exception_in_bound_hook_reaches_caller():
     assert not m._machine._transition_queue
     m.fire("vanish")  # the machine is still usable
     assert m.state == "gone"
+
+
+def test_machines_of_one_spec_share_its_compiled_graph_but_not_state_hooks_or_queue():
+    """A spec is compiled once (a share consumer makes a machine per acquired batch); each machine keeps its own
+    state, its model's hooks and its own queue: a hook of one machine firing another of the same spec runs that
+    trigger at once (each queue is its machine's), and its own trigger stays queued."""
+    a_door, a, _ = make()
+    b_door, b, _ = make()
+    assert a._events is b._events and a._machine is not b._machine
+    assert a._machine._transition_queue is not b._machine._transition_queue
+    b_door.flag_unlocked = False
+    a.fire("push")
+    b.fire("push")  # b's own condition (locked): closed re-entered, with b's hook only
+    assert (a.state, b.state) == ("open", "closed")
+    assert b_door.calls == ["left_closed"] and a_door.calls == ["before_push", "left_closed", "opened", "after_push"]
+
+    def cross():  # a's hook fires b (not queued behind a's transition) and a itself (queued)
+        b_door.flag_unlocked = True
+        b.fire("push")
+        a_door.calls.append(("b_during_a", b.state))
+        a_door.machine.fire("chained")
+
+    a_door.chain = cross
+    a2 = SpecMachine(SPEC, a_door, clock=FakeClock())  # hooks are bound when a machine is made
+    a_door.machine = a2
+    a2.fire("push")
+    a2.fire("slam")
+    assert ("b_during_a", "open") in a_door.calls and b.state == "open"
+    assert a2.state == "closed" and [r.trigger for r in a2.log][-2:] == ["slam", "chained"]
+
+
+def test_a_spec_dropped_takes_its_compiled_form_with_it():
+    import gc
+
+    from fsm_consumer.machines import _machine
+
+    spec = parse_spec(SPEC_TEXT_SMALL, "small.yaml")
+    SpecMachine(spec, object())
+    assert id(spec) in _machine._COMPILED
+    key = id(spec)
+    del spec
+    gc.collect()
+    assert key not in _machine._COMPILED
+
+
+SPEC_TEXT_SMALL = """\
+machine: tiny
+initial: a
+terminal: [b]
+states:
+  a: {}
+  b: {}
+transitions:
+  - {trigger: go, source: a, dest: b}
+"""
