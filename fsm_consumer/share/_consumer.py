@@ -59,6 +59,8 @@ class ShareConsumer:
         self.config, self.settings = share_config(**configs)
         self._explicit = self.settings.acknowledgement_mode == "explicit"
         self._handed = False  # the last poll handed records out
+        # (topic, partition) -> TopicIdPartition of what the last poll handed out (acknowledge() finds its batch)
+        self._handed_where: dict[tuple[str, int], TopicIdPartition] = {}
         self._signal = Signal()
         self._woken = threading.Event()
         self._closed = False
@@ -159,8 +161,12 @@ class ShareConsumer:
     def _records_of(self, taken: list[tuple[float, list[_Held]]]) -> list[ShareRecord]:
         out: list[ShareRecord] = []
         key_fn, value_fn = self._key_fn, self._value_fn
+        self._handed_where = handed = {}
         for deadline, records in taken:
             lock = deadline / 1000.0
+            if records and records[0].record is not None:
+                first = records[0]
+                handed[(first.record.topic, first.partition.partition)] = first.partition
             if key_fn is None and value_fn is None:  # the decoder's tuple as it is, the share fields after it
                 counts = set(map(_COUNT, records))
                 if len(counts) == 1:  # one delivery count (an acquired range): no Python step per record
@@ -237,12 +243,16 @@ class ShareConsumer:
         if type(kind) is not AcknowledgeType:
             kind = AcknowledgeType(kind)
         parts = self._parts
-        tid = parts.topic_id(topic)
-        if tid is None:
-            raise IllegalStateError(f"{topic}-{partition}@{offset} was not handed out by this consumer")
-        where = _new(TopicIdPartition, (tid, partition))
+        # the partition as the batches that handed it out know it (its topic id from their ShareFetch), else as
+        # the metadata knows it now: one lookup per record of an explicit acknowledgement
+        where = self._handed_where.get((topic, partition))
+        if where is None:
+            tid = parts.topic_id(topic)
+            if tid is None:
+                raise IllegalStateError(f"{topic}-{partition}@{offset} was not handed out by this consumer")
+            where = _new(TopicIdPartition, (tid, partition))
         with parts.lock:
-            parts.fetch.buffer.acknowledge(where, offset, kind, self._now())
+            parts.fetch.buffer.acknowledge(where, offset, kind, self._clock.now_ms())
 
     def commit_sync(self, timeout_ms: float | None = None) -> dict[TopicPartition, BaseException | None]:
         """Send the acknowledgements recorded so far (implicit mode: of every record handed out) and wait for the
