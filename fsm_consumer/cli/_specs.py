@@ -35,7 +35,34 @@ def check_specs(argv: list[str]) -> int:
         help="after checking the project's specs, record their digests (machines/_checked.py): a Consumer "
         "then skips the schema check of those texts",
     )
+    ap.add_argument(
+        "--explore",
+        action="store_true",
+        help="also walk every reachable state of each machine (every trigger arriving anywhere, every timer and "
+        "timeout firing, every condition either way) and check totality, that a terminal state stays reachable, "
+        "and the spec's invariants; a violation is printed with the shortest trigger sequence to it (exit 1)",
+    )
+    ap.add_argument(
+        "--draw",
+        metavar="DIR",
+        help="with --explore: write each counterexample as a diagram of its machine with the path in red "
+        "(DIR/<machine>.<property>.<name>.dot, and .svg when Graphviz's dot is installed)",
+    )
+    ap.add_argument(
+        "--mutants",
+        action="store_true",
+        help="break each spec in small ways (drop a transition, a timeout, a timer's state or restart; move a "
+        "state to another attribute value) and report how many of each kind the checks and the exploration "
+        "find; exit 1 when a kind is never found",
+    )
+    ap.add_argument(
+        "files",
+        nargs="*",
+        help="spec files to check instead of a directory's (yours, anywhere: each named like its machine)",
+    )
     args = ap.parse_args(argv)
+    if args.files:
+        return _check_files(args)
     try:
         check_schema_file()  # the schema itself: a Consumer trusts the shipped one (see machines/_schema.py)
     except SpecError as exc:
@@ -68,7 +95,80 @@ def check_specs(argv: list[str]) -> int:
     if not specs and not failed:
         print("no specs found", file=sys.stderr)
         return 1
+    if args.explore and not failed:
+        failed = not _explore(specs, args.draw)
+    if args.mutants and not failed:
+        failed = not _mutants([Path(s.file) for s in specs])
     return 1 if failed else 0
+
+
+def _check_files(args: argparse.Namespace) -> int:
+    if args.specs or args.record:
+        print("ERROR give spec files, or --specs DIR (and --record), not both", file=sys.stderr)
+        return 1
+    specs: list[Spec] = []
+    failed = False
+    for name in args.files:
+        try:
+            specs.append(load_spec(name, validate_always=True))
+        except (SpecError, OSError) as exc:
+            print(f"ERROR {exc}", file=sys.stderr)
+            failed = True
+    for s in specs:
+        print(f"{s.machine}: {len(s.states)} states, {len(s.transitions)} transitions  ({s.file})")
+    if args.explore and specs:
+        failed = not _explore(specs, args.draw) or failed
+    if args.mutants and specs and not failed:
+        failed = not _mutants([Path(name) for name in args.files])
+    return 1 if failed else 0
+
+
+def _explore(specs: list[Spec], draw: str | None = None) -> bool:
+    from ..machines._diagram import render_svg
+    from ..machines._explore import explore
+
+    ok = True
+    for s in specs:
+        result = explore(s)
+        print(result.report())
+        ok = ok and result.ok
+        if draw is None:
+            continue
+        for v in result.violations:
+            target = Path(draw) / f"{s.machine}.{v.prop}.{v.name}.dot"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            dot = v.drawn(s, result.initial)
+            target.write_text(dot, encoding="utf-8")
+            if have_dot():
+                target.with_suffix(".svg").write_text(render_svg(dot), encoding="utf-8")
+            print(f"  drawn: {target}")
+    return ok
+
+
+def _mutants(paths: list[Path]) -> bool:
+    import time
+
+    from ..machines._mutants import KINDS, run_mutants
+
+    started = time.perf_counter()
+    made = dict.fromkeys(KINDS, 0)
+    found = dict.fromkeys(KINDS, 0)
+    for path in paths:
+        for r in run_mutants(path):
+            made[r.mutant.kind] += 1
+            found[r.mutant.kind] += r.found
+    print(f"mutants of {len(paths)} spec(s), {time.perf_counter() - started:.1f} s:")
+    never = []
+    for kind in KINDS:
+        share = f"{found[kind] / made[kind]:.0%}" if made[kind] else "-"
+        print(f"  {kind}: {found[kind]} of {made[kind]} found ({share})")
+        if made[kind] and not found[kind]:
+            never.append(kind)
+    if never:
+        print(
+            f"ERROR no mutant of kind {', '.join(never)} was found: nothing checks that kind of slip", file=sys.stderr
+        )
+    return not never
 
 
 def render_diagrams(argv: list[str]) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 
 from ._errors import SpecError
-from ._model import Attribute, Duration, Event, Ignore, Spec, State, Timeout, Timer, Transition
+from ._model import Attribute, Duration, Event, Ignore, Invariant, Predicate, Spec, State, Timeout, Timer, Transition
 from ._yaml import Located
 
 
@@ -137,6 +137,7 @@ def build_spec(doc: Located, expected_name: str | None = None) -> Spec:
             Ignore(trigger=raw["trigger"], sources=sources, line=doc.line_of(path), description=raw["description"])
         )
     attributes = _build_attributes(doc, data, states)
+    invariants = _build_invariants(doc, data, states, timers, attributes)
     spec = Spec(
         machine=name,
         file=doc.file,
@@ -150,11 +151,13 @@ def build_spec(doc: Located, expected_name: str | None = None) -> Spec:
         events=events,
         ignores=tuple(ignores),
         attributes=attributes,
+        invariants=invariants,
     )
     _check_ambiguity(spec, doc)
     _check_timeouts(spec, doc)
     _check_ignores(spec, doc)
     _check_arrivals(spec, doc)
+    _check_restarts(spec, doc)
     _check_reachability(spec, doc)
     _check_exits(spec, doc)
     return spec
@@ -188,8 +191,22 @@ def _build_timers(doc: Located, data: dict, states, durations) -> dict[str, Time
             states=frozenset(covered),
             line=doc.line_of(path, key=True),
             description=body.get("description", ""),
+            restarted_by=tuple(body.get("restarted_by") or ()),
         )
     return timers
+
+
+def _check_restarts(spec: Spec, doc: Located) -> None:
+    """A timer's restarted_by names triggers with a transition into the timer's states."""
+    for tm in spec.timers.values():
+        for i, trig in enumerate(tm.restarted_by):
+            if not any(
+                t.trigger == trig and any(t.dest_from(s) in tm.states for s in t.sources) for t in spec.transitions
+            ):
+                raise doc.error(
+                    ("timers", tm.name, "restarted_by", i),
+                    f"timer {tm.name!r}: restarted_by {trig!r} names no transition into its states",
+                )
 
 
 def _build_attributes(doc: Located, data: dict, states) -> dict[str, Attribute]:
@@ -246,6 +263,66 @@ def _build_attributes(doc: Located, data: dict, states) -> dict[str, Attribute]:
             unless=unless,
         )
     return out
+
+
+def _build_invariants(doc: Located, data: dict, states, timers, attributes) -> tuple[Invariant, ...]:
+    out = []
+    for name, body in (data.get("invariants") or {}).items():
+        path = ("invariants", name)
+        parts = {}
+        for part in ("when", "then"):
+            raw, where = body[part], path + (part,)
+            named = tuple(raw.get("states") or ())
+            for i, s in enumerate(named):
+                if s not in states:
+                    raise doc.error(
+                        where + ("states", i), f"invariant {name!r}: {part} names state {s!r}, not declared"
+                    )
+            attr = raw.get("attribute")
+            values = tuple(raw.get("values") or ())
+            if attr is not None:
+                if attr not in attributes:
+                    raise doc.error(
+                        where + ("attribute",),
+                        f"invariant {name!r}: {part} names attribute {attr!r} "
+                        f"(declared: {', '.join(attributes) or 'none'})",
+                    )
+                for i, v in enumerate(values):
+                    if v not in attributes[attr].values:
+                        raise doc.error(
+                            where + ("values", i),
+                            f"invariant {name!r}: attribute {attr!r} has no value {v!r} "
+                            f"(its values: {', '.join(attributes[attr].values)})",
+                        )
+            timer = raw.get("timer")
+            if timer is not None and timer not in timers:
+                raise doc.error(
+                    where + ("timer",),
+                    f"invariant {name!r}: {part} names timer {timer!r} (declared: {', '.join(timers) or 'none'})",
+                )
+            parts[part] = Predicate(
+                states=named, attribute=attr, values=values, timer=timer, deadline=bool(raw.get("deadline"))
+            )
+        hooks = {h for t in data.get("transitions") or () for k in ("conditions", "unless") for h in _hooks(t.get(k))}
+        suspended = tuple((body.get("suspended_by") or {}).items())
+        for cond, _ in suspended:
+            if cond not in hooks:
+                raise doc.error(
+                    path + ("suspended_by", cond),
+                    f"invariant {name!r}: suspended_by names {cond!r}, no transition's condition",
+                    key=True,
+                )
+        out.append(
+            Invariant(
+                name=name,
+                when=parts["when"],
+                then=parts["then"],
+                line=doc.line_of(path, key=True),
+                description=body.get("description", ""),
+                suspended_by=suspended,
+            )
+        )
+    return tuple(out)
 
 
 def _handles(spec: Spec, trigger: str, state: str, ignored: dict[str, frozenset[str]]) -> bool:

@@ -2,17 +2,17 @@
 ``tools/check-specs --record``; ``tools/check-specs`` fails when it is stale). machines/_load.py skips the
 schema check of a spec whose text and schema are these."""
 
-SCHEMA = "fdb1f71adbea350dc6e1e8e618cd2926dc58180ca09607f2c6a26021973c0f25"
+SCHEMA = "b90ef6d78a19b2e3032ec48d26b154cbeee7a7fffe276875e6839faedb9c0192"
 SPECS = frozenset(
     {
-        "a6b5adae46ba25764c7002a3e3c9fbaa7e6fed8b386796a2f174b74ddd240d66",  # background.yaml
-        "057019d93a9855bf85755e3f3e936375b53ab8bc75a0b2afdfc51c85f296b946",  # connection.yaml
-        "7c8a38b8746e5821312258c8d4ba00c4a0f5f861c9631e2f120007af7d6e46b9",  # consumer_membership.yaml
+        "19e1ac85b69cad43a8c029265ccd7e824d0b8eb1c4fb89a5a9568bc939117997",  # background.yaml
+        "202b2d2619da60bdb4627623d01e75958e3415824e00ebde8130a9fa68958dec",  # connection.yaml
+        "cc8bdd6e60f942bd7ad571643457e10cc6cdd2b90ace468448d61d9ddb50f3c1",  # consumer_membership.yaml
         "f0d6311e0272790079f0d7695a5d0121414cbc1a7eb5e0fdf9e1af5ce31e9d88",  # fetch.yaml
-        "5843438c1866b0924e1f337fca5d65301596f7baa273b96590227fe56ef0a70a",  # membership.yaml
-        "871d65c0e71b3ed3c58ebb7a9160bc079f3f30b1903279fdefc3fd780da060b5",  # parallel.yaml
-        "33bea4662693e0f0cd992d39fef61ff593bc891d56cc33f24e01c3bd12438ce6",  # share_batch.yaml
-        "fcb22e9f6728f51cce4d1148d82905b809d34326bedf8aca24b3a73cfa970abc",  # share_membership.yaml
-        "62f3fca9b996fabc4fb607cd9ab8dfba46d52f3fb9d9024dddbb20356e7e1a92",  # share_session.yaml
+        "96a1229044e25e03cc70278ad8cc3c483915bdad0e377042166d1fa85456f1fa",  # membership.yaml
+        "47cb55e7889f772b1d5d4e947146b5688cebf2ddd3238f450895e372f2447c00",  # parallel.yaml
+        "0a9e138c6512824ef8c386cd98dc50ff6a31ab28983c23883924b2578c603eb2",  # share_batch.yaml
+        "552cddbf2563c46d26e40187a6a7fda8226f3b18ec84d942d09f73d50f1585fd",  # share_membership.yaml
+        "b3b91de5af865f2ba9361804a37370475f20f6224fc626dd9c12b2593c84f8c9",  # share_session.yaml
     }
 )

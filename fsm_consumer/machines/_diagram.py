@@ -44,7 +44,9 @@ def _edges(spec: Spec):
             yield src, t.dest_from(src), t.trigger, guard, timeouts.get((src, t.trigger))
 
 
-def render_dot(spec: Spec) -> str:
+def render_dot(spec: Spec, path: list[tuple[str, str, str]] | None = None, end: str | None = None) -> str:
+    """The machine's diagram; with ``path`` ((source, dest, label) per step: an exploration's counterexample),
+    those steps drawn over it in red and numbered, and ``end`` (the state where the property fails) in red."""
     g = graphviz.Digraph(
         name=spec.machine,
         graph_attr={
@@ -74,6 +76,10 @@ def render_dot(spec: Spec) -> str:
             g.edge(src, dest, label=f"{trigger}{guard}\\nafter {after}", style="dashed", color="gray30")
         else:
             g.edge(src, dest, label=f"{trigger}{guard}")
+    for i, (src, dest, label) in enumerate(path or (), 1):
+        g.edge(src, dest, label=f"{i}. {label}", color="red", fontcolor="red", penwidth="2")
+    if end is not None:
+        g.node(end, color="red", fontcolor="red", penwidth="2")
     return g.source
 
 

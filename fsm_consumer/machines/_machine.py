@@ -79,6 +79,11 @@ class _Compiled:
                 event.transitions[source].append(compiled)
         self.machine.fsm_ignored = self.ignored
         self.events = dict(events)
+        # trigger -> the timers the model restarts before firing it (restarted_by), with their states
+        self.restarts: dict[str, tuple[tuple[str, frozenset[str], int], ...]] = {}
+        for tm in spec.timers.values():
+            for trig in tm.restarted_by:
+                self.restarts[trig] = (*self.restarts.get(trig, ()), (tm.name, tm.states, tm.line))
 
     def new_machine(self) -> _TransitionsMachine:
         """A machine for one instance: the shared states and events, a queue of its own."""
@@ -193,6 +198,7 @@ class SpecMachine:
             if a.unless
         }
         self._events = compiled.events
+        self._restarts = compiled.restarts
         self._arm(spec.initial, self._now)
         for name, timer in self._timers.items():
             if spec.initial in timer.states:
@@ -358,6 +364,23 @@ class SpecMachine:
     def _stayed(self, transition: LeanTransition) -> None:
         """An internal transition: logged and counted, but the visit, its timeouts and timers go on."""
         self._record(transition)
+        if transition.trigger_name in self._restarts:
+            self._check_restarted(transition)
+
+    def _check_restarted(self, transition: LeanTransition) -> None:
+        """The spec says the model restarts these timers before firing this trigger (restarted_by): what the
+        exploration of the spec relies on is what the machine checks as it runs."""
+        for name, states, line in self._restarts[transition.trigger_name]:
+            if transition.dest in states and name not in self._timer_due:
+                if math.isinf(self.duration_ms(self._timers[name].after)):
+                    continue  # a duration not known yet: the timer cannot run, restarted or not
+                raise SpecError(
+                    f"{self.name}: timer {name!r} is not running after {transition.trigger_name!r} into "
+                    f"{transition.dest!r}, but the spec says the model restarts it before that trigger "
+                    f"(timers.{name}.restarted_by): the model fired it without restart_timer({name!r}, ...)",
+                    file=self.spec.file,
+                    line=line,
+                )
 
     def _entered(self, transition: LeanTransition) -> float:
         now = self._now
@@ -371,6 +394,8 @@ class SpecMachine:
             elif rec.source not in timer.states:
                 self._arm_timer(name, now)
         self._update_next()
+        if transition.trigger_name in self._restarts:
+            self._check_restarted(transition)
         return now
 
     def _arm_timer(self, name: str, since: float) -> None:

@@ -67,6 +67,7 @@ class Timer:
     states: frozenset[str]
     line: int = 0
     description: str = ""
+    restarted_by: tuple[str, ...] = ()  # triggers before which the model restarts it (see the schema)
 
 
 @attrs.frozen
@@ -104,6 +105,41 @@ class Attribute:
 
 
 @attrs.frozen
+class Predicate:
+    """What an invariant says of a node of the exploration (machines/_explore.py); every part given must hold."""
+
+    states: tuple[str, ...] = ()  # the state is one of these
+    attribute: str | None = None  # attribute ``attribute`` has one of ``values`` there
+    values: tuple[str, ...] = ()
+    timer: str | None = None  # timer ``timer`` is running
+    deadline: bool = False  # some timer runs or some timeout is pending: the state cannot wait forever
+
+    def __str__(self) -> str:
+        parts = []
+        if self.states:
+            parts.append(f"state in [{', '.join(self.states)}]")
+        if self.attribute is not None:
+            parts.append(f"{self.attribute} in [{', '.join(self.values)}]")
+        if self.timer is not None:
+            parts.append(f"timer {self.timer} running")
+        if self.deadline:
+            parts.append("a deadline running")
+        return " and ".join(parts) or "always"
+
+
+@attrs.frozen
+class Invariant:
+    """In every reachable node where ``when`` holds, ``then`` holds (checked by ``check-specs --explore``)."""
+
+    name: str
+    when: Predicate
+    then: Predicate
+    line: int = 0
+    description: str = ""
+    suspended_by: tuple[tuple[str, bool], ...] = ()  # (condition, value): a transition taken so suspends it
+
+
+@attrs.frozen
 class Spec:
     machine: str
     file: str
@@ -117,6 +153,7 @@ class Spec:
     events: dict[str, Event] = attrs.field(factory=dict)
     ignores: tuple[Ignore, ...] = ()
     attributes: dict[str, Attribute] = attrs.field(factory=dict)
+    invariants: tuple[Invariant, ...] = ()
 
     def ignored(self) -> dict[str, frozenset[str]]:
         """trigger -> the states where firing it is a no-op."""
