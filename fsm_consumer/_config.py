@@ -212,6 +212,13 @@ def _cross_checks(cfg: ConsumerConfig) -> None:
             f"session_timeout_ms ({cfg.session_timeout_ms})",
             key="heartbeat_interval_ms",
         )
+    if cfg.retry_backoff_ms >= cfg.session_timeout_ms:  # specs/membership.yaml: join_backoff_within_session
+        raise _config_error(
+            f"config key 'retry_backoff_ms': {cfg.retry_backoff_ms} must be below session_timeout_ms "
+            f"({cfg.session_timeout_ms}): a member backing off a JoinGroup retry for longer than its session "
+            "loses its partitions meanwhile",
+            key="retry_backoff_ms",
+        )
     if cfg.reconnect_backoff_max_ms < cfg.reconnect_backoff_ms:
         raise _config_error(
             "config key 'reconnect_backoff_max_ms' must be >= reconnect_backoff_ms", key="reconnect_backoff_max_ms"

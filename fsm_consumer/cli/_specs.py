@@ -96,7 +96,7 @@ def check_specs(argv: list[str]) -> int:
         print("no specs found", file=sys.stderr)
         return 1
     if args.explore and not failed:
-        failed = not _explore(specs, args.draw)
+        failed = not _explore(specs, args.draw, validators=the_projects)
     if args.mutants and not failed:
         failed = not _mutants([Path(s.file) for s in specs])
     return 1 if failed else 0
@@ -123,13 +123,25 @@ def _check_files(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _explore(specs: list[Spec], draw: str | None = None) -> bool:
+def _validator(spec: Spec):
+    """The config validator the durations of one of the project's specs are configured through: the share
+    consumer's for the share machines, the consumer's for the others (a relation that a configuration breaks
+    must be refused by it)."""
+    from .._config import ConsumerConfig
+    from ..share._config import share_config
+
+    if spec.machine.startswith("share_"):
+        return lambda config: share_config(group_id="check-specs", **config)
+    return lambda config: ConsumerConfig.from_kwargs(**config)
+
+
+def _explore(specs: list[Spec], draw: str | None = None, *, validators: bool = False) -> bool:
     from ..machines._diagram import render_svg
     from ..machines._explore import explore
 
     ok = True
     for s in specs:
-        result = explore(s)
+        result = explore(s, _validator(s) if validators else None)
         print(result.report())
         ok = ok and result.ok
         if draw is None:

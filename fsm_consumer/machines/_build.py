@@ -5,7 +5,20 @@ from __future__ import annotations
 from collections import deque
 
 from ._errors import SpecError
-from ._model import Attribute, Duration, Event, Ignore, Invariant, Predicate, Spec, State, Timeout, Timer, Transition
+from ._model import (
+    Attribute,
+    Duration,
+    Event,
+    Ignore,
+    Invariant,
+    Predicate,
+    Relation,
+    Spec,
+    State,
+    Timeout,
+    Timer,
+    Transition,
+)
 from ._yaml import Located
 
 
@@ -138,6 +151,7 @@ def build_spec(doc: Located, expected_name: str | None = None) -> Spec:
         )
     attributes = _build_attributes(doc, data, states)
     invariants = _build_invariants(doc, data, states, timers, attributes)
+    relations = _build_relations(doc, data, durations)
     spec = Spec(
         machine=name,
         file=doc.file,
@@ -152,6 +166,7 @@ def build_spec(doc: Located, expected_name: str | None = None) -> Spec:
         ignores=tuple(ignores),
         attributes=attributes,
         invariants=invariants,
+        relations=relations,
     )
     _check_ambiguity(spec, doc)
     _check_timeouts(spec, doc)
@@ -320,6 +335,30 @@ def _build_invariants(doc: Located, data: dict, states, timers, attributes) -> t
                 line=doc.line_of(path, key=True),
                 description=body.get("description", ""),
                 suspended_by=suspended,
+            )
+        )
+    return tuple(out)
+
+
+def _build_relations(doc: Located, data: dict, durations) -> tuple[Relation, ...]:
+    out = []
+    for name, body in (data.get("relations") or {}).items():
+        kind = "below" if "below" in body else "at_most"
+        pair = body[kind]
+        for i, d in enumerate(pair):
+            if d not in durations:
+                raise doc.error(
+                    ("relations", name, kind, i),
+                    f"relation {name!r}: {d!r} names no declared duration (declared: {', '.join(durations) or 'none'})",
+                )
+        out.append(
+            Relation(
+                name=name,
+                shorter=pair[0],
+                longer=pair[1],
+                strict=kind == "below",
+                line=doc.line_of(("relations", name), key=True),
+                description=body.get("description", ""),
             )
         )
     return tuple(out)

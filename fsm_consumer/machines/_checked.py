@@ -2,14 +2,14 @@
 ``tools/check-specs --record``; ``tools/check-specs`` fails when it is stale). machines/_load.py skips the
 schema check of a spec whose text and schema are these."""
 
-SCHEMA = "b90ef6d78a19b2e3032ec48d26b154cbeee7a7fffe276875e6839faedb9c0192"
+SCHEMA = "f6c4dceb3cf0df19b66a7617cae4e6f5adc7ff554818793ac8632d7f79ed9f6f"
 SPECS = frozenset(
     {
         "19e1ac85b69cad43a8c029265ccd7e824d0b8eb1c4fb89a5a9568bc939117997",  # background.yaml
         "202b2d2619da60bdb4627623d01e75958e3415824e00ebde8130a9fa68958dec",  # connection.yaml
-        "cc8bdd6e60f942bd7ad571643457e10cc6cdd2b90ace468448d61d9ddb50f3c1",  # consumer_membership.yaml
+        "e00da167486c278fa4b7c1710b7e7a3592efdc595335d298b49ca3e3736da994",  # consumer_membership.yaml
         "f0d6311e0272790079f0d7695a5d0121414cbc1a7eb5e0fdf9e1af5ce31e9d88",  # fetch.yaml
-        "96a1229044e25e03cc70278ad8cc3c483915bdad0e377042166d1fa85456f1fa",  # membership.yaml
+        "5a36b387d8022889883d2c423be0e19a66c28347a8e7054e6ef41f2232a22e5d",  # membership.yaml
         "47cb55e7889f772b1d5d4e947146b5688cebf2ddd3238f450895e372f2447c00",  # parallel.yaml
         "0a9e138c6512824ef8c386cd98dc50ff6a31ab28983c23883924b2578c603eb2",  # share_batch.yaml
         "552cddbf2563c46d26e40187a6a7fda8226f3b18ec84d942d09f73d50f1585fd",  # share_membership.yaml

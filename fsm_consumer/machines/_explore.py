@@ -36,6 +36,7 @@ from collections.abc import Iterable, Iterator
 import attrs
 
 from ._model import Invariant, Predicate, Spec
+from ._timing import TimingFault, Validate, check_relations
 
 __all__ = ["Exploration", "Node", "Step", "Violation", "explore"]
 
@@ -110,17 +111,19 @@ class Exploration:
     seconds: float
     violations: tuple[Violation, ...]
     states_reached: frozenset[str]
+    timing: tuple[TimingFault, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return not self.violations
+        return not self.violations and not self.timing
 
     def summary(self) -> str:
-        verdict = "every property holds" if self.ok else f"{len(self.violations)} violation(s)"
+        faults = len(self.violations) + len(self.timing)
+        verdict = "every property holds" if self.ok else f"{faults} violation(s)"
         checked = len(self.spec.invariants)
         return (
             f"{self.spec.machine}: {self.nodes} nodes, {self.edges} edges, {self.seconds * 1000:.1f} ms; "
-            f"totality, no deadlock, {checked} invariant(s): {verdict}"
+            f"totality, no deadlock, {checked} invariant(s), {len(self.spec.relations)} relation(s): {verdict}"
         )
 
     def report(self) -> str:
@@ -129,11 +132,15 @@ class Exploration:
             where = f" ({self.spec.file}:{v.line})" if v.line else ""
             out.append(f"  {v.prop} {v.name}{where}: {v.message}")
             out.append(v.trace(self.initial))
+        for f in self.timing:
+            where = f" ({self.spec.file}:{f.line})" if f.line else ""
+            out.append(f"  relation {f.name}{where}: {f.message}")
         return "\n".join(out)
 
 
-def explore(spec: Spec) -> Exploration:
-    """Walk every node reachable from the initial state; check totality, deadlock freedom and the invariants."""
+def explore(spec: Spec, validate: Validate | None = None) -> Exploration:
+    """Walk every node reachable from the initial state; check totality, deadlock freedom and the invariants;
+    and the relations between durations (with ``validate``, the config validator: against what it accepts)."""
     started = time.perf_counter()
     model = _Moves(spec)
     initial = model.enter(spec.initial, None, Node(spec.initial))
@@ -196,6 +203,7 @@ def explore(spec: Spec) -> Exploration:
         seconds=time.perf_counter() - started,
         violations=tuple(violations),
         states_reached=frozenset(n.state for n in parent),
+        timing=tuple(check_relations(spec, validate)),
     )
 
 

@@ -140,6 +140,22 @@ class Invariant:
 
 
 @attrs.frozen
+class Relation:
+    """Duration ``shorter`` is at most (``strict``: below) duration ``longer``, for the defaults and for every
+    configuration the validator accepts (checked by ``check-specs --explore``)."""
+
+    name: str
+    shorter: str
+    longer: str
+    strict: bool = False
+    line: int = 0
+    description: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.shorter} {'<' if self.strict else '<='} {self.longer}"
+
+
+@attrs.frozen
 class Spec:
     machine: str
     file: str
@@ -154,6 +170,7 @@ class Spec:
     ignores: tuple[Ignore, ...] = ()
     attributes: dict[str, Attribute] = attrs.field(factory=dict)
     invariants: tuple[Invariant, ...] = ()
+    relations: tuple[Relation, ...] = ()
 
     def ignored(self) -> dict[str, frozenset[str]]:
         """trigger -> the states where firing it is a no-op."""

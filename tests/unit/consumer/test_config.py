@@ -79,6 +79,11 @@ def test_bad_value_names_key_value_and_what_is_allowed(key, value, allowed):
 def test_cross_checks():
     with pytest.raises(ConfigError, match="heartbeat_interval_ms.*session_timeout_ms"):
         ConsumerConfig.from_kwargs(session_timeout_ms=3000, heartbeat_interval_ms=3000)
+    # specs/membership.yaml's relation join_backoff_within_session: refused naming both keys
+    with pytest.raises(ConfigError, match="retry_backoff_ms.*session_timeout_ms") as info:
+        ConsumerConfig.from_kwargs(session_timeout_ms=10_000, heartbeat_interval_ms=1000, retry_backoff_ms=10_000)
+    assert info.value.key == "retry_backoff_ms"
+    ConsumerConfig.from_kwargs(session_timeout_ms=10_000, heartbeat_interval_ms=1000, retry_backoff_ms=9_999)
     with pytest.raises(ConfigError, match="group_instance_id.*group_id"):
         ConsumerConfig.from_kwargs(group_instance_id="a")
     with pytest.raises(ConfigError, match="sasl_mechanism"):

@@ -228,3 +228,70 @@ def test_check_specs_explore_passes_on_the_shipped_specs(capsys):
     assert main(["check-specs", "--explore"]) == 0
     out = capsys.readouterr().out
     assert out.count("every property holds") == len(all_spec_paths())
+
+
+TIMED = """\
+machine: m
+initial: a
+terminal: [done]
+durations:
+  backoff: {default: 100, config: retry_backoff_ms}
+  session: {default: 45000, config: session_timeout_ms}
+  pause: {default: 500}
+states:
+  a: {timeout: {after: backoff, trigger: again}}
+  done: {}
+transitions:
+  - {trigger: again, source: a, dest: a}
+  - {trigger: stop, source: a, dest: done}
+relations:
+  backoff_within_session:
+    below: [backoff, session]
+"""
+
+
+def test_a_relation_the_defaults_break_is_reported_with_its_line():
+    result = explore(spec(TIMED.replace("default: 100, config", "default: 50000, config")))
+    (f,) = result.timing
+    assert f.name == "backoff_within_session" and "the defaults break it" in f.message and f.line > 0
+    assert not result.ok and "relation backoff_within_session" in result.report()
+
+
+def test_a_relation_checked_against_the_config_validator():
+    from fsm_consumer._config import ConsumerConfig
+
+    def consumer(config):
+        return ConsumerConfig.from_kwargs(**config)
+
+    assert explore(spec(TIMED), consumer).ok  # retry_backoff_ms >= session_timeout_ms: refused, both named
+
+    def lax(config):  # a validator without that rule accepts the breaking configuration: reported
+        return None
+
+    first, second = explore(spec(TIMED), lax).timing  # both edges of it: the backoff raised, the session cut
+    assert "accepts {'retry_backoff_ms': 45000}" in first.message and "session_timeout_ms" in first.message
+    assert "accepts {'session_timeout_ms': 100}" in second.message
+
+    def vague(config):
+        raise ValueError("no")
+
+    faults = explore(spec(TIMED), vague).timing
+    assert faults and all("does not name" in f.message for f in faults)
+
+
+def test_a_relation_over_one_key_and_a_constant_or_the_same_key():
+    same = TIMED.replace(
+        "session: {default: 45000, config: session_timeout_ms}", "session: {default: 200, config: retry_backoff_ms}"
+    )
+    (f,) = explore(spec(same), lambda c: None).timing
+    assert "one can never be below the other" in f.message
+    at_most = same.replace("below: [backoff, session]", "at_most: [backoff, session]")
+    assert explore(spec(at_most), lambda c: None).ok
+    constant = TIMED.replace("below: [backoff, session]", "below: [pause, session]")
+    (f,) = explore(spec(constant), lambda c: None).timing  # session_timeout_ms=500 accepted by a lax validator
+    assert "{'session_timeout_ms': 500}" in f.message
+
+
+def test_a_relation_naming_an_unknown_duration_is_refused():
+    with pytest.raises(SpecError, match="relation 'backoff_within_session': 'lease' names no declared duration"):
+        spec(TIMED.replace("below: [backoff, session]", "below: [backoff, lease]"))
