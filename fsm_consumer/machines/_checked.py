@@ -7,7 +7,7 @@ SPECS = frozenset(
     {
         "19e1ac85b69cad43a8c029265ccd7e824d0b8eb1c4fb89a5a9568bc939117997",  # background.yaml
         "202b2d2619da60bdb4627623d01e75958e3415824e00ebde8130a9fa68958dec",  # connection.yaml
-        "e00da167486c278fa4b7c1710b7e7a3592efdc595335d298b49ca3e3736da994",  # consumer_membership.yaml
+        "c29671ea3e4a59387c165674cbed22cc91c52d925d23087ad7950ca7319e3d81",  # consumer_membership.yaml
         "f0d6311e0272790079f0d7695a5d0121414cbc1a7eb5e0fdf9e1af5ce31e9d88",  # fetch.yaml
         "5a36b387d8022889883d2c423be0e19a66c28347a8e7054e6ef41f2232a22e5d",  # membership.yaml
         "47cb55e7889f772b1d5d4e947146b5688cebf2ddd3238f450895e372f2447c00",  # parallel.yaml

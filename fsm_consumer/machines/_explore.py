@@ -241,7 +241,11 @@ class _Moves:
     def _fire(self, node: Node, trigger: str, how: str, at: Node, drops: list) -> Iterator[Step]:
         candidates = self.by_trigger_source.get((trigger, node.state))
         if not candidates:
-            return  # ignored as declared, or refused loudly (IllegalTransition): the machine stays where it is
+            # ignored as declared, or refused loudly (IllegalTransition): the machine stays where it is; a timer or
+            # timeout that fired is spent all the same (it no longer runs: the node changes)
+            if node != at and node.state in self.ignored.get(trigger, ()):
+                yield Step(trigger, how + ", ignored", (), -1, node, entered=False)
+            return
         hooks = sorted({h for t in candidates for h in (*t.conditions, *t.unless)})
         for values in itertools.product((True, False), repeat=len(hooks)):
             truth = dict(zip(hooks, values, strict=True))

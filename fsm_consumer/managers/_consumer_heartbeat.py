@@ -228,6 +228,9 @@ class HeartbeatExchange:
         if r.assignment is not None:
             assigned = {str(t.topic_id): tuple(t.partitions) for t in r.assignment.topic_partitions}
             changed = m.take_target(r.member_epoch, assigned)
+        # the lease first: the spec's session timer is restarted before joined (restarted_by), so the state the
+        # join enters (stable, reconciling) never runs without it, also when it ran out in joining (ignored there)
+        self._renew(sent)
         if m.machine.attribute("epoch") == "join":
             if epoch == 0:
                 log.info("group %s: joined at epoch %d as %s", m._config.group_id, m.epoch, m.member_id)
@@ -235,7 +238,6 @@ class HeartbeatExchange:
                 m.machine.fire("joined", now)
         elif changed:
             m.machine.fire("target_changed", now)
-        self._renew(sent)
 
     def _left(self, visit: int, now: float) -> None:
         m = self.m
