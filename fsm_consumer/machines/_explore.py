@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import attrs
 
@@ -68,7 +68,6 @@ class Step:
     guards: tuple[tuple[str, bool], ...]
     index: int
     dest: Node
-    entered: bool = True  # False: an internal transition (the visit goes on)
 
     def __str__(self) -> str:
         guards = ", ".join(f"{name}={'true' if value else 'false'}" for name, value in self.guards)
@@ -244,7 +243,7 @@ class _Moves:
             # ignored as declared, or refused loudly (IllegalTransition): the machine stays where it is; a timer or
             # timeout that fired is spent all the same (it no longer runs: the node changes)
             if node != at and node.state in self.ignored.get(trigger, ()):
-                yield Step(trigger, how + ", ignored", (), -1, node, entered=False)
+                yield Step(trigger, how + ", ignored", (), -1, node)
             return
         hooks = sorted({h for t in candidates for h in (*t.conditions, *t.unless)})
         for values in itertools.product((True, False), repeat=len(hooks)):
@@ -262,7 +261,7 @@ class _Moves:
             running = {name for name in restarted if dest.state in self.spec.timers[name].states}
             if running - dest.timers:  # the model restarted it before the trigger, as the spec declares
                 dest = attrs.evolve(dest, timers=dest.timers | running)
-            yield Step(trigger, how, guards, taken.index, dest, entered=not taken.internal)
+            yield Step(trigger, how, guards, taken.index, dest)
             if not hooks:
                 break
 
@@ -365,7 +364,3 @@ def _invariant_message(inv: Invariant, node: Node) -> str:
     return f"in {node}: when {inv.when}, then {inv.then} should hold, and does not" + (
         f" ({inv.description})" if inv.description else ""
     )
-
-
-def explore_all(specs: Iterable[Spec]) -> list[Exploration]:
-    return [explore(s) for s in specs]
