@@ -375,7 +375,37 @@ done:
     return result;
 }
 
+/* untrack(items): each tuple of the list `items` (a plain tuple, or a subclass such as a NamedTuple that adds
+   no __dict__ and no slots) whose items the collector does not follow (no collected object, or a tuple
+   untracked already) is untracked; the rest are left as they are. Such a tuple cannot be part of a reference cycle.
+   CPython untracks plain tuples of that kind in their first collection, but never a tuple subclass: every
+   record kept a while (a share consumer's buffered and handed-out records) would be traversed by every
+   collection, and moved to the oldest generation, whose full collections it then triggers. Returns None. */
+static PyObject *untrack(PyObject *self, PyObject *items) {
+    if (!PyList_CheckExact(items)) {
+        PyErr_SetString(PyExc_TypeError, "untrack takes a list");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *t = PyList_GET_ITEM(items, i);
+        PyTypeObject *type = Py_TYPE(t);
+        if (!PyTuple_Check(t) || type->tp_basicsize != PyTuple_Type.tp_basicsize || type->tp_dictoffset != 0
+            || !PyObject_GC_IsTracked(t))
+            continue;
+        Py_ssize_t n = PyTuple_GET_SIZE(t), j = 0;
+        for (; j < n; j++) {
+            PyObject *item = PyTuple_GET_ITEM(t, j);
+            /* as CPython's own test for plain tuples: a tuple untracked stays so (immutable), but any other
+               collected object may be tracked later (a dict of plain values is untracked until it holds more) */
+            if (PyObject_IS_GC(item) && (!PyTuple_Check(item) || PyObject_GC_IsTracked(item))) break;
+        }
+        if (j == n) PyObject_GC_UnTrack(t);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"untrack", (PyCFunction)untrack, METH_O, NULL},
     {"views", (PyCFunction)(void (*)(void))views, METH_FASTCALL, NULL},
     {"to_binary", (PyCFunction)to_binary, METH_O, NULL},
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL, NULL},

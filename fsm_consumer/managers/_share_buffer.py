@@ -23,6 +23,7 @@ import attrs
 import kafka.errors as ke
 
 from .._gc_pause import gc_paused
+from ..fetch._untrack import untrack
 from ._share_batch import AckType, ShareBatch, ShareRecord
 from ._share_session import TopicIdPartition
 
@@ -191,7 +192,10 @@ class ShareBuffer:
                     delivered[offset] = _new(ShareRecord, (partition, offset, counts[offset], item))
                     ordered, last = ordered and offset > last, offset
         gaps = [o for o in counts if o not in delivered]
-        return self._keep(node, generation, partition, list(delivered.values()), gaps, sent_at, now, lock_ms, ordered)
+        held = list(delivered.values())
+        untrack([partition])
+        untrack(held)
+        return self._keep(node, generation, partition, held, gaps, sent_at, now, lock_ms, ordered)
 
     @staticmethod
     def _quick(
@@ -207,6 +211,8 @@ class ShareBuffer:
             return None
         with gc_paused():  # a tuple per record, no cycle among them
             held = list(map(_new, repeat(ShareRecord), zip(repeat(partition), offsets, repeat(count), items)))
+            untrack([partition])  # first: a record is untracked only if what it holds is
+            untrack(held)
         gaps = [] if len(offsets) == last - first + 1 else sorted(set(range(first, last + 1)).difference(offsets))
         return held, gaps
 

@@ -29,6 +29,7 @@ from ..errors import (
 )
 from ..events import CloseEvent, Signal
 from ..fetch._decode import _deserializer, deserializer_failed
+from ..fetch._untrack import untrack
 from ..managers._share_batch import ShareRecord as _Held
 from ..managers._share_buffer import AckOutcome
 from ..managers._share_session import TopicIdPartition
@@ -156,7 +157,9 @@ class ShareConsumer:
 
     def _hand_out(self, taken: list[tuple[float, list[_Held]]]) -> list[ShareRecord]:
         with gc_paused():  # a tuple per record, no cycle among them
-            return self._records_of(taken)
+            out = self._records_of(taken)
+            untrack(out)  # those of plain keys and values: kept by the application a while, never in a cycle
+            return out
 
     def _records_of(self, taken: list[tuple[float, list[_Held]]]) -> list[ShareRecord]:
         out: list[ShareRecord] = []
