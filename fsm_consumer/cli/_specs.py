@@ -95,10 +95,13 @@ def check_specs(argv: list[str]) -> int:
     if not specs and not failed:
         print("no specs found", file=sys.stderr)
         return 1
+    compositions = sorted((Path(args.specs or specs_dir()) / "compositions").glob("*.yaml"))
+    by_name = {s.machine: s for s in specs}
     if args.explore and not failed:
         failed = not _explore(specs, args.draw, validators=the_projects)
+        failed = not _explore_compositions(compositions, by_name) or failed
     if args.mutants and not failed:
-        failed = not _mutants([Path(s.file) for s in specs])
+        failed = not _mutants([Path(s.file) for s in specs], compositions, by_name)
     return 1 if failed else 0
 
 
@@ -106,9 +109,13 @@ def _check_files(args: argparse.Namespace) -> int:
     if args.specs or args.record:
         print("ERROR give spec files, or --specs DIR (and --record), not both", file=sys.stderr)
         return 1
+    from ..machines._composition import is_composition
+
     specs: list[Spec] = []
     failed = False
-    for name in args.files:
+    compositions = [Path(name) for name in args.files if is_composition(name)]
+    spec_files = [name for name in args.files if Path(name) not in compositions]
+    for name in spec_files:
         try:
             specs.append(load_spec(name, validate_always=True))
         except (SpecError, OSError) as exc:
@@ -116,11 +123,49 @@ def _check_files(args: argparse.Namespace) -> int:
             failed = True
     for s in specs:
         print(f"{s.machine}: {len(s.states)} states, {len(s.transitions)} transitions  ({s.file})")
-    if args.explore and specs:
-        failed = not _explore(specs, args.draw) or failed
-    if args.mutants and specs and not failed:
-        failed = not _mutants([Path(name) for name in args.files])
+    by_name = {s.machine: s for s in specs}  # a composition's machines: these, else the shipped specs
+    if args.explore:
+        if specs:
+            failed = not _explore(specs, args.draw) or failed
+        failed = not _explore_compositions(compositions, by_name) or failed
+    elif compositions:
+        failed = not _load_compositions(compositions, by_name) or failed
+    if args.mutants and not failed:
+        failed = not _mutants([Path(name) for name in spec_files], compositions, by_name)
     return 1 if failed else 0
+
+
+def _load_compositions(paths: list[Path], by_name: dict[str, Spec]) -> bool:
+    from ..machines._composition import load_composition
+
+    ok = True
+    for path in paths:
+        try:
+            c = load_composition(path, by_name)
+        except SpecError as exc:
+            print(f"ERROR {exc}", file=sys.stderr)
+            ok = False
+            continue
+        print(f"composition {c.name}: {len(c.roles)} machines, {len(c.links)} links  ({c.file})")
+    return ok
+
+
+def _explore_compositions(paths: list[Path], by_name: dict[str, Spec]) -> bool:
+    """Each composition's machines explored together under its links (machines/_product.py)."""
+    from ..machines._composition import load_composition
+    from ..machines._product import explore_composition
+
+    ok = True
+    for path in paths:
+        try:
+            result = explore_composition(load_composition(path, by_name))
+        except SpecError as exc:
+            print(f"ERROR {exc}", file=sys.stderr)
+            ok = False
+            continue
+        print(result.report())
+        ok = ok and result.ok
+    return ok
 
 
 def _validator(spec: Spec):
@@ -157,21 +202,24 @@ def _explore(specs: list[Spec], draw: str | None = None, *, validators: bool = F
     return ok
 
 
-def _mutants(paths: list[Path]) -> bool:
+def _mutants(paths: list[Path], compositions: list[Path] = (), by_name: dict[str, Spec] | None = None) -> bool:  # type: ignore[assignment]
     import time
 
-    from ..machines._mutants import KINDS, run_mutants
+    from ..machines._mutants import COMPOSITION_KINDS, KINDS, run_composition_mutants, run_mutants
 
     started = time.perf_counter()
-    made = dict.fromkeys(KINDS, 0)
-    found = dict.fromkeys(KINDS, 0)
-    for path in paths:
-        for r in run_mutants(path):
-            made[r.mutant.kind] += 1
-            found[r.mutant.kind] += r.found
-    print(f"mutants of {len(paths)} spec(s), {time.perf_counter() - started:.1f} s:")
+    kinds = KINDS + (COMPOSITION_KINDS if compositions else ())
+    made = dict.fromkeys(kinds, 0)
+    found = dict.fromkeys(kinds, 0)
+    results = [r for path in paths for r in run_mutants(path)]
+    results += [r for path in compositions for r in run_composition_mutants(path, dict(by_name or {}))]
+    for r in results:
+        made[r.mutant.kind] += 1
+        found[r.mutant.kind] += r.found
+    what = f"{len(paths)} spec(s)" + (f" and {len(compositions)} composition(s)" if compositions else "")
+    print(f"mutants of {what}, {time.perf_counter() - started:.1f} s:")
     never = []
-    for kind in KINDS:
+    for kind in kinds:
         share = f"{found[kind] / made[kind]:.0%}" if made[kind] else "-"
         print(f"  {kind}: {found[kind]} of {made[kind]} found ({share})")
         if made[kind] and not found[kind]:

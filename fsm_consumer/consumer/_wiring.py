@@ -18,7 +18,7 @@ from ..engine import ApplicationEventProcessor, BackgroundLifecycle, NetworkThre
 from ..events import ApplicationEventQueue, BackgroundEventQueue, Signal
 from ..fetch._buffer import FetchBuffer
 from ..fetch._collector import FetchCollector
-from ..machines import MonotonicClock, SpecMachine, shipped_spec
+from ..machines import Linker, MonotonicClock, SpecMachine, shipped_composition, shipped_spec
 from ..managers import FetchManager, MetadataManager, OffsetsManager, SelfAssignManager
 from ..state import HeldErrors, SubscriptionState
 from ..transport._kafka import KafkaTransport
@@ -116,6 +116,7 @@ def wire(config: ConsumerConfig, transport: Transport | None, clock: MonotonicCl
         held=held,
         extra_machines=[group.membership.machine] if group else (),
         broker_sources=[group.coordinator] if group else (),
+        linker=_linker(config, machine, group) if group else None,
     )
     return Parts(
         metrics=metrics,
@@ -151,3 +152,17 @@ def _recreated(subs: SubscriptionState, config: ConsumerConfig, topic: str, old:
         config.auto_offset_reset,
     )
     subs.request_reset(tps, config.auto_offset_reset)
+
+
+def _linker(config: ConsumerConfig, background: SpecMachine, group: GroupParts) -> Linker:
+    """The links of specs/compositions/consumer.yaml (classic_consumer.yaml), checked as the consumer runs."""
+    name = "classic_consumer" if config.group_protocol == "classic" else "consumer"
+    member = group.membership.machine
+    linker = Linker(
+        shipped_composition(name),
+        {"background": lambda: [background], "member": lambda: [member]},
+        {"coordinator_gone": lambda: group.coordinator.gone_for_close},
+    )
+    linker.attach("background", background)
+    linker.attach("member", member)
+    return linker

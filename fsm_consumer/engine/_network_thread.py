@@ -43,6 +43,7 @@ class NetworkThread:
         held=None,
         extra_machines=(),
         broker_sources=(),
+        linker=None,
     ) -> None:
         self._clock = clock
         self._transport = transport
@@ -50,6 +51,7 @@ class NetworkThread:
         self._processor = processor
         self._machine = machine
         self._machines = [machine, *extra_machines]
+        self._linker = linker  # the composition's links (specs/compositions/), checked at the end of each pass
         self._lifecycle = lifecycle
         self._app_queue = app_queue
         self._bg = background_queue
@@ -127,6 +129,8 @@ class NetworkThread:
             m.tick(now)
         if machine.state == "closing" and self._lifecycle.closers_done:
             machine.fire("close_completed")
+        if self._linker is not None:
+            self._linker.check()  # what a state entered or a trigger fired in this pass asked of the others: done
         if self._lifecycle.stopped:
             return
         # brokers first: a manager may address a leader that the last Metadata answer just named

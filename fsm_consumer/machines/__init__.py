@@ -4,6 +4,7 @@ Nothing here knows about Kafka, threads or sockets. Time enters only through a C
 """
 
 from ._clock import Clock, FakeClock, MonotonicClock
+from ._composition import Composition, Linker, load_composition, shipped_composition, shipped_compositions
 from ._errors import IllegalTransition, SpecError
 from ._load import all_spec_paths, load_spec, parse_spec, shipped_spec
 from ._log import Observer, TransitionRecord, add_observer, remove_observer
@@ -14,9 +15,11 @@ from ._table import TableMachine
 
 __all__ = [
     "Clock",
+    "Composition",
     "Duration",
     "FakeClock",
     "IllegalTransition",
+    "Linker",
     "MonotonicClock",
     "Observer",
     "Spec",
@@ -29,11 +32,14 @@ __all__ = [
     "TransitionRecord",
     "add_observer",
     "all_spec_paths",
+    "load_composition",
     "load_spec",
     "parse_spec",
     "remove_observer",
     "resolve_durations",
     "schema_path",
+    "shipped_composition",
+    "shipped_compositions",
     "shipped_spec",
     "specs_dir",
 ]

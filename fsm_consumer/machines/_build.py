@@ -76,6 +76,7 @@ def build_spec(doc: Located, expected_name: str | None = None) -> Spec:
             on_exit=_hooks(body.get("on_exit")),
             timeouts=tuple(timeouts),
             line=doc.line_of(("states", sname), key=True),
+            at_once=body.get("at_once"),
         )
 
     for field in ("initial",):
@@ -432,6 +433,26 @@ def _check_ambiguity(spec: Spec, doc: Located) -> None:
 def _check_timeouts(spec: Spec, doc: Located) -> None:
     triggers = set(spec.triggers)
     for st in spec.states.values():
+        if st.at_once is not None:
+            # a transient state: left at once by its own trigger, which must be taken whatever the conditions say
+            if not st.on_enter:
+                raise _at(doc, st.line, f"state {st.name!r}: at_once {st.at_once!r} needs an on_enter hook to fire it")
+            out = [t for t in spec.transitions if t.trigger == st.at_once and st.name in t.sources]
+            if (
+                len(out) != 1
+                or out[0].conditions
+                or out[0].unless
+                or out[0].internal
+                or out[0].dest_from(st.name) == st.name
+            ):
+                raise _at(
+                    doc, st.line,
+                    f"state {st.name!r}: at_once {st.at_once!r} needs one unconditional transition out of {st.name!r}",
+                )  # fmt: skip
+            if st.timeouts or st.name in spec.terminal or st.name == spec.initial:
+                raise _at(
+                    doc, st.line, f"state {st.name!r}: a state left at once has no timeout, is not terminal nor initial"
+                )
         for to in st.timeouts:
             if to.trigger not in triggers:
                 raise _at(

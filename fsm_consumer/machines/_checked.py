@@ -2,7 +2,7 @@
 ``tools/check-specs --record``; ``tools/check-specs`` fails when it is stale). machines/_load.py skips the
 schema check of a spec whose text and schema are these."""
 
-SCHEMA = "f6c4dceb3cf0df19b66a7617cae4e6f5adc7ff554818793ac8632d7f79ed9f6f"
+SCHEMA = "42852a4cca218be367ce1748773f9d7b1119e6ec30fa26c74a161e5a78347682"
 SPECS = frozenset(
     {
         "19e1ac85b69cad43a8c029265ccd7e824d0b8eb1c4fb89a5a9568bc939117997",  # background.yaml
@@ -12,7 +12,7 @@ SPECS = frozenset(
         "5a36b387d8022889883d2c423be0e19a66c28347a8e7054e6ef41f2232a22e5d",  # membership.yaml
         "47cb55e7889f772b1d5d4e947146b5688cebf2ddd3238f450895e372f2447c00",  # parallel.yaml
         "0a9e138c6512824ef8c386cd98dc50ff6a31ab28983c23883924b2578c603eb2",  # share_batch.yaml
-        "552cddbf2563c46d26e40187a6a7fda8226f3b18ec84d942d09f73d50f1585fd",  # share_membership.yaml
+        "fbadaacc2b7d9020dc252a28f688f2640ff3b6b6558dba8678ec60d96f036c51",  # share_membership.yaml
         "b3b91de5af865f2ba9361804a37370475f20f6224fc626dd9c12b2593c84f8c9",  # share_session.yaml
     }
 )

@@ -31,7 +31,8 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import attrs
 
@@ -143,29 +144,12 @@ def explore(spec: Spec, validate: Validate | None = None) -> Exploration:
     started = time.perf_counter()
     model = _Moves(spec)
     initial = model.enter(spec.initial, None, Node(spec.initial))
-    parent: dict[Node, tuple[Node, Step] | None] = {initial: None}
-    moves_in_order: list[tuple[Node, Step]] = []  # every edge, breadth-first by its source
-    successors: dict[Node, set[Node]] = {}
     drops: list[tuple[Node, str, str, tuple[tuple[str, bool], ...], int]] = []
-    todo = deque([initial])
-    edges = 0
-    while todo:
-        node = todo.popleft()
-        nexts = successors.setdefault(node, set())
-        for step in model.moves(node, drops):
-            edges += 1
-            nexts.add(step.dest)
-            moves_in_order.append((node, step))
-            if step.dest not in parent:
-                parent[step.dest] = (node, step)
-                todo.append(step.dest)
-
-    def path_to(node: Node) -> tuple[Step, ...]:
-        steps = []
-        while (link := parent[node]) is not None:
-            node, step = link
-            steps.append(step)
-        return tuple(reversed(steps))
+    parent, moves_in_order, path_to = breadth_first(initial, lambda node: model.moves(node, drops))
+    edges = len(moves_in_order)
+    successors: dict[Node, set[Node]] = {node: set() for node in parent}
+    for node, step in moves_in_order:
+        successors[node].add(step.dest)
 
     violations: list[Violation] = []
     seen_drops: set[tuple[str, str]] = set()
@@ -201,9 +185,33 @@ def explore(spec: Spec, validate: Validate | None = None) -> Exploration:
         edges=edges,
         seconds=time.perf_counter() - started,
         violations=tuple(violations),
-        states_reached=frozenset(n.state for n in parent),
+        states_reached=frozenset(n.state for n in parent) | model.passed,
         timing=tuple(check_relations(spec, validate)),
     )
+
+
+def breadth_first(initial: Any, moves: Callable[[Any], Iterable[Any]]) -> tuple[dict, list, Callable]:
+    """Every node reachable from ``initial`` (each move has a ``dest``), breadth-first: the parent map (node ->
+    (node before, move) or None), every edge (node, move) in order, and ``path_to(node)``, the shortest moves."""
+    parent: dict[Any, tuple[Any, Any] | None] = {initial: None}
+    edges: list[tuple[Any, Any]] = []
+    todo = deque([initial])
+    while todo:
+        node = todo.popleft()
+        for move in moves(node):
+            edges.append((node, move))
+            if move.dest not in parent:
+                parent[move.dest] = (node, move)
+                todo.append(move.dest)
+
+    def path_to(node: Any) -> tuple[Any, ...]:
+        steps = []
+        while (link := parent[node]) is not None:
+            node, move = link
+            steps.append(move)
+        return tuple(reversed(steps))
+
+    return parent, edges, path_to
 
 
 class _Moves:
@@ -221,6 +229,7 @@ class _Moves:
         }
         # what code may fire: declared events, and transitions' triggers no deadline alone fires
         self.external = sorted(set(spec.events) | ({t.trigger for t in spec.transitions} - timed))
+        self.passed: set[str] = set()  # states left at once (at_once), reached though never a node
         self.restarts: dict[str, set[str]] = {}  # trigger -> the timers the model restarts before it
         for tm in spec.timers.values():
             for trig in tm.restarted_by:
@@ -256,7 +265,7 @@ class _Moves:
             if taken.internal:
                 dest = node  # the visit goes on: timers and pending timeouts as they are
             else:
-                dest = self.enter(taken.dest_from(node.state), node, node)
+                dest = self._through(self.enter(taken.dest_from(node.state), node, node))
             restarted = self.restarts.get(trigger, set()) & set(self.spec.timers)
             running = {name for name in restarted if dest.state in self.spec.timers[name].states}
             if running - dest.timers:  # the model restarted it before the trigger, as the spec declares
@@ -264,6 +273,16 @@ class _Moves:
             yield Step(trigger, how, guards, taken.index, dest)
             if not hooks:
                 break
+
+    def _through(self, node: Node) -> Node:
+        """A state declared ``at_once`` is left by its trigger before anything else can arrive: part of the move."""
+        at = self.spec.states[node.state].at_once
+        while at is not None:
+            (t,) = self.by_trigger_source[(at, node.state)]  # one, unconditional (checked when the spec is built)
+            self.passed.add(node.state)
+            node = self.enter(t.dest_from(node.state), node, node)
+            at = self.spec.states[node.state].at_once
+        return node
 
     def enter(self, state: str, source: Node | None, before: Node) -> Node:
         """The node after entering ``state`` from ``source`` (None: the machine is made): a timer keeps running

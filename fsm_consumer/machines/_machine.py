@@ -171,6 +171,7 @@ class SpecMachine:
         self.name = spec.machine
         self.instance = instance
         self.observer: Observer | None = None  # this machine's state changes (a consumer's history)
+        self.linker: Any = None  # a composition's Linker (_composition.py): the links to other machines checked
         self.model = model
         self._clock = clock
         self.durations = resolve_durations(spec, config, durations)
@@ -198,6 +199,7 @@ class SpecMachine:
             if a.unless
         }
         self._events = compiled.events
+        self._at_once = {st.name: st.at_once for st in spec.states.values() if st.at_once}  # transient states
         self._restarts = compiled.restarts
         self._arm(spec.initial, self._now)
         for name, timer in self._timers.items():
@@ -215,6 +217,8 @@ class SpecMachine:
         hook of this machine, queued: it runs after the current transition); False if no condition
         held or the spec declares the trigger ignorable here. Raises IllegalTransition if the current
         state has no transition for it; the state is then unchanged."""
+        if self.linker is not None:
+            self.linker.fired(self, trigger)
         if now is not None:
             self._now = now
         elif self._clock is not None and not self._machine._transition_queue:
@@ -238,6 +242,13 @@ class SpecMachine:
             return False
         before = self._changes
         event.trigger(self._carrier)
+        if self._at_once and self.state in self._at_once:
+            st = self.spec.states[self.state]
+            raise SpecError(
+                f"{self.name}: state {st.name!r} declares at_once {st.at_once!r}, but its hooks did not fire it",
+                file=self.spec.file,
+                line=st.line,
+            )
         return self._changes != before
 
     def tick(self, now: float) -> int:
@@ -357,6 +368,8 @@ class SpecMachine:
             )
         if self.observer is not None:
             self.observer(rec)
+        if self.linker is not None:
+            self.linker.moved(self, rec.source, rec.dest, rec.index)
         for fn in observers():
             fn(rec)
         return rec

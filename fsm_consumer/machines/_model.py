@@ -30,6 +30,7 @@ class State:
     on_exit: tuple[str, ...] = ()
     timeouts: tuple[Timeout, ...] = ()
     line: int = 0
+    at_once: str | None = None  # a trigger its on_enter hooks fire before the machine settles (a transient state)
 
 
 @attrs.frozen

@@ -6,6 +6,10 @@ not be): drop a transition, drop a timeout, take a state out of a timer, drop a 
 to another value of an attribute. A mutant is found when loading it fails (schema or the builder's checks) or
 its exploration reports a violation; one that passes every check is a change the specs' properties do not
 constrain (each kind must have some found: a kind never found is a kind of slip nothing would catch).
+
+A composition (specs/compositions/) has its own kinds: drop a link, drop a guard, and drop a machine's
+``at_once`` (a state its hooks leave at once, which only the machines together show to matter); each mutant is
+explored as the composition (``_product.py``).
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from ._errors import SpecError
 from ._explore import explore
 from ._load import parse_spec
 
-__all__ = ["KINDS", "Mutant", "MutantResult", "mutants", "run_mutants"]
+__all__ = ["COMPOSITION_KINDS", "KINDS", "Mutant", "MutantResult", "mutants", "run_composition_mutants", "run_mutants"]
 
 KINDS = ("drop_transition", "drop_timeout", "shrink_timer", "drop_restart", "move_attribute")
+COMPOSITION_KINDS = ("drop_link", "drop_guard", "drop_at_once")
 
 
 @attrs.frozen
@@ -113,3 +118,41 @@ def run_mutants(path: Path) -> list[MutantResult]:
         else:
             out.append(MutantResult(mutant, False, ""))
     return out
+
+
+def run_composition_mutants(path: Path, specs: dict[str, Any] | None = None) -> list[MutantResult]:
+    """Explore every mutant of the composition at ``path`` (its machines: ``specs`` by name, else the shipped)."""
+    from ._composition import load_composition
+    from ._product import explore_composition
+
+    base = load_composition(path, specs)
+    name = base.name
+    variants: list[tuple[Mutant, Any]] = []
+    for i, link in enumerate(base.links):
+        variants.append(
+            (Mutant("drop_link", name, f"link {link.name}", {}), attrs.evolve(base, links=_without(base.links, i)))
+        )
+    for i, guard in enumerate(base.guards):
+        change = f"guard {guard.role}.{guard.condition}"
+        variants.append((Mutant("drop_guard", name, change, {}), attrs.evolve(base, guards=_without(base.guards, i))))
+    for role in base.roles:
+        data = yaml.safe_load(Path(role.spec.file).read_text(encoding="utf-8"))
+        for state, body in (data.get("states") or {}).items():
+            if not (body or {}).get("at_once"):
+                continue
+            m = copy.deepcopy(data)
+            del m["states"][state]["at_once"]
+            spec = parse_spec(yaml.safe_dump(m, sort_keys=False), f"{role.spec.file} (no at_once in {state})")
+            roles = tuple(attrs.evolve(r, spec=spec) if r.spec.machine == role.spec.machine else r for r in base.roles)
+            change = f"{role.spec.machine}: {state} no longer left at once"
+            variants.append((Mutant("drop_at_once", name, change, {}), attrs.evolve(base, roles=roles)))
+    out = []
+    for mutant, composition in variants:
+        result = explore_composition(composition)
+        v = result.violations[0] if result.violations else None
+        out.append(MutantResult(mutant, v is not None, f"{v.prop} {v.name}" if v is not None else ""))
+    return out
+
+
+def _without(items: tuple[Any, ...], i: int) -> tuple[Any, ...]:
+    return items[:i] + items[i + 1 :]

@@ -24,6 +24,10 @@ class SpecDouble:
         self.calls: list[str] = []
         self.flags: dict[str, bool] = {}
         self.computed: dict[str, float] = {}
+        # set it to the machine bound to this double: a state declared at_once is then left as the spec says
+        # (its last on_enter hook fires the trigger), as a real model's hooks do
+        self.machine: Any = None
+        self._at_once = {st.on_enter[-1]: (st.name, st.at_once) for st in spec.states.values() if st.at_once}
         conditions = {c for t in spec.transitions for c in (*t.conditions, *t.unless)}
         computed = {d.computed_by: d.name for d in spec.durations.values() if d.computed_by}
         for hook in spec.hooks():
@@ -38,7 +42,17 @@ class SpecDouble:
         return lambda: self.flags.get(name, False)
 
     def _action(self, name: str):
-        return lambda: self.calls.append(name)
+        at_once = self._at_once.get(name)
+        if at_once is None:
+            return lambda: self.calls.append(name)
+
+        def act() -> None:
+            self.calls.append(name)
+            state, trigger = at_once
+            if self.machine is not None and self.machine.state == state:
+                self.machine.fire(trigger)
+
+        return act
 
     def _duration(self, hook: str, duration: str):
         def compute(configured: float) -> float:
@@ -86,18 +100,26 @@ def cover_plan(spec: Spec) -> dict[int, list[Step]]:
     by_source: dict[str, list[tuple[Transition, dict[str, bool]]]] = {}
     for src, t, flags in _edges(spec):
         by_source.setdefault(src, []).append((t, flags))
+    transient = {st.name: st.at_once for st in spec.states.values() if st.at_once}
     paths: dict[str, list[Step]] = {spec.initial: []}
     todo = deque([spec.initial])
     while todo:  # BFS: shortest path to every state
         s = todo.popleft()
         for t, flags in by_source.get(s, []):
+            if s in transient and t.trigger != transient[s]:
+                continue  # a state left at once takes nothing else
             d = t.dest_from(s)
             if d not in paths:
-                paths[d] = paths[s] + [(t.trigger, flags)]
+                # the trigger of a state left at once is fired by its hooks: no step of its own
+                paths[d] = paths[s] + ([] if s in transient else [(t.trigger, flags)])
                 todo.append(d)
     plan: dict[int, list[Step]] = {}
     for t in spec.transitions:
-        options = [paths[s] + [(t.trigger, flags)] for s, tt, flags in _edges(spec) if tt is t and s in paths]
+        options = [
+            paths[s] + ([] if s in transient else [(t.trigger, flags)])
+            for s, tt, flags in _edges(spec)
+            if tt is t and s in paths and (s not in transient or t.trigger == transient[s])
+        ]
         if options:
             plan[t.index] = min(options, key=len)
     return plan

@@ -145,6 +145,7 @@ class ShareFetchManager:
         self._closing = False
         self._lost: list[ShareBatch] = []
         self.machine_observer: Any = None  # given to each session's machine (a history's transition lines)
+        self.on_session: Callable[[ShareSession], None] | None = None  # each session made (the composition's linker)
 
     # -- what the application asks ---------------------------------------------------------------------
     def want_records(self) -> None:
@@ -197,6 +198,8 @@ class ShareFetchManager:
             fresh.machine.observer = self.machine_observer
             if got is not None:
                 fresh.generation = got.generation
+            if self.on_session is not None:
+                self.on_session(fresh)
             got = self.sessions[node] = fresh
         return got
 

@@ -20,7 +20,7 @@ from ..engine import ApplicationEventProcessor, BackgroundLifecycle, NetworkThre
 from ..events import ApplicationEventQueue, BackgroundEventQueue, Signal
 from ..fetch._decode import decode_partition
 from ..fetch._errors import RecordError
-from ..machines import MonotonicClock, SpecMachine, shipped_spec
+from ..machines import Linker, MonotonicClock, SpecMachine, shipped_composition, shipped_spec
 from ..managers import CoordinatorManager, MetadataManager
 from ..managers._share_buffer import ShareBuffer
 from ..managers._share_fetch import ShareFetchManager
@@ -211,6 +211,7 @@ def wire(config: ConsumerConfig, settings: ShareSettings, transport: Transport |
         metrics=metrics,
         held=held,
         broker_sources=[coordinator],
+        linker=_linker(machine, membership, fetch),
     )
     parts = ShareParts(
         config=config,
@@ -235,6 +236,22 @@ def wire(config: ConsumerConfig, settings: ShareSettings, transport: Transport |
     )
     lifecycle.closers.append(_Closer(parts))
     return parts
+
+
+def _linker(background: SpecMachine, membership: ShareMembershipManager, fetch: ShareFetchManager) -> Linker:
+    """The links of specs/compositions/share_consumer.yaml, checked as the consumer runs (sessions as they come)."""
+    linker = Linker(
+        shipped_composition("share_consumer"),
+        {
+            "background": lambda: [background],
+            "member": lambda: [membership.machine],
+            "session": lambda: [s.machine for s in fetch.sessions.values()],
+        },
+    )
+    linker.attach("background", background)
+    linker.attach("member", membership.machine)
+    fetch.on_session = lambda session: linker.attach("session", session.machine)
+    return linker
 
 
 def _history(

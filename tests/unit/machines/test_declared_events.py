@@ -37,6 +37,7 @@ def routes(spec):
 def reach(spec, state):
     double = SpecDouble(spec)
     m = SpecMachine(spec, double, clock=FakeClock(1000))
+    double.machine = m
     for trigger, flags in routes(spec)[state]:
         double.flags.clear()
         double.flags.update(flags)

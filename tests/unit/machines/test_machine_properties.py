@@ -56,7 +56,7 @@ def test_random_walks(name):
     def walk(steps, answers, computed):
         clock = FakeClock(0)
         model = Recorder(spec, list(answers), list(computed))
-        m = SpecMachine(spec, model, clock=clock, durations=small)
+        m = model.machine = SpecMachine(spec, model, clock=clock, durations=small)
         entered_at = clock.now_ms()  # the current visit began then
         fired_this_visit: set[str] = set()
         timeout_ms = {(s.name, t.trigger): t.after for s in spec.states.values() for t in s.timeouts}
@@ -131,6 +131,7 @@ def test_timeouts_never_early(name):
         durs = dict(zip(sorted(spec.durations), seed_durations, strict=False))
         model = SpecDouble(spec)  # computed durations return the configured value
         m = SpecMachine(spec, model, clock=clock, durations=durs)
+        model.machine = m
         timeout_ms = {(s.name, t.trigger): durs[t.after] for s in spec.states.values() for t in s.timeouts}
         entered = 0.0
         timers = {t.trigger: t for t in spec.timers.values()}
