@@ -116,7 +116,7 @@ def wire(config: ConsumerConfig, transport: Transport | None, clock: MonotonicCl
         held=held,
         extra_machines=[group.membership.machine] if group else (),
         broker_sources=[group.coordinator] if group else (),
-        linker=_linker(config, machine, group) if group else None,
+        linker=_linker(config, machine, group, transport) if group else None,
     )
     return Parts(
         metrics=metrics,
@@ -154,15 +154,23 @@ def _recreated(subs: SubscriptionState, config: ConsumerConfig, topic: str, old:
     subs.request_reset(tps, config.auto_offset_reset)
 
 
-def _linker(config: ConsumerConfig, background: SpecMachine, group: GroupParts) -> Linker:
-    """The links of specs/compositions/consumer.yaml (classic_consumer.yaml), checked as the consumer runs."""
+def _linker(config: ConsumerConfig, background: SpecMachine, group: GroupParts, transport: Transport) -> Linker:
+    """The links of specs/compositions/consumer.yaml (classic_consumer.yaml), checked as the consumer runs; the
+    connections as the transport makes them (one of another kind shows none)."""
     name = "classic_consumer" if config.group_protocol == "classic" else "consumer"
     member = group.membership.machine
+    conns = getattr(transport, "_conns", {})
     linker = Linker(
         shipped_composition(name),
-        {"background": lambda: [background], "member": lambda: [member]},
+        {
+            "background": lambda: [background],
+            "member": lambda: [member],
+            "connection": lambda: [c.machine for c in conns.values()],
+        },
         {"coordinator_gone": lambda: group.coordinator.gone_for_close},
     )
     linker.attach("background", background)
     linker.attach("member", member)
+    if hasattr(transport, "on_connection"):
+        transport.on_connection = lambda conn: linker.attach("connection", conn.machine)
     return linker

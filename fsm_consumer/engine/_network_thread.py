@@ -15,6 +15,7 @@ import threading
 
 from ..errors import AuthenticationFailedError, BackgroundThreadError
 from ..events import ApplicationEvent, ErrorEvent
+from ..machines import SpecError
 
 log = logging.getLogger("fsm_consumer.engine")
 
@@ -101,10 +102,22 @@ class NetworkThread:
         finally:
             try:
                 self._transport.close()
+                self._final_links()
             finally:
                 close_event = getattr(self._lifecycle, "close_event", None)
                 if close_event is not None:
                     close_event.complete(None)
+
+    def _final_links(self) -> None:
+        """The loop has ended and the transport closed: what the composition's links asked by the loop's end is
+        done (every connection closed). A link broken here is logged: nobody calls the consumer any more, and the
+        test suite's plugin fails the session on it (machines.pytest_plugin)."""
+        if self._linker is None:
+            return
+        try:
+            self._linker.check(final=True)
+        except SpecError as exc:
+            log.error("%s", exc)
 
     def run_once(self) -> None:
         clock, machine = self._clock, self._machine

@@ -6,7 +6,7 @@ SCHEMA = "42852a4cca218be367ce1748773f9d7b1119e6ec30fa26c74a161e5a78347682"
 SPECS = frozenset(
     {
         "19e1ac85b69cad43a8c029265ccd7e824d0b8eb1c4fb89a5a9568bc939117997",  # background.yaml
-        "202b2d2619da60bdb4627623d01e75958e3415824e00ebde8130a9fa68958dec",  # connection.yaml
+        "93eeea7beb52e89b7c20d519d19a3deaf09001dc28917ec7482391562e044c1c",  # connection.yaml
         "c29671ea3e4a59387c165674cbed22cc91c52d925d23087ad7950ca7319e3d81",  # consumer_membership.yaml
         "f0d6311e0272790079f0d7695a5d0121414cbc1a7eb5e0fdf9e1af5ce31e9d88",  # fetch.yaml
         "5a36b387d8022889883d2c423be0e19a66c28347a8e7054e6ef41f2232a22e5d",  # membership.yaml

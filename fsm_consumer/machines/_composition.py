@@ -56,6 +56,7 @@ class Link:
     unless: tuple[str, ...] = ()
     line: int = 0
     description: str = ""
+    within: str = "pass"  # when the firing is due: within the loop's pass, or by the loop's end ("loop")
 
 
 @attrs.frozen
@@ -274,11 +275,16 @@ class _Reader:
         source = self.known_role(when.get("machine"), path + ("when", "machine"))
         if ("enters" in when) == ("fired" in when):
             raise self.fail(path + ("when",), f"link {name!r}: when takes enters or fired")
+        within = body.get("within", "pass")
+        if within not in ("pass", "loop"):
+            raise self.fail(path + ("within",), f"link {name!r}: within is pass (default) or loop")
         if "enters" in when:
             enters = self.states_of(source, when["enters"], path + ("when", "enters"))
-            return Link(name, target.name, trigger, source.name, enters=enters, line=line, description=text)
+            return Link(
+                name, target.name, trigger, source.name, enters=enters, line=line, description=text, within=within
+            )
         fired = self.trigger_of(source, when["fired"], path + ("when", "fired"))
-        return Link(name, target.name, trigger, source.name, fired=fired, line=line, description=text)
+        return Link(name, target.name, trigger, source.name, fired=fired, line=line, description=text, within=within)
 
     def invariant(self, i: int, item: Any) -> CompositeInvariant:
         path: tuple[Any, ...] = ("invariants", i)
@@ -315,6 +321,14 @@ class _Reader:
 
 
 # -- checking the links as the consumer runs ---------------------------------------------------------------
+_broken: list[str] = []  # every link found broken in this process (the pytest plugin fails a session on any)
+
+
+def broken_links() -> list[str]:
+    """What the linkers of this process reported broken, oldest first."""
+    return list(_broken)
+
+
 class Linker:
     """The links of ``composition`` checked on the live machines. ``roles``: role -> the machines playing it now
     (read at each check: share sessions come and go); ``conditions``: the environment conditions of ``unless``.
@@ -348,6 +362,9 @@ class Linker:
         self._guards: dict[str, list[Guard]] = {}
         for guard in composition.guards:
             self._guards.setdefault(guard.role, []).append(guard)
+        unplayed = {r.name for r in composition.roles} - set(roles)
+        if unplayed:
+            raise SpecError(f"the linker needs the machines playing {sorted(unplayed)}", file=composition.file)
         missing = {c for link in composition.links for c in link.unless} - set(self._conditions)
         if missing:
             raise SpecError(f"the linker needs the conditions {sorted(missing)}", file=composition.file)
@@ -385,22 +402,24 @@ class Linker:
             t = machine.spec.transitions[index]
             taken_as = True if guard.condition in t.conditions else False if guard.condition in t.unless else None
             if taken_as is not None and taken_as != guard.value and self._holds(guard.during):
-                raise SpecError(
+                error = SpecError(
                     f"guard broken: {role} took {t.label} with {guard.condition}={str(taken_as).lower()} while "
                     f"{guard.during}",
                     file=self.composition.file,
                     line=guard.line,
                 )
+                _broken.append(str(error))
+                raise error
         for link in self._by_enters.get(role or "", ()):
             if dest in link.enters and source not in link.enters:
                 self._owe(link)
 
-    def check(self) -> None:
-        """The end of a pass: every link's firing is done."""
+    def check(self, *, final: bool = False) -> None:
+        """The end of a pass: every link's firing is done (``final``, the loop's end: those ``within: loop`` too)."""
         me = threading.get_ident()
         with self._lock:
-            mine = [o for o in self._owed if o[2] == me]
-            self._owed = [o for o in self._owed if o[2] != me]
+            mine = [o for o in self._owed if o[2] == me and (final or o[0].within == "pass")]
+            self._owed = [o for o in self._owed if o not in mine]
         if mine:
             link, machine, _ = mine[0]
             why = f"entered {sorted(link.enters)}" if link.enters else f"was fired {link.fired}"
@@ -420,4 +439,6 @@ class Linker:
         return all(all(m.state in states for m in self._roles[r]()) for r, states in pred.states.items())
 
     def _broken(self, link: Link, what: str) -> None:
-        raise SpecError(f"link {link.name!r} broken: {what}", file=self.composition.file, line=link.line)
+        error = SpecError(f"link {link.name!r} broken: {what}", file=self.composition.file, line=link.line)
+        _broken.append(str(error))
+        raise error

@@ -4,7 +4,8 @@ Every transition any machine fires during a test is counted under the test's kin
 directory below ``tests/`` (unit, integration, spark), and under ``broker:NAME`` when the test runs
 on a broker (its ``broker`` parameter: tansu, kafka). At the end of the session the counts go to
 ``$FSM_COVERAGE_DIR`` (default ``.fsm-coverage/`` in the rootdir) for ``tools/spec-coverage``.
-Transitions fired in child processes are not seen.
+Transitions fired in child processes are not seen. A link of a composition (specs/compositions/) that any
+consumer found broken fails the session, also one found where no test could see it (at the end of a loop).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
+from ._composition import broken_links
 from ._log import TransitionRecord, add_observer, remove_observer
 
 _lock = threading.Lock()
@@ -55,6 +57,10 @@ def pytest_runtest_setup(item) -> None:
 
 def pytest_sessionfinish(session) -> None:
     remove_observer(_observe)
+    broken = broken_links()
+    if broken:  # a composition's link broken in some consumer, maybe where no test could see it (the loop's end)
+        print("\nfsm_consumer: links of specs/compositions/ broken during the tests:", *broken, sep="\n  ")
+        session.exitstatus = 1
     with _lock:
         data = {"machines": {m: {str(i): dict(k) for i, k in by.items()} for m, by in _counts.items()}}
     directory = _records_dir(session.config)

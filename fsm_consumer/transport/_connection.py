@@ -210,11 +210,11 @@ class Connection:
         self.host, self.port = host, port
 
     def close(self, reason: str = "the transport is closed") -> None:
-        """Enter ``closed``: everything outstanding, queued included, fails with ConnectionLost."""
-        if self.machine.is_terminal:
-            return
-        self._closing = True
-        self._cause = ConnectionLost(reason, node_id=self.node_id)
+        """Enter ``closed``: everything outstanding, queued included, fails with ConnectionLost. Closed already:
+        ignored (connection.yaml), fired all the same (a composition's link asks it of every connection)."""
+        if not self.machine.is_terminal:
+            self._closing = True
+            self._cause = ConnectionLost(reason, node_id=self.node_id)
         self.machine.fire("close")
 
     # -- spec hooks: conditions ---------------------------------------------------------------

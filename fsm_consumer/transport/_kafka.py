@@ -8,7 +8,7 @@ import random
 import selectors
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
@@ -52,6 +52,7 @@ class KafkaTransport(Transport):
         self.broker_release: tuple[int, ...] | None = None
         self._conns: dict[int, Connection] = {}
         self.machine_observer: Observer | None = None  # given to each connection's machine (a history)
+        self.on_connection: Callable[[Connection], None] | None = None  # each connection made (a composition's linker)
         self._addresses: dict[int, tuple[str, int]] = {}
         self._bootstrap_ids: list[int] = []
         for index, address in enumerate(self.settings.bootstrap_servers):
@@ -292,6 +293,8 @@ class KafkaTransport(Transport):
                 auth_verdict=self._auth_verdict,
             )
             conn.machine.observer = self.machine_observer
+            if self.on_connection is not None:
+                self.on_connection(conn)
             self._conns[node] = conn
         return conn
 
