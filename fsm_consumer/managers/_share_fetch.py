@@ -133,6 +133,7 @@ class ShareFetchManager:
         self.adaptive = True
         self.scale = 1
         self._last_full = False  # the last ShareFetch answer acquired all it asked for
+        self._ahead_futile = False  # the last answer to a fetch made ahead acquired nothing
         self.lock_ms: float | None = None  # the group's lock duration, once an answer said it
         self.sessions: dict[int, ShareSession] = {}
         self._in_flight: dict[int, _InFlight] = {}
@@ -158,6 +159,8 @@ class ShareFetchManager:
         Differs from Java on purpose (Java fetches only when a poll finds the buffer empty: a round trip per
         poll); one request, not a loop: a member busy with a slow record fetches once, and what the broker
         releases meanwhile goes to the members that wait."""
+        if self._ahead_futile:
+            return  # the last one made ahead came back empty: the locks are held elsewhere; wait for the next poll
         self.ahead = True
         # a node with a ShareFetch on its way has its fetch: that answer decides whether another goes at once
         self._ahead_sent = {node for node, f in self._in_flight.items() if f.kind == "fetch"}
@@ -370,6 +373,9 @@ class ShareFetchManager:
     ) -> None:
         acquired = sum(last - first + 1 for p in by_tp.values() for first, last, _ in p.acquired_records)
         self._last_full = acquired >= flight.asked
+        # an empty answer to a fetch made ahead: the share-partition's record locks are all held (by this member's
+        # records in hand or by others'); fetching ahead again before records come only adds empty round trips
+        self._ahead_futile = flight.ahead and not acquired
         if flight.ahead and acquired and self.buffer.ready_records() >= self.max_records:
             self.scale = max(1, self.scale // 2)  # fetched ahead of need: the application is not that fast
         for tp, p in by_tp.items():
