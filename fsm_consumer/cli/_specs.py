@@ -99,7 +99,7 @@ def check_specs(argv: list[str]) -> int:
     by_name = {s.machine: s for s in specs}
     if args.explore and not failed:
         failed = not _explore(specs, args.draw, validators=the_projects)
-        failed = not _explore_compositions(compositions, by_name) or failed
+        failed = not _explore_compositions(compositions, by_name, args.draw) or failed
     if args.mutants and not failed:
         failed = not _mutants([Path(s.file) for s in specs], compositions, by_name)
     return 1 if failed else 0
@@ -127,7 +127,7 @@ def _check_files(args: argparse.Namespace) -> int:
     if args.explore:
         if specs:
             failed = not _explore(specs, args.draw) or failed
-        failed = not _explore_compositions(compositions, by_name) or failed
+        failed = not _explore_compositions(compositions, by_name, args.draw) or failed
     elif compositions:
         failed = not _load_compositions(compositions, by_name) or failed
     if args.mutants and not failed:
@@ -150,8 +150,9 @@ def _load_compositions(paths: list[Path], by_name: dict[str, Spec]) -> bool:
     return ok
 
 
-def _explore_compositions(paths: list[Path], by_name: dict[str, Spec]) -> bool:
-    """Each composition's machines explored together under its links (machines/_product.py)."""
+def _explore_compositions(paths: list[Path], by_name: dict[str, Spec], draw: str | None = None) -> bool:
+    """Each composition's machines explored together under its links (machines/_product.py); with ``draw``, each
+    counterexample drawn on every machine's diagram (its part of the path in red)."""
     from ..machines._composition import load_composition
     from ..machines._product import explore_composition
 
@@ -165,7 +166,22 @@ def _explore_compositions(paths: list[Path], by_name: dict[str, Spec]) -> bool:
             continue
         print(result.report())
         ok = ok and result.ok
+        if draw is None:
+            continue
+        for v in result.violations:
+            for role, dot in v.drawn(result.composition, result.initial).items():
+                _write_drawing(Path(draw) / f"{result.composition.name}.{role}.{v.prop}.{v.name}.dot", dot)
     return ok
+
+
+def _write_drawing(target: Path, dot: str) -> None:
+    from ..machines._diagram import render_svg
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(dot, encoding="utf-8")
+    if have_dot():
+        target.with_suffix(".svg").write_text(render_svg(dot), encoding="utf-8")
+    print(f"  drawn: {target}")
 
 
 def _validator(spec: Spec):
@@ -181,7 +197,6 @@ def _validator(spec: Spec):
 
 
 def _explore(specs: list[Spec], draw: str | None = None, *, validators: bool = False) -> bool:
-    from ..machines._diagram import render_svg
     from ..machines._explore import explore
 
     ok = True
@@ -192,13 +207,7 @@ def _explore(specs: list[Spec], draw: str | None = None, *, validators: bool = F
         if draw is None:
             continue
         for v in result.violations:
-            target = Path(draw) / f"{s.machine}.{v.prop}.{v.name}.dot"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            dot = v.drawn(s, result.initial)
-            target.write_text(dot, encoding="utf-8")
-            if have_dot():
-                target.with_suffix(".svg").write_text(render_svg(dot), encoding="utf-8")
-            print(f"  drawn: {target}")
+            _write_drawing(Path(draw) / f"{s.machine}.{v.prop}.{v.name}.dot", v.drawn(s, result.initial))
     return ok
 
 

@@ -31,6 +31,7 @@ from ._explore import Node, Step, _Moves, breadth_first
 __all__ = ["ProductExploration", "explore_composition"]
 
 Product = tuple[tuple[Node, ...], ...]
+Said = tuple[str, tuple[str, str, str, str]]  # a linked move's words, and its (role, source, trigger, dest)
 _MAX_CHAIN = 8  # links causing links: deeper is a loop in the composition
 
 
@@ -47,6 +48,7 @@ class Move:
     fired: frozenset[tuple[str, str]]
     conditions: tuple[tuple[str, bool], ...]
     dest: Product
+    steps: tuple[tuple[str, str, str, str], ...] = ()  # (role, source, trigger, dest) of each machine that moved
 
 
 @attrs.frozen
@@ -56,6 +58,19 @@ class ProductViolation:
     message: str
     path: tuple[Move, ...]
     line: int = 0
+
+    def drawn(self, composition: Composition, initial: Product) -> dict[str, str]:
+        """Each machine's diagram (DOT, by role) with its part of this counterexample in red, and where it ends."""
+        from ._diagram import render_dot
+
+        out = {}
+        for i, role in enumerate(composition.roles):
+            steps = [
+                (src, dst, trig) for r, src, trig, dst in (st for m in self.path for st in m.steps) if r == role.name
+            ]
+            end = (self.path[-1].dest if self.path else initial)[i][0].state
+            out[role.name] = render_dot(role.spec, steps, end=end)
+        return out
 
     def trace(self, initial: Product, roles: list[str]) -> str:
         lines = [f"  {_show(initial, roles)}"]
@@ -268,11 +283,16 @@ class _Walk:
         first = self._replace(p, ri, ci, step.dest)
         said = f"{self.roles[ri]}{self._copy(ri, ci)}: {node.state} {step}"
         fired = frozenset({(self.roles[ri], step.trigger)})
-        for dest, more, extra in self._links(first, [(self.roles[ri], node.state, step.dest.state, step.trigger)], 0):
-            text = said + "".join(f"; {m}" for m in more)
-            yield Move(text, fired | extra, conditions, self._canon(dest))
+        cause = (self.roles[ri], node.state, step.dest.state, step.trigger)
+        for dest, more, extra in self._links(first, [cause], 0):
+            text = said + "".join(f"; {m[0]}" for m in more)
+            steps: tuple[tuple[str, str, str, str], ...] = (
+                (self.roles[ri], node.state, step.trigger, step.dest.state),
+                *(m[1] for m in more),
+            )
+            yield Move(text, fired | extra, conditions, self._canon(dest), steps)
 
-    def _links(self, p: Product, causes, depth: int) -> Iterator[tuple[Product, list[str], frozenset]]:
+    def _links(self, p: Product, causes, depth: int) -> Iterator[tuple[Product, list[Said], frozenset]]:
         """Every way the links of ``causes`` (role, source state, dest state, trigger) play out from ``p``."""
         links = []
         for role, source, dest, trigger in causes:
@@ -306,7 +326,10 @@ class _Walk:
                 if node.state in moves.ignored.get(link.trigger, ()):
                     # fired all the same (code fires it whatever the state): no change, but it causes its links
                     ignored = Step(link.trigger, f"link {link.name}, ignored", (), -1, node)
-                    said = f"{self.roles[ti]}{self._copy(ti, ci)}: {node.state} {ignored}"
+                    said = (
+                        f"{self.roles[ti]}{self._copy(ti, ci)}: {node.state} {ignored}",
+                        (self.roles[ti], node.state, link.trigger, node.state),
+                    )
                     cause = (self.roles[ti], node.state, node.state, link.trigger)
                     for r, more, fired, causes in self._fire_copies(p, ti, link, ci + 1):
                         yield r, [said, *more], fired | {(self.roles[ti], link.trigger)}, [cause, *causes]
@@ -317,7 +340,10 @@ class _Walk:
                 if not self._possible(self.roles[ti], step, p):
                     continue
                 q = self._replace_at(p, ti, ci, step.dest)
-                said = f"{self.roles[ti]}{self._copy(ti, ci)}: {node.state} {step}"
+                said = (
+                    f"{self.roles[ti]}{self._copy(ti, ci)}: {node.state} {step}",
+                    (self.roles[ti], node.state, link.trigger, step.dest.state),
+                )
                 cause = (self.roles[ti], node.state, step.dest.state, link.trigger)
                 for r, more, fired, causes in self._fire_copies(q, ti, link, ci + 1):
                     yield r, [said, *more], fired | {(self.roles[ti], link.trigger)}, [cause, *causes]

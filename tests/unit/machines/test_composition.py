@@ -264,3 +264,19 @@ def test_check_specs_explores_a_users_composition_file(tmp_path, capsys):
     path.write_text((shipped_compositions()[1]).read_text().replace("composition: consumer", "composition: mine"))
     assert main(["check-specs", "--explore", str(path)]) == 0
     assert "composition mine (" in capsys.readouterr().out
+
+
+def test_a_compositions_counterexample_is_drawn_on_each_machines_diagram(tmp_path, capsys):
+    """A user's composition with a link missing: --draw writes each machine's diagram with its part in red."""
+    source = next(p for p in shipped_compositions() if p.stem == "consumer").read_text()
+    start = source.index("  - name: close_leaves")
+    end = source.index("  - name: close_completes_once_out")
+    path = tmp_path / "broken.yaml"
+    path.write_text(source[:start] + source[end:])  # closing no longer asks the member to leave
+    assert main(["check-specs", "--explore", "--draw", str(tmp_path / "drawn"), str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "finish close_finishes_on_its_own" in out
+    background = (tmp_path / "drawn" / "consumer.background.finish.close_finishes_on_its_own.dot").read_text()
+    member = (tmp_path / "drawn" / "consumer.member.finish.close_finishes_on_its_own.dot").read_text()
+    assert "red" in background and "close" in background  # its steps, down -> initialized -> closing, in red
+    assert "red" in member  # where the member ends
