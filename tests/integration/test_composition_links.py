@@ -12,7 +12,8 @@ from fsm_consumer.machines import _composition
 from fsm_consumer.managers._member import MemberBase
 from fsm_consumer.transport._kafka import KafkaTransport
 
-pytestmark = pytest.mark.integration
+# the links are the library's, not the broker's: checked on the reference broker only (CI's time)
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka")]
 
 
 @pytest.fixture(autouse=True)
