@@ -33,7 +33,15 @@ from ._yaml import Located, load_located
 if TYPE_CHECKING:
     from ._machine import SpecMachine
 
-__all__ = ["Composition", "Link", "Linker", "load_composition", "shipped_composition", "shipped_compositions"]
+__all__ = [
+    "Composition",
+    "Link",
+    "LinkIndex",
+    "Linker",
+    "load_composition",
+    "shipped_composition",
+    "shipped_compositions",
+]
 
 
 @attrs.frozen
@@ -118,6 +126,30 @@ class Composition:
 
     def role(self, name: str) -> Role:
         return next(r for r in self.roles if r.name == name)
+
+
+@attrs.frozen
+class LinkIndex:
+    """A composition's links and guards by what sets them off: read by the Linker and by the exploration."""
+
+    by_fired: dict[tuple[str, str], list[Link]]  # (role, trigger fired) -> fired links
+    by_enters: dict[str, list[Link]]  # role -> enters links
+    guarded: dict[tuple[str, str], list[Link]]  # (target role, trigger) -> only_when links
+    guards: dict[str, list[Guard]]  # role -> its conditions other machines' states decide
+
+    @classmethod
+    def of(cls, composition: Composition) -> LinkIndex:
+        index = cls({}, {}, {}, {})
+        for link in composition.links:
+            if link.when_role is None:
+                index.guarded.setdefault((link.target, link.trigger), []).append(link)
+            elif link.fired is not None:
+                index.by_fired.setdefault((link.when_role, link.fired), []).append(link)
+            else:
+                index.by_enters.setdefault(link.when_role, []).append(link)
+        for guard in composition.guards:
+            index.guards.setdefault(guard.role, []).append(guard)
+        return index
 
 
 # -- loading ---------------------------------------------------------------------------------------------
@@ -349,19 +381,11 @@ class Linker:
         # consumer may be fired from the application's thread too (under the share lock); a pass checks its own
         self._owed: list[tuple[Link, SpecMachine, int]] = []
         self._lock = threading.Lock()  # held for _owed alone, never while calling out
-        self._by_fired: dict[tuple[str, str], list[Link]] = {}
-        self._by_enters: dict[str, list[Link]] = {}
-        self._guarded: dict[tuple[str, str], list[Link]] = {}
-        for link in composition.links:
-            if link.fired is not None and link.when_role is not None:
-                self._by_fired.setdefault((link.when_role, link.fired), []).append(link)
-            elif link.when_role is not None:
-                self._by_enters.setdefault(link.when_role, []).append(link)
-            else:
-                self._guarded.setdefault((link.target, link.trigger), []).append(link)
-        self._guards: dict[str, list[Guard]] = {}
-        for guard in composition.guards:
-            self._guards.setdefault(guard.role, []).append(guard)
+        self._ignored = {r.name: r.spec.ignored() for r in composition.roles}
+        index = LinkIndex.of(composition)
+        self._by_fired, self._by_enters, self._guarded, self._guards = (
+            index.by_fired, index.by_enters, index.guarded, index.guards,
+        )  # fmt: skip
         unplayed = {r.name for r in composition.roles} - set(roles)
         if unplayed:
             raise SpecError(f"the linker needs the machines playing {sorted(unplayed)}", file=composition.file)
@@ -429,7 +453,7 @@ class Linker:
 
     def _owe(self, link: Link) -> None:
         spec = self.composition.role(link.target).spec
-        ignored = spec.ignored().get(link.trigger, frozenset())
+        ignored = self._ignored[link.target].get(link.trigger, frozenset())
         for m in self._roles[link.target]():
             if m.state in ignored or any(m.state in t.sources for t in spec.transitions if t.trigger == link.trigger):
                 with self._lock:

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 import attrs
 
-from ._composition import Composition, Link, RolePredicate
+from ._composition import Composition, Link, LinkIndex, RolePredicate
 from ._explore import Node, Step, _Moves, breadth_first
 
 __all__ = ["ProductExploration", "explore_composition"]
@@ -191,21 +191,10 @@ class _Walk:
         self.roles = [r.name for r in composition.roles]
         self.index = {name: i for i, name in enumerate(self.roles)}
         self.moves_of = [_Moves(r.spec) for r in composition.roles]
-        self.guarded: dict[tuple[str, str], list[Link]] = {}
-        self.by_fired: dict[tuple[str, str], list[Link]] = {}
-        self.by_enters: dict[str, list[Link]] = {}
-        for link in composition.links:
-            if link.when_role is None:
-                self.guarded.setdefault((link.target, link.trigger), []).append(link)
-            elif link.fired is not None:
-                self.by_fired.setdefault((link.when_role, link.fired), []).append(link)
-            else:
-                self.by_enters.setdefault(link.when_role, []).append(link)
-        self.guards: dict[str, list] = {}  # role -> conditions other machines' states decide
-        for guard in composition.guards:
-            self.guards.setdefault(guard.role, []).append(guard)
-        # triggers a fired-link follows even where they change nothing (ignored): the code fires them all the same
-        self.fired_ignored = {key for key in self.by_fired}
+        index = LinkIndex.of(composition)
+        self.guarded, self.by_fired, self.by_enters, self.guards = (
+            index.guarded, index.by_fired, index.by_enters, index.guards,
+        )  # fmt: skip
         self._solo_cache: dict[tuple[int, Node], list[Step]] = {}
         self._link_cache: dict[tuple[int, Node, str], list[Step]] = {}
         self.refused: list[tuple[Product, Link, str, str]] = []  # a link fired a trigger its target refuses there
@@ -235,7 +224,8 @@ class _Walk:
                     if conditions is None:
                         continue
                     yield from self._settle(p, ri, ci, node, step, conditions)
-                for r2, trigger in self.fired_ignored:
+                # a trigger a fired-link follows is followed even where it changes nothing (ignored): code fires it
+                for r2, trigger in self.by_fired:
                     if r2 == role and node.state in self.moves_of[ri].ignored.get(trigger, ()):
                         ignored = Step(trigger, "event, ignored", (), -1, node)
                         yield from self._settle(p, ri, ci, node, ignored, ())
