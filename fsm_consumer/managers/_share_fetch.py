@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 import kafka.errors as ke
 
+from ..machines import SpecMachine, shipped_spec
 from ..policy import Action, classify, public_error
 from ._share_batch import AckType, ShareBatch
 from ._share_buffer import AckBatch, ShareBuffer
@@ -123,17 +124,16 @@ class ShareFetchManager:
         self.max_bytes = int(_setting(config, "fetch_max_bytes", 52_428_800))
         self.max_records = int(_setting(config, "max_poll_records", 500))
         self.batch_size = self.max_records
-        # How many records a ShareFetch asks for: max_poll_records times ``scale``. Java asks for one poll's worth,
-        # so a member whose application outruns the network waits a round trip per poll; here the scale doubles
-        # (up to MAX_SCALE) when a poll right after one that handed records out finds none ready while the last
-        # answer gave all it was asked for (the broker had more), and halves when a fetch made ahead answers
-        # before the application needed it. A slow application keeps asking for one poll's worth, so records
-        # are not held from the members that wait. ``adaptive`` off (record_limit: at most max_poll_records
-        # acquired at a time) keeps it at 1.
-        self.adaptive = True
+        # How many records a ShareFetch asks for: max_poll_records times ``scale``, and whether polls fetch ahead:
+        # the model of specs/share_fetch_pacing.yaml (its attributes say whether each may happen now). Java asks
+        # for one poll's worth when a poll finds nothing, so a member whose application outruns the network waits
+        # a round trip per poll; here the scale doubles (up to MAX_SCALE) when a poll right after one that handed
+        # records out finds none ready while the last answer gave all it was asked for (the broker had more), and
+        # halves when a fetch made ahead answers before the application needed it. A slow application keeps
+        # asking for one poll's worth, so records are not held from the members that wait.
         self.scale = 1
         self._last_full = False  # the last ShareFetch answer acquired all it asked for
-        self._ahead_futile = False  # the last answer to a fetch made ahead acquired nothing
+        self.pacing = SpecMachine(shipped_spec("share_fetch_pacing"), self, now=0.0, instance=member_id or "")
         self.lock_ms: float | None = None  # the group's lock duration, once an answer said it
         self.sessions: dict[int, ShareSession] = {}
         self._in_flight: dict[int, _InFlight] = {}
@@ -148,6 +148,20 @@ class ShareFetchManager:
         self.machine_observer: Any = None  # given to each session's machine (a history's transition lines)
         self.on_session: Callable[[ShareSession], None] | None = None  # each session made (the composition's linker)
 
+    @property
+    def adaptive(self) -> bool:
+        """False with share_acquire_mode record_limit: one poll's worth at a time, never fetched ahead."""
+        return self.pacing.state != "record_limit"
+
+    @adaptive.setter
+    def adaptive(self, value: bool) -> None:
+        if not value and self.adaptive:
+            self.pacing.fire("record_limit_set", self.pacing.now)
+
+    def scale_to_one(self) -> None:
+        """share_fetch_pacing's hook: one poll's worth from now on."""
+        self.scale = 1
+
     # -- what the application asks ---------------------------------------------------------------------
     def want_records(self) -> None:
         """The application polled and the buffer has nothing to hand out: fetch (Java's fetch())."""
@@ -159,8 +173,8 @@ class ShareFetchManager:
         Differs from Java on purpose (Java fetches only when a poll finds the buffer empty: a round trip per
         poll); one request, not a loop: a member busy with a slow record fetches once, and what the broker
         releases meanwhile goes to the members that wait."""
-        if self._ahead_futile:
-            return  # the last one made ahead came back empty: the locks are held elsewhere; wait for the next poll
+        if self.pacing.attribute("fetch_ahead") != "allowed":
+            return
         self.ahead = True
         # a node with a ShareFetch on its way has its fetch: that answer decides whether another goes at once
         self._ahead_sent = {node for node, f in self._in_flight.items() if f.kind == "fetch"}
@@ -173,7 +187,7 @@ class ShareFetchManager:
     def app_waited(self) -> None:
         """A poll right after one that handed records out found none ready: one fetch per round trip is too
         little for this application (if the broker had more to give)."""
-        if self.adaptive and self._last_full and self.scale < MAX_SCALE:
+        if self.pacing.attribute("scale") == "may_grow" and self._last_full and self.scale < MAX_SCALE:
             self.scale *= 2
 
     def _wants(self, node: int) -> bool:
@@ -373,10 +387,9 @@ class ShareFetchManager:
     ) -> None:
         acquired = sum(last - first + 1 for p in by_tp.values() for first, last, _ in p.acquired_records)
         self._last_full = acquired >= flight.asked
-        # an empty answer to a fetch made ahead: the share-partition's record locks are all held (by this member's
-        # records in hand or by others'); fetching ahead again before records come only adds empty round trips
-        self._ahead_futile = flight.ahead and not acquired
-        if flight.ahead and acquired and self.buffer.ready_records() >= self.max_records:
+        if not acquired:
+            self.pacing.fire("ahead_empty" if flight.ahead else "waited_empty", now)
+        elif flight.ahead and self.buffer.ready_records() >= self.max_records:
             self.scale = max(1, self.scale // 2)  # fetched ahead of need: the application is not that fast
         for tp, p in by_tp.items():
             if p.error:
@@ -392,11 +405,9 @@ class ShareFetchManager:
                     now=now,
                     lock_ms=self.lock_ms,
                 )
-                if self.fetch_more and self.adaptive:
-                    # the application waits for these: it takes one poll's worth, and if what stays is less than
-                    # a fetch, the next one goes now rather than after the hand-out (a wake-up of each thread)
-                    if self.buffer.ready_records() - self.max_records < self.fetch_records:
-                        self.fetch_ahead()
+                # No fetch goes ahead from here: the application's next poll sends it with the acknowledgements of
+                # what it was handed before (sent now, it found those records still held: 10 of 34 answers of one
+                # member's drain came back empty so)
                 self.fetch_more = False  # as Java: records came, fetch again when the application asks
 
     def _partition_error(self, tp: TopicIdPartition, p: SharePartitionAnswer) -> None:

@@ -300,6 +300,15 @@ def fired() -> Iterable[list[TransitionRecord]]:
         remove_observer(seen.append)
 
 
+def _ahead_answered(fired: list[TransitionRecord], timeout_s: float = 5.0) -> None:
+    """Wait for the answer to the fetch the last hand-out sent ahead (empty: nothing more was produced), so the
+    acknowledgements made next go alone, in a ShareAcknowledge, rather than with that fetch."""
+    deadline = time.monotonic() + timeout_s
+    while not _did(fired, "share_fetch_pacing", "fetching_ahead", "ahead_empty", "on_demand"):
+        assert time.monotonic() < deadline, "the fetch made ahead was never answered"
+        time.sleep(0.01)
+
+
 def _did(fired: list[TransitionRecord], machine: str, source: str, trigger: str, dest: str | None = None) -> bool:
     return any(
         r.machine == machine and r.source == source and r.trigger == trigger and dest in (None, r.dest) for r in fired
@@ -417,6 +426,7 @@ def test_acknowledgements_refused_with_a_retriable_error_go_again(broker, make_t
     consumer, faults, outcomes = _faulty(broker, _group(broker), topic, share_acknowledgement_mode="explicit")
     with consumer:
         got = _poll_until(consumer, 5)
+        _ahead_answered(fired)
         for r in got:
             consumer.acknowledge(r)
         faults.misroute(when=_in_session)
@@ -442,6 +452,7 @@ def test_acknowledgements_answered_after_the_lock_ran_out_are_what_the_broker_sa
     )
     with consumer:
         got = _poll_until(consumer, 5)
+        _ahead_answered(fired)
         for r in got:
             consumer.acknowledge(r)
         faults.delay_when("ShareAcknowledge", 1500, when=_has_acks)
@@ -467,6 +478,7 @@ def test_acknowledgements_not_processed_before_the_lock_ran_out_fail_and_their_r
     )
     with consumer:
         got = _poll_until(consumer, 5)
+        _ahead_answered(fired)
         for r in got:
             consumer.acknowledge(r)
         faults.misroute(when=_in_session)

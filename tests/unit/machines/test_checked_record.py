@@ -37,7 +37,7 @@ def test_a_consumer_of_the_shipped_specs_never_imports_jsonschema():
         "import fsm_consumer.consumer\n"
         "from fsm_consumer.machines import shipped_spec\n"
         "for m in ('background', 'membership', 'consumer_membership', 'connection', 'fetch', 'parallel',\n"
-        "          'share_batch', 'share_membership', 'share_session'):\n"
+        "          'share_batch', 'share_fetch_pacing', 'share_membership', 'share_session'):\n"
         "    shipped_spec(m)\n"
         "assert 'jsonschema' not in sys.modules, 'the shipped specs were validated again'\n"
     )

@@ -58,6 +58,7 @@ def test_mermaid_lists_every_transition():
         "membership",
         "parallel",
         "share_batch",
+        "share_fetch_pacing",
         "share_membership",
         "share_session",
     ],
@@ -80,7 +81,7 @@ def test_check_names_stale_and_missing_files(tmp_path, capsys):
     out = tmp_path / "diagrams"
     assert main(["diagrams", "--specs", str(specs), "--out", str(out)]) == 0
     first = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert len(first) == 3 * 9  # .dot, .svg, .mmd of each spec
+    assert len(first) == 3 * 10  # .dot, .svg, .mmd of each spec
     assert main(["diagrams", "--specs", str(specs), "--out", str(out)]) == 0
     assert {p.name: p.read_bytes() for p in out.iterdir()} == first  # byte-identical rerun
     capsys.readouterr()
@@ -103,6 +104,7 @@ def test_check_specs_prints_one_line_per_machine(capsys):
         "membership",
         "parallel",
         "share_batch",
+        "share_fetch_pacing",
         "share_membership",
         "share_session",
     ]
@@ -198,6 +200,7 @@ def test_render_diagrams_without_dot_says_what_to_install(tmp_path):
             "membership",
             "parallel",
             "share_batch",
+            "share_fetch_pacing",
             "share_membership",
             "share_session",
         )

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fsm_consumer.machines import FakeClock, IllegalTransition, SpecMachine, shipped_spec
 from fsm_consumer.machines.testing import SpecDouble
 
-MACHINES = ["background", "connection", "membership", "share_batch", "share_membership", "share_session"]
+from .test_shipped_specs import MACHINES
 
 
 class Recorder(SpecDouble):

@@ -5,7 +5,15 @@ import pytest
 from fsm_consumer.machines import FakeClock, IllegalTransition, SpecMachine, shipped_spec
 from fsm_consumer.machines.testing import SpecDouble, cover_plan
 
-MACHINES = ["background", "connection", "membership", "share_batch", "share_membership", "share_session"]
+MACHINES = [
+    "background",
+    "connection",
+    "membership",
+    "share_batch",
+    "share_fetch_pacing",
+    "share_membership",
+    "share_session",
+]
 
 
 def machine(name, **kw):

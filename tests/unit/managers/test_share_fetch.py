@@ -102,43 +102,77 @@ def test_acquired_records_go_to_the_buffer_under_a_lock_from_the_sending():
 
 
 def test_fetch_ahead_sends_one_fetch_per_leader_with_the_acks_due_and_no_more():
-    fm, _ = manager(assigned=[A0, A1])
+    fm, _ = manager(assigned=[A0, A1], adaptive=True)
     open_sessions(fm)
     fm.fetch_more = False  # records came: the application works on them
     assert fm.poll(2) == []
     fm.fetch_ahead()
     intents = by_node(fm.poll(3))
     assert set(intents) == {1, 2} and all(isinstance(i, ShareFetchIntent) for i in intents.values())
-    for node in (1, 2):  # answered with nothing: a member busy with its records does not fetch again
-        fm.on_fetch_answer(node, ShareFetchAnswer(), 3, 4)
-    assert fm.poll(5) == []
-    # the next poll's records handed out: the fetches made ahead came back empty (the share-partitions' record
-    # locks are held elsewhere), so none goes ahead until records come
-    fm.fetch_ahead()
+    fm.on_fetch_answer(1, ShareFetchAnswer(), 3, 4)
+    assert fm.pacing.state == "on_demand"  # the share-partitions' locks are held elsewhere, or nothing is left
+    fm.on_fetch_answer(2, ShareFetchAnswer(), 3, 4)  # on demand already: ignored
+    assert fm.poll(5) == []  # a member busy with its records does not fetch again
+    fm.fetch_ahead()  # the next poll's records handed out: none goes ahead now, one poll's worth when it waits
     assert fm.poll(6) == []
     fm.want_records()  # a poll found nothing: it waits for records
     assert set(by_node(fm.poll(6))) == {1, 2}
     fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 0, 1),)), 6, 7)
     assert fm.poll(8) == []  # node 2's answer is still awaited; node 1 fetched its one
+    assert fm.pacing.state == "on_demand"  # records came, but the locks may still be held elsewhere
+    fm.on_fetch_answer(2, ShareFetchAnswer(), 6, 8)  # the one waited for ran dry: fetch ahead again
+    assert fm.pacing.state == "fetching_ahead"
     for r in fm.buffer.take(10, 9):
         fm.buffer.acknowledge(r.partition, r.offset, ACCEPT, 9)
     fm.buffer.take_acks(9)
     fm.fetch_ahead()
-    [piggy] = fm.poll(10)
-    assert isinstance(piggy, ShareFetchIntent) and piggy.acks == {A0: (AckBatch(0, 1, (ACCEPT,)),)}
+    intents = by_node(fm.poll(10))
+    assert isinstance(intents[1], ShareFetchIntent) and intents[1].acks == {A0: (AckBatch(0, 1, (ACCEPT,)),)}
+    assert isinstance(intents[2], ShareFetchIntent) and intents[2].acks == {}
 
 
-def test_records_the_application_waited_for_bring_the_next_fetch_at_once():
+def test_records_the_application_waited_for_are_fetched_ahead_by_the_poll_that_hands_them_out():
     fm, _ = manager(assigned=[A0], adaptive=True)
     fm.want_records()
     [first] = fm.poll(0)
     fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 0, 2),)), 0, 1)
-    [ahead] = fm.poll(2)  # the application takes what came; the next fetch is on its way meanwhile
+    # not at once: the application's poll sends it, with the acknowledgements of what it was handed before
+    assert fm.poll(2) == []
+    fm.buffer.take(100, 2)
+    fm.fetch_ahead()
+    [ahead] = fm.poll(2)  # the application works on what came; the next fetch is on its way meanwhile
     assert isinstance(ahead, ShareFetchIntent) and ahead.max_records == 100
     # the application waited for the first (the broker may hold it); nobody waits for one made ahead
     assert (first.max_wait_ms, ahead.max_wait_ms) == (250, 0)
     fm.on_fetch_answer(1, ShareFetchAnswer(), 2, 3)
     assert fm.poll(4) == []  # nothing came: a member working on its records does not fetch again
+
+
+def test_an_empty_fetch_made_ahead_fetches_on_demand_one_poll_at_a_time_until_the_partition_runs_dry():
+    fm, _ = manager(assigned=[A0], adaptive=True)
+    fm.want_records()
+    fm.poll(0)
+    fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 0, 99),)), 0, 1)
+    fm.app_waited()
+    assert fm.scale == 2
+    fm.buffer.take(100, 2)
+    fm.fetch_ahead()
+    [ahead] = fm.poll(2)
+    assert ahead.max_records == 200
+    fm.on_fetch_answer(1, ShareFetchAnswer(), 2, 3)  # the window is full: other members hold the locks
+    assert (fm.pacing.state, fm.scale) == ("on_demand", 1)
+    fm.app_waited()
+    assert fm.scale == 1  # one poll's worth, as Java, while the locks are contended
+    fm.want_records()
+    [waited] = fm.poll(4)
+    assert (waited.max_records, waited.max_wait_ms) == (100, 250)
+    fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 100, 199),)), 4, 5)
+    assert fm.pacing.state == "on_demand"
+    fm.buffer.take(100, 6)
+    fm.want_records()
+    fm.poll(6)
+    fm.on_fetch_answer(1, ShareFetchAnswer(), 6, 256)  # waited fetch_max_wait_ms for nothing: ran dry
+    assert fm.pacing.state == "fetching_ahead"
 
 
 def test_an_application_that_outruns_the_network_gets_larger_fetches_and_a_slow_one_smaller():
@@ -150,6 +184,7 @@ def test_an_application_that_outruns_the_network_gets_larger_fetches_and_a_slow_
     assert fm.scale == 2 and fm.fetch_records == 200
     fm.app_waited()
     assert fm.scale == MAX_SCALE == 2  # twice a poll's worth at most (the broker's record locks)
+    fm.fetch_ahead()  # the poll that hands the first out
     [ahead] = fm.poll(2)
     assert ahead.max_records == ahead.batch_size == 200
     fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 100, 299),)), 2, 3)  # ahead of need: 300 ready
