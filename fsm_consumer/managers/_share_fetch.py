@@ -387,9 +387,8 @@ class ShareFetchManager:
     ) -> None:
         acquired = sum(last - first + 1 for p in by_tp.values() for first, last, _ in p.acquired_records)
         self._last_full = acquired >= flight.asked
-        if not acquired:
-            self.pacing.fire("ahead_empty" if flight.ahead else "waited_empty", now)
-        elif flight.ahead and self.buffer.ready_records() >= self.max_records:
+        self.pacing.fire(("ahead_" if flight.ahead else "waited_") + ("filled" if acquired else "empty"), now)
+        if flight.ahead and acquired and self.buffer.ready_records() >= self.max_records:
             self.scale = max(1, self.scale // 2)  # fetched ahead of need: the application is not that fast
         for tp, p in by_tp.items():
             if p.error:

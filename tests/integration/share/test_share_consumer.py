@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from fsm_consumer.errors import AcknowledgementFailedError, IllegalStateError
+from fsm_consumer.machines import add_observer, remove_observer
 from fsm_consumer.share import AcknowledgeType, ShareConsumer, ShareRecord
 from fsm_consumer.share._admin import set_group_config
 
@@ -57,6 +58,46 @@ def test_implicit_mode_drains_every_record_once(broker, make_topic, produce):
     # accepted: a second member of the group finds nothing left
     with _consumer(broker, group, topic) as again:
         assert _drain(again, 1, timeout_s=4) == []
+
+
+@pytest.mark.brokers("kafka")
+def test_an_empty_fetch_made_ahead_pauses_fetching_ahead_until_one_made_after_records_came_brings_more(
+    broker, make_topic, produce
+):
+    """specs/share_fetch_pacing.yaml on the broker: the fetch the first hand-out sends ahead comes back empty
+    (nothing more was produced), so none goes ahead; records produced then come to a poll that waited, one more
+    fetch goes ahead, brings records, and fetching ahead resumes. Every record is handed out once."""
+    topic = make_topic()
+    seen: list = []
+    add_observer(seen.append)
+    try:
+        produce(topic, 5)
+        with _consumer(broker, _group(broker), topic, max_poll_records=5) as consumer:
+            first = _drain(consumer, 5)
+            deadline = time.monotonic() + 10
+            while ("fetching_ahead", "ahead_empty", "paused") not in _pacing(seen):
+                assert time.monotonic() < deadline, _pacing(seen)
+                time.sleep(0.01)
+            for _ in range(3):  # three batches of ten: a waited fetch of one poll's worth takes the first
+                produce(topic, 10)
+            rest: list[ShareRecord] = []
+            deadline = time.monotonic() + 30
+            while len(rest) < 30 and time.monotonic() < deadline:
+                batch = consumer.poll(timeout_ms=500)
+                rest.extend(batch)
+                if batch:
+                    time.sleep(0.05)  # work: a fetch made ahead is answered meanwhile, not overtaken by a poll
+    finally:
+        remove_observer(seen.append)
+    path = _pacing(seen)
+    assert sorted(r.offset for r in first + rest) == list(range(35))
+    assert path.index(("paused", "waited_filled", "retrying")) < path.index(
+        ("retrying", "ahead_filled", "fetching_ahead")
+    ), path
+
+
+def _pacing(seen: list) -> list[tuple[str, str, str]]:
+    return [(r.source, r.trigger, r.dest) for r in list(seen) if r.machine == "share_fetch_pacing"]
 
 
 @pytest.mark.brokers("kafka")

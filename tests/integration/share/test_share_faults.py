@@ -304,7 +304,7 @@ def _ahead_answered(fired: list[TransitionRecord], timeout_s: float = 5.0) -> No
     """Wait for the answer to the fetch the last hand-out sent ahead (empty: nothing more was produced), so the
     acknowledgements made next go alone, in a ShareAcknowledge, rather than with that fetch."""
     deadline = time.monotonic() + timeout_s
-    while not _did(fired, "share_fetch_pacing", "fetching_ahead", "ahead_empty", "on_demand"):
+    while not _did(fired, "share_fetch_pacing", "fetching_ahead", "ahead_empty"):
         assert time.monotonic() < deadline, "the fetch made ahead was never answered"
         time.sleep(0.01)
 

@@ -110,25 +110,22 @@ def test_fetch_ahead_sends_one_fetch_per_leader_with_the_acks_due_and_no_more():
     intents = by_node(fm.poll(3))
     assert set(intents) == {1, 2} and all(isinstance(i, ShareFetchIntent) for i in intents.values())
     fm.on_fetch_answer(1, ShareFetchAnswer(), 3, 4)
-    assert fm.pacing.state == "on_demand"  # the share-partitions' locks are held elsewhere, or nothing is left
-    fm.on_fetch_answer(2, ShareFetchAnswer(), 3, 4)  # on demand already: ignored
+    assert fm.pacing.state == "paused"  # the share-partitions' locks are held elsewhere, or nothing is left
+    fm.on_fetch_answer(2, ShareFetchAnswer(), 3, 4)  # paused already: ignored
     assert fm.poll(5) == []  # a member busy with its records does not fetch again
-    fm.fetch_ahead()  # the next poll's records handed out: none goes ahead now, one poll's worth when it waits
+    fm.fetch_ahead()  # the next poll's records handed out: none goes ahead until records come
     assert fm.poll(6) == []
     fm.want_records()  # a poll found nothing: it waits for records
     assert set(by_node(fm.poll(6))) == {1, 2}
     fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 0, 1),)), 6, 7)
     assert fm.poll(8) == []  # node 2's answer is still awaited; node 1 fetched its one
-    assert fm.pacing.state == "on_demand"  # records came, but the locks may still be held elsewhere
-    fm.on_fetch_answer(2, ShareFetchAnswer(), 6, 8)  # the one waited for ran dry: fetch ahead again
-    assert fm.pacing.state == "fetching_ahead"
+    assert fm.pacing.state == "retrying"  # records came: one more try
     for r in fm.buffer.take(10, 9):
         fm.buffer.acknowledge(r.partition, r.offset, ACCEPT, 9)
     fm.buffer.take_acks(9)
     fm.fetch_ahead()
-    intents = by_node(fm.poll(10))
-    assert isinstance(intents[1], ShareFetchIntent) and intents[1].acks == {A0: (AckBatch(0, 1, (ACCEPT,)),)}
-    assert isinstance(intents[2], ShareFetchIntent) and intents[2].acks == {}
+    [piggy] = fm.poll(10)
+    assert isinstance(piggy, ShareFetchIntent) and piggy.acks == {A0: (AckBatch(0, 1, (ACCEPT,)),)}
 
 
 def test_records_the_application_waited_for_are_fetched_ahead_by_the_poll_that_hands_them_out():
@@ -148,30 +145,55 @@ def test_records_the_application_waited_for_are_fetched_ahead_by_the_poll_that_h
     assert fm.poll(4) == []  # nothing came: a member working on its records does not fetch again
 
 
-def test_an_empty_fetch_made_ahead_fetches_on_demand_one_poll_at_a_time_until_the_partition_runs_dry():
-    fm, _ = manager(assigned=[A0], adaptive=True)
+def _fetch_ahead_answered(fm, now, answer):
+    """The application takes what is buffered, its poll fetches ahead, and the broker answers with ``answer``."""
+    fm.buffer.take(1_000, now)
+    fm.fetch_ahead()
+    [ahead] = fm.poll(now)
+    assert ahead.max_wait_ms == 0
+    fm.on_fetch_answer(1, answer, now, now + 1)
+    return ahead
+
+
+def _waited_answered(fm, now, answer):
     fm.want_records()
-    fm.poll(0)
-    fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 0, 99),)), 0, 1)
+    [waited] = fm.poll(now)
+    assert waited.max_wait_ms == 250
+    fm.on_fetch_answer(1, answer, now, now + 1)
+    return waited
+
+
+def test_one_empty_fetch_made_ahead_pauses_fetching_ahead_until_records_come_then_it_tries_again():
+    fm, _ = manager(assigned=[A0], adaptive=True)
+    _waited_answered(fm, 0, ShareFetchAnswer(partitions=(part(A0, 0, 99),)))
+    _fetch_ahead_answered(fm, 2, ShareFetchAnswer())  # chance: another member's fetch held the partition
+    assert fm.pacing.state == "paused"
+    fm.fetch_ahead()
+    assert fm.poll(4) == []  # none goes ahead
+    _waited_answered(fm, 5, ShareFetchAnswer(partitions=(part(A0, 100, 199),)))
+    assert fm.pacing.state == "retrying"
+    _fetch_ahead_answered(fm, 7, ShareFetchAnswer(partitions=(part(A0, 200, 299),)))
+    assert fm.pacing.state == "fetching_ahead"
+
+
+def test_two_empty_fetches_made_ahead_in_a_row_fetch_on_demand_one_poll_at_a_time_until_the_partition_runs_dry():
+    fm, _ = manager(assigned=[A0], adaptive=True)
+    _waited_answered(fm, 0, ShareFetchAnswer(partitions=(part(A0, 0, 99),)))
     fm.app_waited()
     assert fm.scale == 2
-    fm.buffer.take(100, 2)
-    fm.fetch_ahead()
-    [ahead] = fm.poll(2)
-    assert ahead.max_records == 200
-    fm.on_fetch_answer(1, ShareFetchAnswer(), 2, 3)  # the window is full: other members hold the locks
+    ahead = _fetch_ahead_answered(fm, 2, ShareFetchAnswer())  # the window is full: other members hold the locks
+    assert ahead.max_records == 200 and fm.pacing.state == "paused"
+    _waited_answered(fm, 4, ShareFetchAnswer(partitions=(part(A0, 100, 199),)))
+    _fetch_ahead_answered(fm, 6, ShareFetchAnswer())  # empty again
     assert (fm.pacing.state, fm.scale) == ("on_demand", 1)
     fm.app_waited()
     assert fm.scale == 1  # one poll's worth, as Java, while the locks are contended
-    fm.want_records()
-    [waited] = fm.poll(4)
-    assert (waited.max_records, waited.max_wait_ms) == (100, 250)
-    fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 100, 199),)), 4, 5)
-    assert fm.pacing.state == "on_demand"
-    fm.buffer.take(100, 6)
-    fm.want_records()
-    fm.poll(6)
-    fm.on_fetch_answer(1, ShareFetchAnswer(), 6, 256)  # waited fetch_max_wait_ms for nothing: ran dry
+    fm.fetch_ahead()
+    assert fm.poll(8) == []
+    waited = _waited_answered(fm, 9, ShareFetchAnswer(partitions=(part(A0, 200, 299),)))
+    assert waited.max_records == 100 and fm.pacing.state == "on_demand"
+    fm.buffer.take(100, 11)
+    _waited_answered(fm, 12, ShareFetchAnswer())  # waited fetch_max_wait_ms for nothing: ran dry
     assert fm.pacing.state == "fetching_ahead"
 
 
