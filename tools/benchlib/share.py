@@ -360,9 +360,9 @@ def bench_share(args) -> list[dict]:
 
 
 def _warm_up(broker, plan: list[tuple[str, str, int, int]], args, tmp: Path) -> None:
-    """One drain by one member, not counted, before the measured runs. A fresh broker's JVM compiles its share
-    paths during its first drains: the client measured first would pay for it (its first run was the slowest of
-    its cell in every set before this, by up to half)."""
+    """WARM_UP_DRAINS drains by one member, not counted, before the measured runs. A fresh broker's JVM compiles
+    its share paths during its first drains: the client measured first would pay for it (its first run was the
+    slowest of its cell in every set before this, by up to half)."""
     shared = [(c, m) for c, m, _, _ in plan if c != "group"]
     if not shared:
         return
