@@ -104,9 +104,13 @@ class ShareBatch:
     def holds(self, offset: int) -> bool:
         if not self.records or not self.records[0].offset <= offset <= self.records[-1].offset:
             return False
+        return offset in self.held_offsets()
+
+    def held_offsets(self) -> set[int]:
+        """Its records' offsets (made once, when first asked)."""
         if self._held is None:
             self._held = {r.offset for r in self.records}
-        return offset in self._held
+        return self._held
 
     def split(self, count: int) -> ShareBatch:
         """Keep the first ``count`` records (and the gaps up to the last of them); return the rest as a batch of

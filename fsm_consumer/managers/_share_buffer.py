@@ -303,6 +303,46 @@ class ShareBuffer:
             batch.machine.fire("acknowledged", now)  # (the length test is all_acknowledged(), inlined: per record)
         return True
 
+    def acknowledge_many(self, partition: TopicIdPartition, acks: Mapping[int, int], now: float) -> None:
+        """``acknowledge`` of many records of one partition at once, as explicit mode gathers them on the application
+        thread (Java's ShareInFlightBatch) until its next poll() or commit: each batch's machine is told once.
+        Records of lost batches, or no longer held at all, are reported failed; IllegalStateError as acknowledge."""
+        left = dict(acks)
+        for batch in self._batches:
+            if not left:
+                return
+            if batch.partition != partition or not batch.delivered or not batch.records:
+                continue
+            held = batch.held_offsets()
+            if left.keys() <= held:  # the common case: one batch of the partition handed out by the last poll
+                mine, left = left, {}
+            else:
+                mine = {o: k for o, k in left.items() if o in held}
+                left = {o: k for o, k in left.items() if o not in held}
+            if mine:
+                self._acknowledge_batch(batch, mine, now)
+        if left:
+            failed = tuple((o, int(k)) for o, k in sorted(left.items()))
+            self._report(AckOutcome(partition, failed, reason="the member no longer holds them"), now)
+
+    def _acknowledge_batch(self, batch: ShareBatch, acks: dict[int, int], now: float) -> None:
+        what = batch.machine.attribute("acknowledge")
+        if what == "refused":
+            raise ke.IllegalStateError(
+                f"records {batch!r} cannot be acknowledged: not handed out, or their acknowledgements are taken"
+            )
+        kinds = set(acks.values())
+        if len(kinds) == 1:  # one type for them all: converted once, not per record
+            kind = kinds.pop()
+            batch.acks.update(dict.fromkeys(acks, _ACK_TYPES.get(kind) or AckType(kind)))
+        else:
+            batch.acks.update({o: _ACK_TYPES.get(k) or AckType(k) for o, k in acks.items()})
+        if what == "failed":
+            pairs = tuple((o, int(k)) for o, k in sorted(acks.items()))
+            self._report(AckOutcome(batch.partition, pairs, reason=batch.lost_why), now)
+        else:
+            batch.machine.fire("acknowledged", now)
+
     def acknowledge_all(self, ack_type: int, now: float) -> None:
         """Every handed-out record without an acknowledgement gets ``ack_type`` (Java's acknowledgeAll, and the
         implicit mode at the next poll); records of lost batches are reported failed."""

@@ -17,11 +17,8 @@ from collections.abc import Callable, Iterable
 from itertools import repeat
 from typing import Any, Self
 
-import kafka.errors as ke
-
 from .._gc_pause import gc_paused
 from ..errors import (
-    AcknowledgementFailedError,
     ConsumerClosedError,
     IllegalStateError,
     KafkaTimeoutError,
@@ -31,9 +28,9 @@ from ..events import CloseEvent, Signal
 from ..fetch._decode import _deserializer, deserializer_failed
 from ..fetch._untrack import untrack
 from ..managers._share_batch import ShareRecord as _Held
-from ..managers._share_buffer import AckOutcome
 from ..managers._share_session import TopicIdPartition
 from ..structs import TopicPartition
+from ._acks import LastPoll, outcome_error
 from ._config import share_config
 from ._events import ShareSubscribeEvent, ShareUnsubscribeEvent
 from ._types import AcknowledgeType, ShareRecord
@@ -62,6 +59,7 @@ class ShareConsumer:
         self._handed = False  # the last poll handed records out
         # (topic, partition) -> TopicIdPartition of what the last poll handed out (acknowledge() finds its batch)
         self._handed_where: dict[tuple[str, int], TopicIdPartition] = {}
+        self._last = LastPoll()  # explicit mode: the last poll's records and their acknowledgements, on this thread
         self._signal = Signal()
         self._woken = threading.Event()
         self._closed = False
@@ -146,6 +144,8 @@ class ShareConsumer:
             if taken:
                 if parts.history is not None:
                     parts.history.handed(taken, now, started)
+                if self._explicit:
+                    self._last.handed_out(taken)
                 return self._hand_out(taken)
             self._check_wakeup()
             if parts.lifecycle.failure is not None:
@@ -217,8 +217,12 @@ class ShareConsumer:
                 "out at the next poll())"
             )
         if not isinstance(record, ShareRecord):
-            raise TypeError(f"acknowledge() takes a ShareRecord that poll() returned, got {type(record).__name__}")
-        self._acknowledge(record.topic, record.partition, record.offset, type)
+            raise TypeError(f"acknowledge() takes a ShareRecord that poll() returned, got {record.__class__.__name__}")
+        if type.__class__ is not AcknowledgeType:
+            type = AcknowledgeType(type)  # noqa: A001
+        # a record of the last poll: kept on this thread until the next poll() or commit gives it to the buffer
+        if not self._last.record(record.topic, record.partition, record.offset, type):
+            self._acknowledge(record.topic, record.partition, record.offset, type)
 
     def acknowledge_offset(
         self,
@@ -255,7 +259,14 @@ class ShareConsumer:
                 raise IllegalStateError(f"{topic}-{partition}@{offset} was not handed out by this consumer")
             where = _new(TopicIdPartition, (tid, partition))
         with parts.lock:
-            parts.fetch.buffer.acknowledge(where, offset, kind, self._clock.now_ms())
+            now = self._clock.now_ms()
+            self._give_acks(now)  # those kept on this thread first: the buffer then sees the record's last type
+            parts.fetch.buffer.acknowledge(where, offset, kind, now)
+
+    def _give_acks(self, now: float) -> None:
+        """Explicit mode's acknowledgements kept on this thread, to the buffer (under the lock)."""
+        for where, acks in self._last.take():
+            self._parts.fetch.buffer.acknowledge_many(where, acks, now)
 
     def commit_sync(self, timeout_ms: float | None = None) -> dict[TopicPartition, BaseException | None]:
         """Send the acknowledgements recorded so far (implicit mode: of every record handed out) and wait for the
@@ -312,6 +323,7 @@ class ShareConsumer:
         ids = parts.topic_ids()
         with parts.lock:
             buffer = parts.fetch.buffer
+            self._give_acks(now)
             for key in [k for k in self._failed if k in self._failed_raised]:
                 topic, partition, offset = key
                 tid = ids.get(topic)
@@ -352,7 +364,7 @@ class ShareConsumer:
             tp = TopicPartition(
                 names.get(outcome.partition.topic_id, outcome.partition.topic_id), outcome.partition.partition
             )
-            error = _outcome_error(tp, outcome)
+            error = outcome_error(tp, outcome)
             out.append((tp, error))
             if self._callback is not None:
                 offsets = {tp: {o for o, kind in outcome.acks if kind != AcknowledgeType.RENEW}}
@@ -384,6 +396,7 @@ class ShareConsumer:
                     self._settle(now)
                 else:
                     with parts.lock:
+                        self._give_acks(now)
                         parts.fetch.buffer.take_acks(now)
             except IllegalStateError:
                 pass  # close() goes on: what was not acknowledged is released by the session's close
@@ -477,20 +490,3 @@ class ShareConsumer:
             if self._now() > event.deadline_ms:
                 raise event.timeout_error()
         event.future.result()
-
-
-def _outcome_error(tp: TopicPartition, outcome: AckOutcome) -> BaseException | None:
-    if outcome.ok:
-        return None
-    offsets = [o for o, _ in outcome.acks]
-    where = (
-        f"{tp.topic}-{tp.partition} offsets {offsets[0]}..{offsets[-1]}" if offsets else f"{tp.topic}-{tp.partition}"
-    )
-    if outcome.reason is not None:
-        return AcknowledgementFailedError(
-            tp, offsets, f"acknowledgements of {where} failed: {outcome.reason} (the records go back to the group)"
-        )
-    name = ke.for_code(outcome.error_code).__name__
-    return AcknowledgementFailedError(
-        tp, offsets, f"acknowledgements of {where} were refused by the broker: {name}", outcome.error_code
-    )
