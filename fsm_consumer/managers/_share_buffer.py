@@ -30,6 +30,7 @@ from ._share_session import TopicIdPartition
 log = logging.getLogger("fsm_consumer.share")
 _new = tuple.__new__  # a ShareRecord from a whole tuple, without its __new__'s keyword handling
 _OFFSET = operator.attrgetter("offset")
+_HELD_OFFSET = operator.itemgetter(1)  # a ShareRecord's offset, without the attribute lookup
 _ACK_TYPES = {int(t): t for t in AckType}
 
 MAX_RECORDS_WITH_SAME_ACKNOWLEDGE_TYPE = 10  # Java's Acknowledgements: a longer run becomes a batch of one type
@@ -354,7 +355,10 @@ class ShareBuffer:
             if what == "refused":
                 continue
             acks = batch.acks
-            missing = [r.offset for r in batch.records if r.offset not in acks]
+            if len(acks) == len(batch.gaps):  # none acknowledged yet (implicit mode's case): no test per record
+                missing = list(map(_HELD_OFFSET, batch.records))
+            else:
+                missing = [r.offset for r in batch.records if r.offset not in acks]
             acks.update(dict.fromkeys(missing, kind))
             if what == "failed":
                 self._report(
