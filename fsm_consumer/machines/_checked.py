@@ -12,7 +12,7 @@ SPECS = frozenset(
         "5a36b387d8022889883d2c423be0e19a66c28347a8e7054e6ef41f2232a22e5d",  # membership.yaml
         "47cb55e7889f772b1d5d4e947146b5688cebf2ddd3238f450895e372f2447c00",  # parallel.yaml
         "b2d9bfce81da0886db0d97a7395be9276055855415f267521dedb3542dc85faf",  # share_batch.yaml
-        "8157ef3255177bcb2880bf8c9b22ad27b12c9a68aa61cd1c70fa03fa50d5838c",  # share_fetch_pacing.yaml
+        "f7ea9634acad31590a2c6ae67396a30fd6eb7fd60ebcd80fe25b4a35aab715ff",  # share_fetch_pacing.yaml
         "fbadaacc2b7d9020dc252a28f688f2640ff3b6b6558dba8678ec60d96f036c51",  # share_membership.yaml
         "b3b91de5af865f2ba9361804a37370475f20f6224fc626dd9c12b2593c84f8c9",  # share_session.yaml
     }

@@ -12,6 +12,7 @@ poll() rather than per answer.
 from __future__ import annotations
 
 import enum
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -39,6 +40,9 @@ class ShareRecord(NamedTuple):
     record: Any = None  # the decoded record (None when the answer gave offsets alone)
 
 
+held_offset = operator.itemgetter(1)  # a ShareRecord's offset without the attribute lookup: run per record
+
+
 class ShareBatch:
     """One acquired batch; its machine says what may be done with it."""
 
@@ -61,7 +65,7 @@ class ShareBatch:
         self.generation = generation  # the share session (with ``node``) that acquired it
         self.partition = partition
         # the buffer's records come in offset order (a log's order, or a batch's split)
-        self.records = list(records) if ordered else sorted(records, key=_offset)
+        self.records = list(records) if ordered else sorted(records, key=held_offset)
         self.gaps = sorted(set(gaps))
         self._held: set[int] | None = None  # the records' offsets, made at the first acknowledge() that asks
         self.acks: dict[int, AckType] = dict.fromkeys(self.gaps, AckType.GAP)
@@ -179,7 +183,3 @@ class ShareBatch:
             self.lost_why = "the acquisition lock ran out"
         if self._on_lost is not None:
             self._on_lost(self)
-
-
-def _offset(record: ShareRecord) -> int:
-    return record.offset

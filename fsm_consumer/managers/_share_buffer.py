@@ -24,13 +24,12 @@ import kafka.errors as ke
 
 from .._gc_pause import gc_paused
 from ..fetch._untrack import untrack
-from ._share_batch import AckType, ShareBatch, ShareRecord
+from ._share_batch import AckType, ShareBatch, ShareRecord, held_offset
 from ._share_session import TopicIdPartition
 
 log = logging.getLogger("fsm_consumer.share")
 _new = tuple.__new__  # a ShareRecord from a whole tuple, without its __new__'s keyword handling
 _OFFSET = operator.attrgetter("offset")
-_HELD_OFFSET = operator.itemgetter(1)  # a ShareRecord's offset, without the attribute lookup
 _ACK_TYPES = {int(t): t for t in AckType}
 
 MAX_RECORDS_WITH_SAME_ACKNOWLEDGE_TYPE = 10  # Java's Acknowledgements: a longer run becomes a batch of one type
@@ -282,27 +281,13 @@ class ShareBuffer:
     def acknowledge(self, partition: TopicIdPartition, offset: int, ack_type: int, now: float) -> bool:
         """The application acknowledged a record it was handed. False when its batch is lost (reported failed at
         once, never sent); IllegalStateError when it was not handed out or is acknowledged already."""
-        batch = self._last_held  # records are mostly acknowledged in the order they were handed out
-        if batch is None or batch.partition != partition or not batch.holds(offset):
-            batch = self._holding(partition, offset)
-        what = batch.machine.attribute("acknowledge") if batch is not None else "refused"
-        if batch is None or what == "refused" or not batch.delivered:
+        batch = self._holding(partition, offset)
+        if batch is None or not batch.delivered:
             raise ke.IllegalStateError(
                 f"record {partition.topic_id}-{partition.partition}@{offset} cannot be acknowledged: it is not "
                 "handed out, or its acknowledgement is taken already"
             )
-        kind = _ACK_TYPES.get(ack_type) or AckType(ack_type)  # a lookup: this runs once per record
-        first = len(batch.acks) == len(batch.gaps)
-        batch.acks[offset] = kind
-        if what == "failed":
-            self._report(AckOutcome(partition, ((offset, int(kind)),), reason=batch.lost_why), now)
-            return False
-        # the machine is told what can change its state: the batch's first acknowledgement, the one that completes
-        # it, and any once it is marked; those between are recorded as the spec's attribute says, without a
-        # transition each (one per record was most of an explicit acknowledgement's cost)
-        if first or len(batch.acks) >= len(batch.records) + len(batch.gaps) or batch.state == "marked":
-            batch.machine.fire("acknowledged", now)  # (the length test is all_acknowledged(), inlined: per record)
-        return True
+        return self._acknowledge_batch(batch, {offset: ack_type}, now)
 
     def acknowledge_many(self, partition: TopicIdPartition, acks: Mapping[int, int], now: float) -> None:
         """``acknowledge`` of many records of one partition at once, as explicit mode gathers them on the application
@@ -326,11 +311,14 @@ class ShareBuffer:
             failed = tuple((o, int(k)) for o, k in sorted(left.items()))
             self._report(AckOutcome(partition, failed, reason="the member no longer holds them"), now)
 
-    def _acknowledge_batch(self, batch: ShareBatch, acks: dict[int, int], now: float) -> None:
+    def _acknowledge_batch(self, batch: ShareBatch, acks: dict[int, int], now: float) -> bool:
+        """``acks`` of records ``batch`` holds; False when the batch is lost (reported failed at once, never sent)."""
         what = batch.machine.attribute("acknowledge")
         if what == "refused":
+            offsets = sorted(acks)
             raise ke.IllegalStateError(
-                f"records {batch!r} cannot be acknowledged: not handed out, or their acknowledgements are taken"
+                f"records {batch.partition.topic_id}-{batch.partition.partition}@{offsets[0]}..{offsets[-1]} cannot be "
+                "acknowledged: they are not handed out, or their acknowledgements are taken already"
             )
         kinds = set(acks.values())
         if len(kinds) == 1:  # one type for them all: converted once, not per record
@@ -341,8 +329,9 @@ class ShareBuffer:
         if what == "failed":
             pairs = tuple((o, int(k)) for o, k in sorted(acks.items()))
             self._report(AckOutcome(batch.partition, pairs, reason=batch.lost_why), now)
-        else:
-            batch.machine.fire("acknowledged", now)
+            return False
+        batch.machine.fire("acknowledged", now)
+        return True
 
     def acknowledge_all(self, ack_type: int, now: float) -> None:
         """Every handed-out record without an acknowledgement gets ``ack_type`` (Java's acknowledgeAll, and the
@@ -356,7 +345,7 @@ class ShareBuffer:
                 continue
             acks = batch.acks
             if len(acks) == len(batch.gaps):  # none acknowledged yet (implicit mode's case): no test per record
-                missing = list(map(_HELD_OFFSET, batch.records))
+                missing = list(map(held_offset, batch.records))
             else:
                 missing = [r.offset for r in batch.records if r.offset not in acks]
             acks.update(dict.fromkeys(missing, kind))

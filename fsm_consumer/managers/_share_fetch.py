@@ -133,7 +133,11 @@ class ShareFetchManager:
         # asking for one poll's worth, so records are not held from the members that wait.
         self.scale = 1
         self._last_full = False  # the last ShareFetch answer acquired all it asked for
-        self.pacing = SpecMachine(shipped_spec("share_fetch_pacing"), self, now=0.0, instance=member_id or "")
+        self._handed_at: float | None = None  # when the last poll that fetched ahead handed its records out
+        self._app_ms: float | None = None  # the application's time from that hand-out to its next poll
+        self.pacing = SpecMachine(
+            shipped_spec("share_fetch_pacing"), self, config=config, now=0.0, instance=member_id or ""
+        )
         self.lock_ms: float | None = None  # the group's lock duration, once an answer said it
         self.sessions: dict[int, ShareSession] = {}
         self._in_flight: dict[int, _InFlight] = {}
@@ -167,7 +171,22 @@ class ShareFetchManager:
         """The application polled and the buffer has nothing to hand out: fetch (Java's fetch())."""
         self.fetch_more = True
 
-    def fetch_ahead(self) -> None:
+    def poll_started(self, now: float) -> None:
+        """The application's poll() begins: how long it worked on what the last poll that fetched ahead handed out
+        (ahead_wait_ms reads it)."""
+        if self._handed_at is not None:
+            self._app_ms, self._handed_at = now - self._handed_at, None
+
+    def ahead_wait_ms(self, configured: float) -> float:
+        """share_fetch_pacing's ``ahead_wait``: how long a ShareFetch made ahead may wait at the broker for records
+        (its description says why). Half the application's last time between a hand-out and its next poll, at most
+        fetch_max_wait_ms; none when that time was at most ``ahead_wait_floor``, or is not known yet."""
+        app = self._app_ms
+        if app is None or app <= self.pacing.durations["ahead_wait_floor"]:
+            return 0.0
+        return min(configured, app / 2)
+
+    def fetch_ahead(self, now: float) -> None:
         """The application was handed records and the buffer holds less than another poll's worth: one ShareFetch
         now, carrying the acknowledgements due, so the next poll finds records instead of waiting a round trip.
         Differs from Java on purpose (Java fetches only when a poll finds the buffer empty: a round trip per
@@ -175,7 +194,7 @@ class ShareFetchManager:
         releases meanwhile goes to the members that wait."""
         if self.pacing.attribute("fetch_ahead") != "allowed":
             return
-        self.ahead = True
+        self.ahead, self._handed_at = True, now
         # a node with a ShareFetch on its way has its fetch: that answer decides whether another goes at once
         self._ahead_sent = {node for node, f in self._in_flight.items() if f.kind == "fetch"}
 
@@ -305,10 +324,8 @@ class ShareFetchManager:
             plan.to_add,
             plan.to_forget,
             acks,
-            # fetched ahead, nobody waits for it: the broker answers with what it has now rather than holding it
-            # up to fetch_max_wait_ms, in which time this session could send nothing else (the acknowledgements of
-            # what the application works on, maybe under a short lock)
-            self.max_wait_ms if self.fetch_more else 0,
+            # fetched ahead, nobody waits for it yet: the spec's ahead_wait says how long the broker may hold it
+            self.max_wait_ms if self.fetch_more else int(self.pacing.duration_ms("ahead_wait")),
             self.min_bytes,
             self.max_bytes,
             self.fetch_records,

@@ -8,23 +8,22 @@ the buffer (its batches' machines) together, under the lock, by the call that se
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import kafka.errors as ke
 
 from ..errors import AcknowledgementFailedError
 from ..managers._share_batch import ShareRecord as Held
+from ..managers._share_batch import held_offset
 from ..managers._share_buffer import AckOutcome
 from ..managers._share_session import TopicIdPartition
 from ..structs import TopicPartition
 
-_OFFSET = operator.itemgetter(1)  # a held record's offset
-
 
 class LastPoll:
-    """Explicit mode: the records the last poll() handed out, by (topic, partition), each with the acknowledge
-    type the application gave it (None: none yet; a later acknowledgement of the same record replaces it)."""
+    """The partitions the last poll() handed out, as their batches know them (topic id from their ShareFetch); in
+    explicit mode also its records by (topic, partition), each with the acknowledge type the application gave it
+    (None: none yet; a later acknowledgement of the same record replaces it)."""
 
     __slots__ = ("_open", "_where")
 
@@ -32,19 +31,26 @@ class LastPoll:
         self._open: dict[tuple[str, int], dict[int, Any]] = {}
         self._where: dict[tuple[str, int], TopicIdPartition] = {}
 
-    def handed_out(self, taken: list[tuple[float, list[Held]]]) -> None:
-        """A poll() hands these batches' records out; those of the poll before were all acknowledged and given
-        (explicit mode's rule, checked before)."""
+    def handed_out(self, taken: list[tuple[float, list[Held]]], explicit: bool) -> None:
+        """A poll() hands these batches' records out; in explicit mode those of the poll before were all
+        acknowledged and given (its rule, checked before)."""
         self._open, self._where = {}, {}
         for _, records in taken:
             if records and records[0].record is not None:
                 first = records[0]
                 key = (first.record.topic, first.partition.partition)
+                self._where[key] = first.partition
+                if not explicit:
+                    continue
                 open_ = self._open.get(key)
                 if open_ is None:
-                    self._open[key], self._where[key] = dict.fromkeys(map(_OFFSET, records)), first.partition
+                    self._open[key] = dict.fromkeys(map(held_offset, records))
                 else:
-                    open_.update(dict.fromkeys(map(_OFFSET, records)))
+                    open_.update(dict.fromkeys(map(held_offset, records)))
+
+    def where(self, topic: str, partition: int) -> TopicIdPartition | None:
+        """The partition as the last poll's batches know it; None when that poll handed none of it out."""
+        return self._where.get((topic, partition))
 
     def record(self, topic: str, partition: int, offset: int, kind: int) -> bool:
         """False when the last poll() did not hand the record out, or its acknowledgement was given already."""
@@ -65,7 +71,7 @@ class LastPoll:
                 continue
             out.append((self._where[key], acks))
             if len(acks) == len(open_):
-                del self._open[key], self._where[key]
+                del self._open[key]
             else:
                 self._open[key] = {o: None for o, k in open_.items() if k is None}
         return out

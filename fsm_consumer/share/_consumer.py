@@ -57,9 +57,7 @@ class ShareConsumer:
         self.config, self.settings = share_config(**configs)
         self._explicit = self.settings.acknowledgement_mode == "explicit"
         self._handed = False  # the last poll handed records out
-        # (topic, partition) -> TopicIdPartition of what the last poll handed out (acknowledge() finds its batch)
-        self._handed_where: dict[tuple[str, int], TopicIdPartition] = {}
-        self._last = LastPoll()  # explicit mode: the last poll's records and their acknowledgements, on this thread
+        self._last = LastPoll()  # where the last poll handed out; explicit mode: its records and their acknowledgements
         self._signal = Signal()
         self._woken = threading.Event()
         self._closed = False
@@ -120,6 +118,7 @@ class ShareConsumer:
         self._settle(now)
         with parts.lock:
             parts.membership.on_poll(now)
+            parts.fetch.poll_started(now)
         deadline = now + timeout_ms
         first = True
         while True:
@@ -136,7 +135,7 @@ class ShareConsumer:
                         fetch.app_waited()
                     fetch.want_records()
                 elif fetch.adaptive and fetch.buffer.ready_records() < fetch.fetch_records:
-                    fetch.fetch_ahead()
+                    fetch.fetch_ahead(now)
             # the acknowledgements settled above go with the fetch asked here: one request, not two
             parts.transport.wakeup()
             first = False
@@ -144,8 +143,7 @@ class ShareConsumer:
             if taken:
                 if parts.history is not None:
                     parts.history.handed(taken, now, started)
-                if self._explicit:
-                    self._last.handed_out(taken)
+                self._last.handed_out(taken, self._explicit)
                 return self._hand_out(taken)
             self._check_wakeup()
             if parts.lifecycle.failure is not None:
@@ -164,12 +162,8 @@ class ShareConsumer:
     def _records_of(self, taken: list[tuple[float, list[_Held]]]) -> list[ShareRecord]:
         out: list[ShareRecord] = []
         key_fn, value_fn = self._key_fn, self._value_fn
-        self._handed_where = handed = {}
         for deadline, records in taken:
             lock = deadline / 1000.0
-            if records and records[0].record is not None:
-                first = records[0]
-                handed[(first.record.topic, first.partition.partition)] = first.partition
             if key_fn is None and value_fn is None:  # the decoder's tuple as it is, the share fields after it
                 counts = set(map(_COUNT, records))
                 if len(counts) == 1:  # one delivery count (an acquired range): no Python step per record
@@ -252,7 +246,7 @@ class ShareConsumer:
         parts = self._parts
         # the partition as the batches that handed it out know it (its topic id from their ShareFetch), else as
         # the metadata knows it now: one lookup per record of an explicit acknowledgement
-        where = self._handed_where.get((topic, partition))
+        where = self._last.where(topic, partition)
         if where is None:
             tid = parts.topic_id(topic)
             if tid is None:

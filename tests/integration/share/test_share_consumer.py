@@ -96,6 +96,54 @@ def test_an_empty_fetch_made_ahead_pauses_fetching_ahead_until_one_made_after_re
     ), path
 
 
+@pytest.mark.brokers("kafka")
+def test_a_fetch_made_ahead_waits_at_the_broker_while_the_application_works(broker, make_topic):
+    """specs/share_fetch_pacing.yaml's ahead_wait on the broker: an application that works 300 ms on each poll's
+    records has its fetch made ahead wait at the broker (half its time between polls), so a record produced while
+    it works comes back in that fetch: fetching ahead goes on (retrying -> fetching_ahead) where a fetch answered
+    at once would have come back empty (retrying -> on_demand). The first fetch made ahead, before any time
+    between polls is known, waits for nothing."""
+    from confluent_kafka import Producer
+
+    topic = make_topic()
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 0})
+
+    def send(i: int) -> None:
+        producer.produce(topic, value=f"r{i}".encode())
+        assert producer.flush(10) == 0
+
+    send(0)
+    seen: list = []
+    ahead_waits: list[int] = []
+    add_observer(seen.append)
+    try:
+        with _consumer(broker, _group(broker), topic, fetch_max_wait_ms=500) as consumer:
+            fetch = consumer._parts.fetch
+            planned = fetch.poll
+
+            def poll_and_note(now: float) -> list:
+                intents = planned(now)
+                ahead_waits.extend(i.max_wait_ms for i in intents if hasattr(i, "max_records") and not fetch.fetch_more)
+                return intents
+
+            fetch.poll = poll_and_note
+            got = _drain(consumer, 1)
+            for i in (1, 2):  # the application's work on each poll's records: 300 ms, a record produced meanwhile
+                time.sleep(0.05)
+                send(i)
+                time.sleep(0.25)
+                got.extend(_drain(consumer, 1))
+            fetch.poll = planned
+    finally:
+        remove_observer(seen.append)
+    path = _pacing(seen)
+    assert [r.value for r in got] == [b"r0", b"r1", b"r2"], got
+    assert ("retrying", "ahead_filled", "fetching_ahead") in path, path
+    assert ("retrying", "ahead_empty", "on_demand") not in path, path
+    # the first made ahead: no time known yet; the second: half of about 300 ms
+    assert ahead_waits[0] == 0 and 140 <= ahead_waits[1] <= 250, ahead_waits
+
+
 def _pacing(seen: list) -> list[tuple[str, str, str]]:
     return [(r.source, r.trigger, r.dest) for r in list(seen) if r.machine == "share_fetch_pacing"]
 

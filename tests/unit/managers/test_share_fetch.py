@@ -106,14 +106,14 @@ def test_fetch_ahead_sends_one_fetch_per_leader_with_the_acks_due_and_no_more():
     open_sessions(fm)
     fm.fetch_more = False  # records came: the application works on them
     assert fm.poll(2) == []
-    fm.fetch_ahead()
+    fm.fetch_ahead(3)
     intents = by_node(fm.poll(3))
     assert set(intents) == {1, 2} and all(isinstance(i, ShareFetchIntent) for i in intents.values())
     fm.on_fetch_answer(1, ShareFetchAnswer(), 3, 4)
     assert fm.pacing.state == "paused"  # the share-partitions' locks are held elsewhere, or nothing is left
     fm.on_fetch_answer(2, ShareFetchAnswer(), 3, 4)  # paused already: ignored
     assert fm.poll(5) == []  # a member busy with its records does not fetch again
-    fm.fetch_ahead()  # the next poll's records handed out: none goes ahead until records come
+    fm.fetch_ahead(6)  # the next poll's records handed out: none goes ahead until records come
     assert fm.poll(6) == []
     fm.want_records()  # a poll found nothing: it waits for records
     assert set(by_node(fm.poll(6))) == {1, 2}
@@ -123,7 +123,7 @@ def test_fetch_ahead_sends_one_fetch_per_leader_with_the_acks_due_and_no_more():
     for r in fm.buffer.take(10, 9):
         fm.buffer.acknowledge(r.partition, r.offset, ACCEPT, 9)
     fm.buffer.take_acks(9)
-    fm.fetch_ahead()
+    fm.fetch_ahead(10)
     [piggy] = fm.poll(10)
     assert isinstance(piggy, ShareFetchIntent) and piggy.acks == {A0: (AckBatch(0, 1, (ACCEPT,)),)}
 
@@ -136,7 +136,7 @@ def test_records_the_application_waited_for_are_fetched_ahead_by_the_poll_that_h
     # not at once: the application's poll sends it, with the acknowledgements of what it was handed before
     assert fm.poll(2) == []
     fm.buffer.take(100, 2)
-    fm.fetch_ahead()
+    fm.fetch_ahead(2)
     [ahead] = fm.poll(2)  # the application works on what came; the next fetch is on its way meanwhile
     assert isinstance(ahead, ShareFetchIntent) and ahead.max_records == 100
     # the application waited for the first (the broker may hold it); nobody waits for one made ahead
@@ -145,10 +145,31 @@ def test_records_the_application_waited_for_are_fetched_ahead_by_the_poll_that_h
     assert fm.poll(4) == []  # nothing came: a member working on its records does not fetch again
 
 
+def test_a_fetch_made_ahead_waits_half_the_applications_time_between_polls_when_it_works_longer_than_the_floor():
+    fm, _ = manager(assigned=[A0], adaptive=True)
+    assert fm.pacing.durations["ahead_wait_floor"] == 5  # the spec's default
+    waits = []
+    for handed, back in [(10, 11), (20, 23), (30, 35), (40, 46), (50, 90), (100, 2_000), (2_000, 2_000)]:
+        fm.want_records()
+        [waited] = fm.poll(handed - 2)
+        fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, handed, handed),)), handed - 2, handed - 1)
+        fm.buffer.take(100, handed)
+        fm.fetch_ahead(handed)  # the poll that handed the record out
+        [ahead] = fm.poll(handed)
+        waits.append(ahead.max_wait_ms)
+        fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, handed + 1, handed + 1),)), handed, handed + 1)
+        fm.buffer.take(100, handed + 1)
+        fm.poll_started(back)  # the application's next poll
+        assert waited.max_wait_ms == 250  # the application waits for this one: fetch_max_wait_ms as configured
+    # the first is sent before any time between polls is known; then 1, 3 and 5 ms (at most the floor): none; 6
+    # ms: 3; 40: 20; past twice fetch_max_wait_ms: fetch_max_wait_ms
+    assert waits == [0, 0, 0, 0, 3, 20, 250]
+
+
 def _fetch_ahead_answered(fm, now, answer):
     """The application takes what is buffered, its poll fetches ahead, and the broker answers with ``answer``."""
     fm.buffer.take(1_000, now)
-    fm.fetch_ahead()
+    fm.fetch_ahead(now)
     [ahead] = fm.poll(now)
     assert ahead.max_wait_ms == 0
     fm.on_fetch_answer(1, answer, now, now + 1)
@@ -168,7 +189,7 @@ def test_one_empty_fetch_made_ahead_pauses_fetching_ahead_until_records_come_the
     _waited_answered(fm, 0, ShareFetchAnswer(partitions=(part(A0, 0, 99),)))
     _fetch_ahead_answered(fm, 2, ShareFetchAnswer())  # chance: another member's fetch held the partition
     assert fm.pacing.state == "paused"
-    fm.fetch_ahead()
+    fm.fetch_ahead(4)
     assert fm.poll(4) == []  # none goes ahead
     _waited_answered(fm, 5, ShareFetchAnswer(partitions=(part(A0, 100, 199),)))
     assert fm.pacing.state == "retrying"
@@ -188,7 +209,7 @@ def test_two_empty_fetches_made_ahead_in_a_row_fetch_on_demand_one_poll_at_a_tim
     assert (fm.pacing.state, fm.scale) == ("on_demand", 1)
     fm.app_waited()
     assert fm.scale == 1  # one poll's worth, as Java, while the locks are contended
-    fm.fetch_ahead()
+    fm.fetch_ahead(8)
     assert fm.poll(8) == []
     waited = _waited_answered(fm, 9, ShareFetchAnswer(partitions=(part(A0, 200, 299),)))
     assert waited.max_records == 100 and fm.pacing.state == "on_demand"
@@ -206,13 +227,13 @@ def test_an_application_that_outruns_the_network_gets_larger_fetches_and_a_slow_
     assert fm.scale == 2 and fm.fetch_records == 200
     fm.app_waited()
     assert fm.scale == MAX_SCALE == 2  # twice a poll's worth at most (the broker's record locks)
-    fm.fetch_ahead()  # the poll that hands the first out
+    fm.fetch_ahead(2)  # the poll that hands the first out
     [ahead] = fm.poll(2)
     assert ahead.max_records == ahead.batch_size == 200
     fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 100, 299),)), 2, 3)  # ahead of need: 300 ready
     assert fm.scale == 1
     fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 300, 310),)), 4, 5)  # not in flight: dropped
-    fm.fetch_ahead()
+    fm.fetch_ahead(6)
     [ahead] = fm.poll(6)
     fm.on_fetch_answer(1, ShareFetchAnswer(partitions=(part(A0, 300, 310),)), 6, 7)  # less than it asked for
     fm.app_waited()

@@ -22,7 +22,7 @@ def _held(offset: int, count: int) -> Held:
 
 
 def _hand_out(taken):
-    consumer = SimpleNamespace(_key_fn=None, _value_fn=None, _pending=[], _handed_where={})
+    consumer = SimpleNamespace(_key_fn=None, _value_fn=None, _pending=[])
     return ShareConsumer._records_of(consumer, taken)  # type: ignore[arg-type]
 
 
