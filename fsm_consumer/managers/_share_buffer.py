@@ -24,6 +24,7 @@ import kafka.errors as ke
 
 from .._gc_pause import gc_paused
 from ..fetch._untrack import untrack
+from ..machines import shipped_spec
 from ._share_batch import AckType, ShareBatch, ShareRecord, held_offset
 from ._share_session import TopicIdPartition
 
@@ -134,6 +135,7 @@ class ShareBuffer:
     def __init__(self, *, decode: Callable[[Any], Iterable[Any]] | None = None) -> None:
         # records_bytes -> records with an .offset (or plain offsets): the wiring layer's decoder
         self._decode = decode or (lambda records: records or ())
+        shipped_spec(ShareBatch.SPEC)  # read and built once per process (~3 ms): now, not when records arrive
         self._batches: list[ShareBatch] = []
         self._last_held: ShareBatch | None = None  # the batch the last acknowledgement found
         self.outcomes: list[AckOutcome] = []

@@ -141,7 +141,7 @@ def wire(config: ConsumerConfig, settings: ShareSettings, transport: Transport |
             signal.set()
         return got.records
 
-    buffer = ShareBuffer(decode=decode)
+    buffer = ShareBuffer(decode=decode)  # loads the share_batch spec now, not when the first records come
     membership = ShareMembershipManager(
         config.group_id or "",
         config=config,
@@ -174,6 +174,7 @@ def wire(config: ConsumerConfig, settings: ShareSettings, transport: Transport |
         request_timeout_ms=config.request_timeout_ms,
         connected=transport.ready,
         clock=clock.now_ms,
+        prepare=transport.prepare,
     )
     membership._close_sessions = requests.close_sessions  # the spec's start_leaving closes every session first
     history = _history(config, settings, membership, fetch, transport, machine, held, name_of)

@@ -117,6 +117,12 @@ class Transport(abc.ABC):
         since: a setting is wrong and reconnecting will not fix it. None when there is none."""
         return None
 
+    def prepare(self, request_cls: type[ApiMessage], node: int) -> None:
+        """Make ready now what sending ``request_cls`` to ``node`` will need, at the version that node would get
+        (kafka-python compiles each request's encoder and its response's decoder at their first use: 2-8 ms).
+        Nothing when the node's versions are not known yet; a transport without such costs does nothing."""
+        return None
+
     def node_states(self) -> dict[int, dict[str, Any]]:
         """Per node id: ``address`` ("host:port"), ``state`` (its connection machine's),
         ``failures`` (in a row since it was last ready) and ``last_error`` (str or None).

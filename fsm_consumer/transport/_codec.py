@@ -18,7 +18,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from kafka.protocol.api_header import ResponseHeader
+from kafka.protocol.api_header import ResponseClassRegistry, ResponseHeader
 from kafka.protocol.api_key import ApiKey
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsResponse
@@ -83,6 +83,17 @@ def _decoders(versioned_response_cls: type[ApiMessage]) -> _Decoders:
             version, compact=flexible, tagged=flexible, data_class=response_cls
         )
     return _Decoders(header, body)
+
+
+def prepare(request_cls: type[ApiMessage], version: int) -> None:
+    """Compile kafka-python's encoder of ``request_cls`` at ``version`` and the decoders of its response now. Each
+    is compiled at its first use (2-8 ms of codegen), which would otherwise fall on the first request of its kind:
+    a share member's first ShareAcknowledge goes out in the middle of its first records."""
+    flexible = request_cls.flexible_version_q(version)
+    request_cls._struct.compiled_encode_into(version, compact=flexible, tagged=flexible)
+    response_cls = ResponseClassRegistry._response_class_registry.get(request_cls.API_KEY)
+    if response_cls is not None:
+        _decoders(response_cls[version])
 
 
 class RequestCodec:

@@ -218,6 +218,9 @@ class FaultyTransport(Transport):
     def ready(self, node: int) -> bool:
         return self.inner.ready(node)
 
+    def prepare(self, request_cls: type[ApiMessage], node: int) -> None:
+        self.inner.prepare(request_cls, node)
+
     def least_loaded_node(self) -> int | None:
         return self.inner.least_loaded_node()
 

@@ -15,8 +15,9 @@ from kafka.protocol.api_message import ApiMessage
 
 from ..machines import Clock, MonotonicClock, Observer
 from ._base import Pending, Transport
+from ._codec import prepare as prepare_codec
 from ._connection import SETTING_UP, Connection
-from ._errors import AuthenticationError, ConnectionLost, NodeNotReady, RequestTimedOut, clone_error
+from ._errors import AuthenticationError, ConnectionLost, NodeNotReady, RequestTimedOut, UnsupportedVersion, clone_error
 from ._settings import KafkaSettings
 from ._waker import Waker
 
@@ -157,6 +158,17 @@ class KafkaTransport(Transport):
     def ready(self, node: int) -> bool:
         conn = self._conns.get(node)
         return conn is not None and conn.state == "ready"
+
+    def prepare(self, request_cls: type[ApiMessage], node: int) -> None:
+        self._check_thread("prepare")
+        conn = self._conns.get(node)
+        if conn is None or conn.versions is None:
+            return
+        try:
+            version = conn.versions.pick_version(request_cls)
+        except UnsupportedVersion:
+            return  # its sending will say so
+        prepare_codec(request_cls, version)
 
     def least_loaded_node(self) -> int | None:
         candidates = self._broker_ids or self._bootstrap_ids

@@ -411,3 +411,24 @@ def test_fetch_null_and_empty_records_decode_as_before(version, records):
     [frame] = FrameReader().feed(wire(sent, correlation_id))
     got = codec.decode(frame).response.responses[0].partitions[0].records
     assert got is None if records is None else bytes(got) == b""
+
+
+def test_prepare_compiles_a_requests_encoder_and_its_responses_decoders_ahead_of_the_first_send():
+    """kafka-python compiles each (request, version) encoder and this codec each response's decoders at first use;
+    prepare() does both now, so the first request of its kind pays nothing more than the next one."""
+    from fsm_consumer.protocol import ShareAcknowledgeRequest, ShareAcknowledgeResponse
+    from fsm_consumer.transport._codec import _decoders, prepare
+
+    R, version = ShareAcknowledgeRequest, 1
+    flexible = R.flexible_version_q(version)
+    R._struct._compiled_encoders.pop((version, flexible, flexible), None)
+    _decoders.cache_clear()
+    prepare(R, version)
+    assert (version, flexible, flexible) in R._struct._compiled_encoders
+    assert _decoders.cache_info().currsize == 1
+    compiled = dict(R._struct._compiled_encoders)
+    codec = RequestCodec()
+    codec.encode(R(group_id="g", member_id="m", share_session_epoch=1, topics=[], version=version), "c")
+    assert R._struct._compiled_encoders == compiled  # nothing compiled again
+    assert _decoders.cache_info().hits == 1  # the response's decoders: those prepare() made
+    assert ShareAcknowledgeResponse[version] is not None

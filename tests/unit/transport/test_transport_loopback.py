@@ -482,3 +482,18 @@ def test_a_consumer_config_object_is_accepted():
         assert t.settings.reconnect_backoff_max_ms == 2000 and t.settings.client_id.startswith("fsm-consumer")
     finally:
         t.close()
+
+
+def test_prepare_makes_the_codecs_of_the_version_a_node_would_get_and_nothing_for_an_unknown_node(
+    fake_broker, transports
+):
+    broker = fake_broker(versions=default_versions() | {int(ApiKey.Metadata): (0, 9)})
+    t = transports({"bootstrap_servers": broker.address})
+    t.prepare(MetadataRequest, -1)  # no connection yet: nothing to pick a version from
+    wait_done(t, t.send(metadata("a")))
+    encoders = MetadataRequest._struct._compiled_encoders
+    encoders.pop((9, True, True), None)
+    t.prepare(MetadataRequest, 7)  # not a node it knows
+    assert (9, True, True) not in encoders
+    t.prepare(MetadataRequest, -1)
+    assert (9, True, True) in encoders  # v9: the highest both sides speak, flexible
