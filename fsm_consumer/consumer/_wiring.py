@@ -10,6 +10,7 @@ import logging
 from typing import TYPE_CHECKING
 
 import attrs
+from kafka.protocol.consumer import HeartbeatRequest, OffsetCommitRequest
 
 from .._config import ConsumerConfig
 from .._history_writer import HistoryWriter
@@ -58,6 +59,8 @@ def wire(config: ConsumerConfig, transport: Transport | None, clock: MonotonicCl
     bg = BackgroundEventQueue(signal)
     buffer = FetchBuffer(config.fetch_buffer_max_bytes, on_data=signal.set)
     transport = transport or KafkaTransport(config, clock=clock)
+    if config.group_id:  # a group's first commit and (classic protocol) heartbeat come in the middle of the records
+        transport.will_send([OffsetCommitRequest, *([HeartbeatRequest] if config.group_protocol == "classic" else [])])
     history = HistoryWriter(config.history_path, config.client_id) if config.history_path else None
     if history is not None:
         held.on_new = lambda key, error: history.write("held", key=repr(key), error=repr(error))

@@ -56,7 +56,6 @@ class ShareRequests:
         request_timeout_ms: float = 30_000,
         connected: Callable[[int], bool] | None = None,
         clock: Callable[[], float] | None = None,
-        prepare: Callable[[type, int], None] | None = None,
     ) -> None:
         self._group = group_id
         self.membership = membership
@@ -72,8 +71,6 @@ class ShareRequests:
         self._clock = clock  # the background loop's own clock (see poll)
         self._metadata_version: Any = None
         self.sent_requests = 0
-        self._prepare = prepare or (lambda request_cls, node: None)  # the transport's prepare(request_cls, node)
-        self._prepared: set[int] = set()  # the nodes whose ShareAcknowledge codecs are made
 
     # -- asked through the membership's close_sessions hook (under the lock already) --------------------
     def close_sessions(self, now: float) -> bool:
@@ -228,11 +225,6 @@ class ShareRequests:
                         self.fetch.on_acknowledge_answer(node, answer, sent_at, now)
                 self._sessions_closed(now)
             self._notify()
-            if fetching and node not in self._prepared:
-                # the codecs of the ShareAcknowledge this node will get, made now while the application works:
-                # otherwise its first use (6 ms of kafka-python's codegen) falls in the middle of the first records
-                self._prepared.add(node)
-                self._prepare(ShareAcknowledgeRequest, node)
 
         # a ShareFetch waits up to max_wait_ms on the broker: its deadline leaves room for that
         timeout = self._request_timeout_ms + (intent.max_wait_ms if isinstance(intent, ShareFetchIntent) else 0)

@@ -27,6 +27,7 @@ from ..managers._share_fetch import ShareFetchManager
 from ..managers._share_heartbeat import ShareHeartbeatManager
 from ..managers._share_membership import ShareMembershipManager
 from ..managers._share_session import TopicIdPartition
+from ..protocol import ShareAcknowledgeRequest
 from ..state import HeldErrors
 from ..structs import TopicPartition
 from ..transport._kafka import KafkaTransport
@@ -98,6 +99,8 @@ def wire(config: ConsumerConfig, settings: ShareSettings, transport: Transport |
     app_queue = ApplicationEventQueue()
     bg = BackgroundEventQueue(signal)
     transport = transport or KafkaTransport(config, clock=clock)
+    # its first ShareAcknowledge (a commit's, or every one in explicit mode) comes in the middle of the records
+    transport.will_send([ShareAcknowledgeRequest])
     app_queue.bind_waker(transport.wakeup)
     topics: list[str] = []
     metadata = MetadataManager(config, lambda: set(topics), held, getattr(transport, "node_states", None))
@@ -174,7 +177,6 @@ def wire(config: ConsumerConfig, settings: ShareSettings, transport: Transport |
         request_timeout_ms=config.request_timeout_ms,
         connected=transport.ready,
         clock=clock.now_ms,
-        prepare=transport.prepare,
     )
     membership._close_sessions = requests.close_sessions  # the spec's start_leaving closes every session first
     history = _history(config, settings, membership, fetch, transport, machine, held, name_of)

@@ -9,7 +9,7 @@ called from other threads.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -117,10 +117,11 @@ class Transport(abc.ABC):
         since: a setting is wrong and reconnecting will not fix it. None when there is none."""
         return None
 
-    def prepare(self, request_cls: type[ApiMessage], node: int) -> None:
-        """Make ready now what sending ``request_cls`` to ``node`` will need, at the version that node would get
-        (kafka-python compiles each request's encoder and its response's decoder at their first use: 2-8 ms).
-        Nothing when the node's versions are not known yet; a transport without such costs does nothing."""
+    def will_send(self, request_classes: Iterable[type[ApiMessage]]) -> None:
+        """Requests its client sends later on, not in its first exchanges (a commit, a heartbeat, an
+        acknowledgement): a transport with a cost at a request's first use makes them ready ahead, at the version
+        each connection would send (kafka-python compiles a request's encoder and its response's decoders at
+        their first use: 2-8 ms each, which would fall in the middle of the records). None by default."""
         return None
 
     def node_states(self) -> dict[int, dict[str, Any]]:

@@ -69,7 +69,7 @@ class Connection:
         read_buffer: memoryview,
         rng: random.Random,
         complete: Callable[[Pending], None],
-        versions_known: Callable[[tuple[int, ...]], None] | None = None,
+        versions_known: Callable[[tuple[int, ...], ApiVersionTable], None] | None = None,
         auth_verdict: Callable[[int, AuthenticationError | None], None] | None = None,
     ) -> None:
         self.node_id = node_id

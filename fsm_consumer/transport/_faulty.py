@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -218,8 +218,8 @@ class FaultyTransport(Transport):
     def ready(self, node: int) -> bool:
         return self.inner.ready(node)
 
-    def prepare(self, request_cls: type[ApiMessage], node: int) -> None:
-        self.inner.prepare(request_cls, node)
+    def will_send(self, request_classes: Iterable[type[ApiMessage]]) -> None:
+        self.inner.will_send(request_classes)
 
     def least_loaded_node(self) -> int | None:
         return self.inner.least_loaded_node()

@@ -49,11 +49,12 @@ class Handshake:
         self,
         link: _Link,
         settings: KafkaSettings,
-        versions_known: Callable[[tuple[int, ...]], None] | None = None,
+        versions_known: Callable[[tuple[int, ...], ApiVersionTable], None] | None = None,
     ) -> None:
         self._link = link
         self._settings = settings
-        self._versions_known = versions_known  # told the broker's release after each handshake
+        # told the broker's release (before any cap) and the versions in use after each handshake
+        self._versions_known = versions_known
         self._sasl: SaslMechanism | None = None
         self.api_versions_version = self._first_api_versions_version()
 
@@ -97,10 +98,10 @@ class Handshake:
         except TransportError as exc:
             link.io_failed(exc)
             return
-        if self._versions_known is not None:
-            self._versions_known(table.broker_release)  # the broker's own release, before any cap
         cap = self._settings.api_version_table
         link.versions = table if cap is None else table.capped(cap)
+        if self._versions_known is not None:
+            self._versions_known(table.broker_release, link.versions)  # the broker's own release, before any cap
         link.fire("versions_known")
 
     # -- SASL -----------------------------------------------------------------------------------------

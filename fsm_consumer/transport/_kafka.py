@@ -8,7 +8,7 @@ import random
 import selectors
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
@@ -19,6 +19,7 @@ from ._codec import prepare as prepare_codec
 from ._connection import SETTING_UP, Connection
 from ._errors import AuthenticationError, ConnectionLost, NodeNotReady, RequestTimedOut, UnsupportedVersion, clone_error
 from ._settings import KafkaSettings
+from ._versions import ApiVersionTable
 from ._waker import Waker
 
 __all__ = ["KafkaTransport"]
@@ -72,6 +73,7 @@ class KafkaTransport(Transport):
         self._owner: int | None = None
         self._owner_name = ""
         self._closed = False
+        self._will_send: tuple[type[ApiMessage], ...] = ()  # made ready at each connection's handshake
 
     # -- the interface ------------------------------------------------------------------------
     def send(
@@ -159,16 +161,9 @@ class KafkaTransport(Transport):
         conn = self._conns.get(node)
         return conn is not None and conn.state == "ready"
 
-    def prepare(self, request_cls: type[ApiMessage], node: int) -> None:
-        self._check_thread("prepare")
-        conn = self._conns.get(node)
-        if conn is None or conn.versions is None:
-            return
-        try:
-            version = conn.versions.pick_version(request_cls)
-        except UnsupportedVersion:
-            return  # its sending will say so
-        prepare_codec(request_cls, version)
+    def will_send(self, request_classes: Iterable[type[ApiMessage]]) -> None:
+        # told by the client as it is built, before its I/O thread runs: each handshake from then on makes them
+        self._will_send = (*self._will_send, *request_classes)
 
     def least_loaded_node(self) -> int | None:
         candidates = self._broker_ids or self._bootstrap_ids
@@ -310,8 +305,19 @@ class KafkaTransport(Transport):
             self._conns[node] = conn
         return conn
 
-    def _versions_known(self, release: tuple[int, ...]) -> None:
+    def _versions_known(self, release: tuple[int, ...], versions: ApiVersionTable) -> None:
         self.broker_release = release  # one assignment: readers on other threads see old or new
+        self._prepare(versions)
+
+    def _prepare(self, versions: ApiVersionTable) -> None:
+        """The codecs of what the client will send, at the versions of a connection just set up (each made once
+        per process and version: a connection after the first costs a lookup per request)."""
+        for request_cls in self._will_send:
+            try:
+                version = versions.pick_version(request_cls)
+            except UnsupportedVersion:
+                continue  # its sending will say so
+            prepare_codec(request_cls, version)
 
     def _auth_verdict(self, node: int, error: AuthenticationError | None) -> None:
         """``node`` failed authentication (``error``) or got ready (None)."""

@@ -145,39 +145,45 @@ def test_a_fetch_made_ahead_waits_at_the_broker_while_the_application_works(brok
 
 
 @pytest.mark.brokers("kafka")
-def test_the_share_acknowledge_codecs_are_made_before_the_first_share_acknowledge(broker, make_topic, produce):
+def test_the_share_acknowledge_codecs_are_made_before_the_first_share_acknowledge(
+    broker, make_topic, produce, monkeypatch
+):
     """kafka-python compiles a request's encoder and its response's decoders at their first use (about 6 ms for
-    ShareAcknowledge): after a leader's first ShareFetch answer the consumer has the transport make them, once per
-    leader, so the first ShareAcknowledge (a commit's, or close()'s) goes out without that cost."""
-    from fsm_consumer.protocol import ShareAcknowledgeRequest
+    ShareAcknowledge): the consumer tells its transport it will send ShareAcknowledge, and the transport makes
+    them at each connection's handshake, at the version that connection picks, before the first ShareFetch; so the
+    first ShareAcknowledge (a commit's, or close()'s) goes out without that cost in the middle of the records."""
+    from fsm_consumer.protocol import ShareAcknowledgeRequest, ShareFetchRequest
+    from fsm_consumer.transport import _kafka
 
+    events: list[tuple[str, type, int | None]] = []
+    prepare, send = _kafka.prepare_codec, _kafka.KafkaTransport.send
+
+    def noted_prepare(request_cls: type, version: int) -> None:
+        events.append(("prepare", request_cls, version))
+        prepare(request_cls, version)
+
+    def noted_send(self, request, node=None, **kw):
+        events.append(("send", type(request), node))
+        return send(self, request, node, **kw)
+
+    monkeypatch.setattr(_kafka, "prepare_codec", noted_prepare)
+    monkeypatch.setattr(_kafka.KafkaTransport, "send", noted_send)
     topic = make_topic()
     produce(topic, 3)
-    events: list[tuple[str, type, int | None]] = []
     with _consumer(broker, _group(broker), topic, share_acknowledgement_mode="explicit") as consumer:
-        parts = consumer._parts
-        prepare, send = parts.requests._prepare, parts.transport.send
-
-        def noted_prepare(request_cls: type, node: int) -> None:
-            events.append(("prepare", request_cls, node))
-            prepare(request_cls, node)
-
-        def noted_send(request, node=None, **kw):
-            events.append(("send", type(request), node))
-            return send(request, node, **kw)
-
-        parts.requests._prepare, parts.transport.send = noted_prepare, noted_send
         records = _drain(consumer, 3)
         for r in records:
             consumer.acknowledge(r)
         assert all(e is None for e in consumer.commit_sync(timeout_ms=10_000).values())
         # then close(): its sessions' closing ShareAcknowledge (the commit's acknowledgements may ride a ShareFetch)
-    prepared = [e for e in events if e[0] == "prepare"]
-    assert [(cls, node) for _, cls, node in prepared] == [(ShareAcknowledgeRequest, prepared[0][2])], events
-    first_ack = next((i for i, e in enumerate(events) if e[0] == "send" and e[1] is ShareAcknowledgeRequest), None)
-    assert first_ack is not None, events
-    assert events.index(prepared[0]) < first_ack, events
     version = ShareAcknowledgeRequest.max_version  # 2: Apache Kafka 4.2 speaks it, as this client does
+    prepared = [e for e in events if e[0] == "prepare"]
+    assert prepared and {e[1:] for e in prepared} == {(ShareAcknowledgeRequest, version)}, events
+    sends = [i for i, e in enumerate(events) if e[0] == "send"]
+    first_fetch = next(i for i in sends if events[i][1] is ShareFetchRequest)
+    first_ack = next((i for i in sends if events[i][1] is ShareAcknowledgeRequest), None)
+    assert first_ack is not None, events
+    assert events.index(prepared[0]) < first_fetch < first_ack, events  # at the bootstrap's handshake
     flexible = ShareAcknowledgeRequest.flexible_version_q(version)
     assert (version, flexible, flexible) in ShareAcknowledgeRequest._struct._compiled_encoders
 

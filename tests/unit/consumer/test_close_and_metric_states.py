@@ -158,3 +158,21 @@ def test_metrics_snapshot_counts_connections_and_errors():
     assert out["errors-held"] == {"topic/t": "TopicAuthorizationFailedError: no"} and out["errors-held-count"] == 1
     empty = Metrics().snapshot(lag={}, buffer_bytes=0, buffer_peak=0, app_events=0, bg_events=0)
     assert empty["connection-states"] == {} and empty["errors-held-count"] == 0
+
+
+def test_a_group_consumer_tells_its_transport_the_commit_and_heartbeat_it_will_send():
+    """A group's first OffsetCommit (and, under the classic protocol, Heartbeat) comes seconds into the records:
+    the transport is told of them as the consumer is built, so their codecs are made at each connection's
+    handshake rather than in the middle of consumption; a consumer without a group commits nothing."""
+    from kafka.protocol.consumer import HeartbeatRequest, OffsetCommitRequest
+
+    for extra, told in [
+        ({}, ()),
+        ({"group_id": "g"}, (OffsetCommitRequest, HeartbeatRequest)),
+        ({"group_id": "g", "group_protocol": "consumer"}, (OffsetCommitRequest,)),
+    ]:
+        c, transport = _consumer(**extra)
+        try:
+            assert transport.inner._will_send == told, extra
+        finally:
+            c.close(timeout_ms=2000)

@@ -484,16 +484,31 @@ def test_a_consumer_config_object_is_accepted():
         t.close()
 
 
-def test_prepare_makes_the_codecs_of_the_version_a_node_would_get_and_nothing_for_an_unknown_node(
+def test_what_a_client_will_send_is_made_ready_at_each_handshake_at_the_version_that_connection_picks(
     fake_broker, transports
 ):
-    broker = fake_broker(versions=default_versions() | {int(ApiKey.Metadata): (0, 9)})
+    """kafka-python compiles a request's encoder (and this codec its response's decoders) at their first use, 2-8 ms:
+    the requests a client declares with will_send() are compiled when a connection's versions become known, at the
+    version it would send; one the broker does not speak is left to its sending to refuse."""
+    from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
+
+    from fsm_consumer.protocol import ShareAcknowledgeRequest
+    from fsm_consumer.transport._codec import _decoders
+
+    spoken = default_versions() | {int(ApiKey.OffsetCommit): (0, 7)}
+    spoken.pop(int(ApiKey.ShareAcknowledge), None)
+    broker = fake_broker(versions=spoken)
     t = transports({"bootstrap_servers": broker.address})
-    t.prepare(MetadataRequest, -1)  # no connection yet: nothing to pick a version from
-    wait_done(t, t.send(metadata("a")))
-    encoders = MetadataRequest._struct._compiled_encoders
-    encoders.pop((9, True, True), None)
-    t.prepare(MetadataRequest, 7)  # not a node it knows
-    assert (9, True, True) not in encoders
-    t.prepare(MetadataRequest, -1)
-    assert (9, True, True) in encoders  # v9: the highest both sides speak, flexible
+    commit_encoders = OffsetCommitRequest._struct._compiled_encoders
+    ack_encoders = ShareAcknowledgeRequest._struct._compiled_encoders
+    commit_encoders.pop((7, False, False), None)
+    _decoders.cache_clear()
+    acks_before = set(ack_encoders)
+    t.will_send([OffsetCommitRequest, ShareAcknowledgeRequest])
+    assert (7, False, False) not in commit_encoders  # nothing before a connection says its versions
+    wait_done(t, t.send(metadata("a")))  # the bootstrap connection's handshake
+    assert (7, False, False) in commit_encoders  # v7: the highest both sides speak
+    assert set(ack_encoders) == acks_before  # not spoken there: nothing made, no error
+    hits = _decoders.cache_info().hits
+    _decoders(OffsetCommitResponse[7])
+    assert _decoders.cache_info().hits == hits + 1  # its answer's decoders were made at the handshake too
