@@ -34,12 +34,13 @@ def add_ratios(rows: list[dict]) -> None:
 
 
 def table(rows: list[dict]) -> str:
-    """One line per (client, mode, N, W): the drain's records/s, and p50/p99 where a latency run had the same."""
+    """One line per (client, mode, N, W): the drain's records/s (the median run's, and each run's), when the first
+    records were processed after the go, and p50/p99 where a latency run had the same."""
     lat = {_key(r): r for r in rows if r["bench"] == "share-latency"}
     lines = [
-        "| client | mode | N | W ms | records | max poll | records/s | active members | p50 ms | p99 ms "
-        "| vs 1 fsm member | vs Java | vs confluent |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| client | mode | N | W ms | records | max poll | records/s | first records ms | active members | p50 ms "
+        "| p99 ms | vs 1 fsm member | vs Java | vs confluent |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     done = set()
 
@@ -59,7 +60,8 @@ def table(rows: list[dict]) -> str:
         latency = [cell(q.get("p50_ms")), cell(q.get("p99_ms"))] if not q.get("error") else ["FAILED", "FAILED"]
         lines.append(
             f"| {CLIENTS[r['client']]} | {r['mode']} | {r['members']} | {r['work_ms']} | {cell(d.get('records'))} "
-            f"| {r['max_poll_records']} | {rate} | {cell(d.get('active_members'))} | {latency[0]} | {latency[1]} "
+            f"| {r['max_poll_records']} | {rate} | {cell(d.get('first_ms'))} | {cell(d.get('active_members'))} "
+            f"| {latency[0]} | {latency[1]} "
             f"| {cell(d.get('vs_one_fsm'))} | {cell(d.get('vs_java'))} | {cell(d.get('vs_confluent'))} |"
         )
     failed = [r for r in rows if r.get("error")]
