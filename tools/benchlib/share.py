@@ -215,6 +215,18 @@ def _fill_uncommitted(bootstrap: str, topic: str, records: int, batch_records: i
     return p
 
 
+def _cpu_ms(pids: list[int]) -> float:
+    """User and system CPU of the processes (their threads), from /proc, in ms."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # exited
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 def _finished_at(members: list[Member], target: int) -> tuple[float | None, int, int]:
     """(wall ms at which the members together had processed ``target`` distinct offsets, or None; distinct
     offsets processed; records processed in all, repeats included)."""
@@ -270,6 +282,7 @@ def one_run(broker, client: str, mode: str, n: int, work: int, args, tmp: Path, 
                     raise RuntimeError(f"{client} member did not get ready: {m.why()}")
         _group_ready(client, bootstrap, group, n, 60)
         time.sleep(SETTLE_S)
+        cpu_before = _cpu_ms([m.proc.pid for m in members]), _cpu_ms([broker.pid])
         go = time.time() * 1000
         if producer is not None:
             producer.commit_transaction(30)
@@ -286,6 +299,9 @@ def one_run(broker, client: str, mode: str, n: int, work: int, args, tmp: Path, 
             if all(m.proc.poll() is not None for m in members):
                 break
             time.sleep(0.05)
+        # CPU from the go to the drain's end (seen within 50 ms): the members' together, and the broker's
+        row["members_cpu_ms"] = round(_cpu_ms([m.proc.pid for m in members]) - cpu_before[0], 1)
+        row["broker_cpu_ms"] = round(_cpu_ms([broker.pid]) - cpu_before[1], 1)
     finally:
         if producer is not None:  # a run that failed before its go
             producer.abort_transaction(10)
@@ -410,6 +426,8 @@ def _median(rs: list[dict]) -> dict:
     else:
         row["records_per_s"] = round(statistics.median(r["records_per_s"] for r in ok))
         row["first_ms"] = statistics.median(r["first_ms"] for r in ok)
+        for cpu in ("members_cpu_ms", "broker_cpu_ms"):
+            row[cpu] = statistics.median(r[cpu] for r in ok)
     return row
 
 
@@ -421,5 +439,6 @@ def _said(r: dict) -> str:
         return f"{what}: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms over {r['processed']} records"
     return (
         f"{what}: {r['records_per_s']:,} records/s ({r['records']} in {r['elapsed_s']} s, {r['active_members']} active;"
-        f" first records at {r.get('first_ms')} ms, {r.get('after_first_per_s', 0):,} records/s from then)"
+        f" first records at {r.get('first_ms')} ms, {r.get('after_first_per_s', 0):,} records/s from then; CPU ms"
+        f" members {r.get('members_cpu_ms')}, broker {r.get('broker_cpu_ms')})"
     )

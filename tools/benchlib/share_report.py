@@ -35,12 +35,13 @@ def add_ratios(rows: list[dict]) -> None:
 
 def table(rows: list[dict]) -> str:
     """One line per (client, mode, N, W): the drain's records/s (the median run's, and each run's), when the first
-    records were processed after the go, and p50/p99 where a latency run had the same."""
+    records were processed after the go, the CPU the members (together) and the broker used from the go to the
+    drain's end (medians), and p50/p99 where a latency run had the same."""
     lat = {_key(r): r for r in rows if r["bench"] == "share-latency"}
     lines = [
-        "| client | mode | N | W ms | records | max poll | records/s | first records ms | active members | p50 ms "
-        "| p99 ms | vs 1 fsm member | vs Java | vs confluent |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| client | mode | N | W ms | records | max poll | records/s | first records ms | CPU ms members / broker "
+        "| active members | p50 ms | p99 ms | vs 1 fsm member | vs Java | vs confluent |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     done = set()
 
@@ -57,10 +58,11 @@ def table(rows: list[dict]) -> str:
         rate = "FAILED" if d.get("error") else cell(d.get("records_per_s"))
         if d.get("per_run"):  # the median of several runs: each run's too
             rate += " (" + " / ".join(cell(x) for x in d["per_run"]) + ")"
+        cpu = f"{cell(d.get('members_cpu_ms'))} / {cell(d.get('broker_cpu_ms'))}"
         latency = [cell(q.get("p50_ms")), cell(q.get("p99_ms"))] if not q.get("error") else ["FAILED", "FAILED"]
         lines.append(
             f"| {CLIENTS[r['client']]} | {r['mode']} | {r['members']} | {r['work_ms']} | {cell(d.get('records'))} "
-            f"| {r['max_poll_records']} | {rate} | {cell(d.get('first_ms'))} | {cell(d.get('active_members'))} "
+            f"| {r['max_poll_records']} | {rate} | {cell(d.get('first_ms'))} | {cpu} | {cell(d.get('active_members'))} "
             f"| {latency[0]} | {latency[1]} "
             f"| {cell(d.get('vs_one_fsm'))} | {cell(d.get('vs_java'))} | {cell(d.get('vs_confluent'))} |"
         )
