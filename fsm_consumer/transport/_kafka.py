@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import random
 import selectors
 import threading
@@ -17,12 +18,14 @@ from ..machines import Clock, MonotonicClock, Observer
 from ._base import Pending, Transport
 from ._codec import prepare as prepare_codec
 from ._connection import SETTING_UP, Connection
-from ._errors import AuthenticationError, ConnectionLost, NodeNotReady, RequestTimedOut, UnsupportedVersion, clone_error
+from ._errors import AuthenticationError, ConnectionLost, NodeNotReady, RequestTimedOut, clone_error
 from ._settings import KafkaSettings
 from ._versions import ApiVersionTable
 from ._waker import Waker
 
 __all__ = ["KafkaTransport"]
+
+logger = logging.getLogger("fsm_consumer.transport")
 
 
 class KafkaTransport(Transport):
@@ -315,9 +318,9 @@ class KafkaTransport(Transport):
         for request_cls in self._will_send:
             try:
                 version = versions.pick_version(request_cls)
-            except UnsupportedVersion:
-                continue  # its sending will say so
-            prepare_codec(request_cls, version)
+                prepare_codec(request_cls, version)
+            except Exception:  # noqa: BLE001 - only a head start: the request's own sending raises what is wrong
+                logger.debug("could not make %s's codecs ahead", request_cls.__name__, exc_info=True)
 
     def _auth_verdict(self, node: int, error: AuthenticationError | None) -> None:
         """``node`` failed authentication (``error``) or got ready (None)."""
