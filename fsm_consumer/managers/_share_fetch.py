@@ -192,11 +192,17 @@ class ShareFetchManager:
         Differs from Java on purpose (Java fetches only when a poll finds the buffer empty: a round trip per
         poll); one request, not a loop: a member busy with a slow record fetches once, and what the broker
         releases meanwhile goes to the members that wait."""
-        if self.pacing.attribute("fetch_ahead") != "allowed":
+        if not self.ahead_allowed:
             return
         self.ahead, self._handed_at = True, now
         # a node with a ShareFetch on its way has its fetch: that answer decides whether another goes at once
         self._ahead_sent = {node for node, f in self._in_flight.items() if f.kind == "fetch"}
+
+    @property
+    def ahead_allowed(self) -> bool:
+        """share_fetch_pacing's ``fetch_ahead`` attribute: whether a poll that hands records out fetches ahead now
+        (never under share_acquire_mode record_limit, nor while paused)."""
+        return self.pacing.attribute("fetch_ahead") == "allowed"
 
     @property
     def fetch_records(self) -> int:

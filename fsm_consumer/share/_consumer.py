@@ -134,7 +134,7 @@ class ShareConsumer:
                     if first and self._handed:
                         fetch.app_waited()
                     fetch.want_records()
-                elif fetch.adaptive and fetch.buffer.ready_records() < fetch.fetch_records:
+                elif fetch.ahead_allowed and fetch.buffer.ready_records() < fetch.fetch_records:
                     fetch.fetch_ahead(now)
             # the acknowledgements settled above go with the fetch asked here: one request, not two
             parts.transport.wakeup()
