@@ -38,7 +38,7 @@ class Carrier:
     def __init__(self, state: str, hooks: dict[str, Callable[[], Any]], owner: _Owner, machine: Any) -> None:
         self.state = state  # set by LeanTransition
         self.hooks = hooks  # hook name -> the model's bound method
-        self.owner = owner  # the SpecMachine
+        self.owner: _Owner | None = owner  # the SpecMachine (None once it is released)
         self.machine = machine  # its transitions.Machine (the queue)
 
 

@@ -449,6 +449,9 @@ class ShareBuffer:
             batch.machine.tick(now)
         kept = [b for b in self._batches if b.state != "settled"]
         if len(kept) != len(self._batches):
+            for batch in self._batches:
+                if batch.state == "settled":
+                    batch.machine.release()  # done with: freed at once, not left to the cyclic collector
             self._batches, self._last_held = kept, None
 
     # -- helpers ------------------------------------------------------------------------------------------
