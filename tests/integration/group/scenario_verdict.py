@@ -28,7 +28,10 @@ def judged(result: CheckResult, histories: Path, kind: str, rules: str = "LEDMC"
     assert context["produced"] > 0 and context["drained"], report
     if kind == "kafka":
         assert context["broker_commit_log_entries"], report
-    mutated = mutation_report(result, rounds=2)
+    # one mutant of each kind the history hosts (two doubled the report's time for CI's 60 minutes; a kind is
+    # tried on every fault history of both brokers, each a different random pick, and FSM_REQUIRE_ALL_MUTANTS
+    # still holds the run to every kind on each broker)
+    mutated = mutation_report(result, rounds=1)
     print(mutated.format())
     assert mutated.all_caught, f"{mutated.format()}\nhistories: {histories}"
     TRIED.setdefault(kind, Counter()).update(o.mutant.kind for o in mutated.outcomes)
